@@ -1,0 +1,121 @@
+"""Cache creation and full sequential read: torch_drt against dataset-rt 0.4.8 on the same data, one run.
+
+Workload (issue 2): 20,000 samples of 4 KiB with an int label. Prints samples/s, MB/s and ratios.
+
+    python benchmarks/bench_cache.py [--samples 20000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PAYLOAD = 4096
+
+
+class Source:
+    """The same pre-built payloads for both libraries, so only the cache work is timed."""
+
+    def __init__(self, name: str, payloads: list[bytes], make_input) -> None:
+        self.name = name
+        self.payloads = payloads
+        self.make_input = make_input
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def __iter__(self):
+        make = self.make_input
+        for i, data in enumerate(self.payloads):
+            yield make(data, {"label": i % 1000})
+
+
+def _median_rate(fn, n: int, repeats: int) -> float:
+    times = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        fn(r)
+        times.append(time.perf_counter() - t0)
+    return n / statistics.median(times)
+
+
+def bench_torch_drt(root: Path, payloads: list[bytes], repeats: int) -> tuple[float, float]:
+    import torch_drt as drt
+
+    rt = drt.DatasetRuntime(num_workers=2)
+    cfg = drt.WriterConfig(show_progress=False)
+
+    def write(r: int) -> None:
+        (res,) = rt.write_cache(Source(f"drt{r}", payloads, drt.CacheInput), root, writer_config=cfg)
+        assert isinstance(res, drt.CacheWriteSuccess), res
+
+    write_rate = _median_rate(write, len(payloads), repeats)
+    ds = rt.cached_dataset([root / "drt0"], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+
+    def read(_: int) -> None:
+        n = 0
+        for batch in ds.iter_batches(1024):
+            n += len(batch.data)
+        assert n == len(payloads)
+
+    return write_rate, _median_rate(read, len(payloads), repeats)
+
+
+def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[float, float] | str:
+    try:
+        import dataset_rt
+    except ImportError as e:
+        return f"skipped: dataset-rt not installed ({e})"
+    rt = dataset_rt.DatasetRuntime(num_workers=2)
+    cfg = dataset_rt.WriterConfig(show_progress=False)
+
+    def write(r: int) -> None:
+        (res,) = rt.write_cache([Source(f"drt{r}", payloads, dataset_rt.CacheInput)], root, writer_config=cfg)
+        assert isinstance(res, dataset_rt.CacheWriteSuccess), res
+
+    write_rate = _median_rate(write, len(payloads), repeats)
+    ds = rt.cached_dataset([root / "drt0"], reader_config=dataset_rt.ReaderConfig(seed=0, shuffle=False))
+
+    def read(_: int) -> None:
+        n = 0
+        for sample in ds:
+            n += len(sample.data) > 0
+        assert n == len(payloads)
+
+    return write_rate, _median_rate(read, len(payloads), repeats)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    mb = args.samples * PAYLOAD / 1e6
+    work = Path(tempfile.mkdtemp(prefix="bench_cache_"))
+    try:
+        ours = bench_torch_drt(work / "torch_drt", payloads, args.repeats)
+        theirs = bench_dataset_rt(work / "dataset_rt", payloads, args.repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"# cache: {args.samples} samples x {PAYLOAD} B, int label, median of {args.repeats}")
+    print(f"{'library':<12} {'write samples/s':>16} {'write MB/s':>11} {'read samples/s':>16} {'read MB/s':>10}")
+    rows = [("torch_drt", ours)] + ([("dataset-rt", theirs)] if not isinstance(theirs, str) else [])
+    for name, (w, r) in rows:
+        print(f"{name:<12} {w:>16,.0f} {w * mb / args.samples:>11,.1f} {r:>16,.0f} {r * mb / args.samples:>10,.1f}")
+    if isinstance(theirs, str):
+        print(f"dataset-rt   {theirs}")
+    else:
+        print(f"ratio write torch_drt/dataset-rt: {ours[0] / theirs[0]:.2f}x (target >= 3x)")
+        print(f"ratio read  torch_drt/dataset-rt: {ours[1] / theirs[1]:.2f}x (target >= 10x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Writing caches: round trips, per-source outcomes and bad writer input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import QUIET, ListSource, payload
+
+import torch_drt as drt
+from torch_drt.cache.validate import open_cache
+
+
+@pytest.mark.parametrize("algo", ["none", "lz4", "zstd"])
+def test_round_trip_every_compression_and_many_shards(runtime, tmp_path, algo):
+    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=40, shard_compression=drt.ShardCompression(algo))
+    (res,) = runtime.write_cache(ListSource("s", 50), tmp_path, writer_config=cfg)
+    assert res == drt.CacheWriteSuccess("s", tmp_path / "s")
+    layout = open_cache(res.path, verify=True)
+    assert len(layout.shards) > 3 and layout.compression == algo
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    samples = list(ds)
+    assert [s.data for s in samples] == [payload(i) for i in range(50)]
+    assert [s.sample_id for s in samples] == list(range(50))
+    assert samples[7].metadata == {"label": 7, "flag": False, "score": 7 / 4, "tag": "t7"}
+    assert {s.cache_id for s in samples} == {layout.cache_id}
+
+
+def test_manifest_records_version_counts_schema_and_checksums(make_cache):
+    path = make_cache(n=12)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["format"] == "torch_drt.cache" and manifest["format_version"] == 1
+    assert manifest["sample_count"] == 12
+    assert manifest["metadata_schema"] == [
+        {"name": "flag", "kind": "bool"},
+        {"name": "label", "kind": "int"},
+        {"name": "score", "kind": "float"},
+        {"name": "tag", "kind": "string"},
+    ]
+    assert set(manifest["files"]) == {"index.bin", "metadata.arrow"}
+    assert all(len(s["sha256"]) == 64 for s in manifest["shards"])
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".staging-")]
+
+
+def test_outcomes_in_input_order_and_failures_do_not_stop_others(runtime, tmp_path):
+    class Raises(ListSource):
+        def __iter__(self):
+            yield from list(super().__iter__())[:3]
+            raise KeyError("boom")
+
+    sources = [ListSource("a", 3), Raises("b", 5), ListSource("c", 4)]
+    results = runtime.write_cache(sources, tmp_path, writer_config=QUIET)
+    assert [r.source_name for r in results] == ["a", "b", "c"]
+    assert isinstance(results[0], drt.CacheWriteSuccess) and isinstance(results[2], drt.CacheWriteSuccess)
+    assert results[1] == drt.CacheWriteError("b", "KeyError: 'boom'")
+    assert not (tmp_path / "b").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a", "c"]
+
+
+class Items:
+    def __init__(self, name, items):
+        self.name = name
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+OK = drt.CacheInput(b"x", {"k": 1})
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ([OK, drt.CacheInput("text", {"k": 1})], "sample 1: payload must be bytes-like (bytes, bytearray, memoryview), got str"),
+        ([OK, drt.CacheInput(b"y", {"k": "one"})], "sample 1: metadata key 'k' expected int, got str ('one')"),
+        ([OK, drt.CacheInput(b"y", {"k": True})], "sample 1: metadata key 'k' expected int, got bool (True)"),
+        ([OK, drt.CacheInput(b"y", {})], "sample 1: missing key(s) ['k'] (the first sample has keys ['k'])"),
+        ([OK, drt.CacheInput(b"y", {"k": 1, "z": 2})], "sample 1: unexpected key(s) ['z'] (the first sample has keys ['k'])"),
+        ([drt.CacheInput(b"y", {"k": [1]})], "sample 0: metadata key 'k' has unsupported type list (use bool, int, float or str)"),
+        ([drt.CacheInput(b"y", {"weight": 1.0})], "sample 0: metadata key 'weight' is reserved"),
+        ([drt.CacheInput(b"y", {"cache_id": 1})], "sample 0: metadata key 'cache_id' is reserved"),
+        ([OK, "not an input"], "sample 1: expected a CacheInput, got str"),
+        ([], "cache source yielded no samples"),
+    ],
+)
+def test_bad_writer_input_is_a_per_source_error_naming_sample_and_key(runtime, tmp_path, items, message):
+    results = runtime.write_cache([Items("bad", items), ListSource("good", 2)], tmp_path, writer_config=QUIET)
+    assert isinstance(results[0], drt.CacheWriteError)
+    assert results[0].message.startswith(message)
+    assert isinstance(results[1], drt.CacheWriteSuccess)
+    assert not (tmp_path / "bad").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "x" * 201, None, 3])
+def test_invalid_source_names(runtime, tmp_path, name):
+    (res,) = runtime.write_cache([Items(name, [OK])], tmp_path, writer_config=QUIET)
+    assert isinstance(res, drt.CacheWriteError) and "invalid source name" in res.message
+
+
+def test_duplicate_names_in_one_call_fail_each(runtime, tmp_path):
+    results = runtime.write_cache([ListSource("d", 2), ListSource("d", 3), ListSource("e", 1)], tmp_path, writer_config=QUIET)
+    assert [type(r).__name__ for r in results] == ["CacheWriteError", "CacheWriteError", "CacheWriteSuccess"]
+    assert "duplicate source name 'd'" in results[0].message
+
+
+def test_bytes_like_payloads_and_numpy_scalars_are_accepted(runtime, tmp_path):
+    import numpy as np
+
+    items = [
+        drt.CacheInput(bytearray(b"ab"), {"k": np.int32(1), "f": np.float32(0.5), "b": np.bool_(True)}),
+        drt.CacheInput(memoryview(b"cd"), {"k": 2, "f": 1.5, "b": False}),
+    ]
+    (res,) = runtime.write_cache([Items("m", items)], tmp_path, writer_config=QUIET)
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [(s.data, s.metadata) for s in ds] == [
+        (b"ab", {"b": True, "f": 0.5, "k": 1}),
+        (b"cd", {"b": False, "f": 1.5, "k": 2}),
+    ]
+
+
+def test_write_cache_refuses_an_existing_cache_and_leaves_it_alone(runtime, make_cache):
+    path = make_cache("same", n=4)
+    before = (path / "manifest.json").read_bytes()
+    (res,) = runtime.write_cache([ListSource("same", 9)], path.parent, writer_config=QUIET)
+    assert res == drt.CacheWriteError("same", f"cache path already exists: {path}")
+    assert (path / "manifest.json").read_bytes() == before
+
+
+def test_config_unknown_fields_and_bad_values_are_errors():
+    with pytest.raises(TypeError):
+        drt.WriterConfig(max_shard_bytes=10, nonsense=1)
+    with pytest.raises(TypeError):
+        drt.ReaderConfig(seed=0, shufle=True)
+    with pytest.raises(ValueError, match="self.algo='brotli' must be one of"):
+        drt.ShardCompression("brotli")
+    with pytest.raises(ValueError, match="max_shard_bytes"):
+        drt.WriterConfig(max_shard_bytes=0)
+    with pytest.raises(ValueError, match="seed"):
+        drt.ReaderConfig(seed=-1)
+    assert drt.WriterConfig(shard_compression="zstd").shard_compression == drt.ShardCompression("zstd")
+
+
+def test_num_processes_writes_in_spawned_processes(runtime, tmp_path):
+    cfg = drt.WriterConfig(show_progress=False, num_processes=2)
+    results = runtime.write_cache([ListSource("p1", 5), ListSource("p2", 6)], tmp_path, writer_config=cfg)
+    assert all(isinstance(r, drt.CacheWriteSuccess) for r in results), results
+    ds = runtime.cached_dataset([tmp_path / "p1", tmp_path / "p2"], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == [payload(i) for i in range(5)] + [payload(i) for i in range(6)]
+
+
+def test_progress_bar_is_shown(runtime, tmp_path, capsys):
+    runtime.write_cache([ListSource("bar", 5)], tmp_path, writer_config=drt.WriterConfig(show_progress=True))
+    assert "bar" in capsys.readouterr().err
+
+
+def test_layout_helper_reports_paths(make_cache):
+    path = make_cache("x", n=3)
+    assert open_cache(path).sample_count == 3
+    assert isinstance(path, Path)

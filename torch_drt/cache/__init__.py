@@ -1,0 +1,40 @@
+"""The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
+
+from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig
+from torch_drt.cache.dataset import CachedBatch, CachedDataset
+from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.reader import CacheReader
+from torch_drt.cache.records import (
+    CacheInput,
+    CacheSource,
+    CacheSourcesDatasetError,
+    CacheSourcesDatasetSuccess,
+    CachedSample,
+    CacheWriteError,
+    CacheWriteResult,
+    CacheWriteSuccess,
+)
+from torch_drt.cache.runtime import DatasetRuntime
+from torch_drt.cache.validate import CacheLayout, open_cache, verify_checksums
+
+__all__ = [
+    "CacheCorruptError",
+    "CacheInput",
+    "CacheLayout",
+    "CacheReader",
+    "CacheSource",
+    "CacheSourcesDatasetError",
+    "CacheSourcesDatasetSuccess",
+    "CacheWriteError",
+    "CacheWriteResult",
+    "CacheWriteSuccess",
+    "CachedBatch",
+    "CachedDataset",
+    "CachedSample",
+    "DatasetRuntime",
+    "ReaderConfig",
+    "ShardCompression",
+    "WriterConfig",
+    "open_cache",
+    "verify_checksums",
+]

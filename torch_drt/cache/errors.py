@@ -1,0 +1,24 @@
+"""Errors raised by the sample cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["CacheCorruptError"]
+
+
+class CacheCorruptError(ValueError):
+    """A cache on disk is incomplete, damaged or not a cache at all.
+
+    Attributes:
+        path: the file (or directory) at fault.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):  # keep the two-argument constructor across pickling (worker processes)
+        return (type(self), (self.path, self.reason))

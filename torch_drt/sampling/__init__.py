@@ -1,0 +1,5 @@
+"""Position-based sampling: every position of an epoch is computable from (seed, epoch, offset)."""
+
+from torch_drt.sampling.weighted import WeightedDraws
+
+__all__ = ["WeightedDraws"]
