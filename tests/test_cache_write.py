@@ -14,7 +14,9 @@ from torch_drt.cache.validate import open_cache
 
 @pytest.mark.parametrize("algo", ["none", "lz4", "zstd"])
 def test_round_trip_every_compression_and_many_shards(runtime, tmp_path, algo):
-    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=40, shard_compression=drt.ShardCompression(algo))
+    cfg = drt.WriterConfig(
+        show_progress=False, max_shard_bytes=40, shard_compression=drt.ShardCompression(algo)
+    )
     (res,) = runtime.write_cache(ListSource("s", 50), tmp_path, writer_config=cfg)
     assert res == drt.CacheWriteSuccess("s", tmp_path / "s")
     layout = open_cache(res.path, verify=True)
@@ -73,12 +75,24 @@ OK = drt.CacheInput(b"x", {"k": 1})
 @pytest.mark.parametrize(
     ("items", "message"),
     [
-        ([OK, drt.CacheInput("text", {"k": 1})], "sample 1: payload must be bytes-like (bytes, bytearray, memoryview), got str"),
-        ([OK, drt.CacheInput(b"y", {"k": "one"})], "sample 1: metadata key 'k' expected int, got str ('one')"),
+        (
+            [OK, drt.CacheInput("text", {"k": 1})],
+            "sample 1: payload must be bytes-like (bytes, bytearray, memoryview), got str",
+        ),
+        (
+            [OK, drt.CacheInput(b"y", {"k": "one"})],
+            "sample 1: metadata key 'k' expected int, got str ('one')",
+        ),
         ([OK, drt.CacheInput(b"y", {"k": True})], "sample 1: metadata key 'k' expected int, got bool (True)"),
         ([OK, drt.CacheInput(b"y", {})], "sample 1: missing key(s) ['k'] (the first sample has keys ['k'])"),
-        ([OK, drt.CacheInput(b"y", {"k": 1, "z": 2})], "sample 1: unexpected key(s) ['z'] (the first sample has keys ['k'])"),
-        ([drt.CacheInput(b"y", {"k": [1]})], "sample 0: metadata key 'k' has unsupported type list (use bool, int, float or str)"),
+        (
+            [OK, drt.CacheInput(b"y", {"k": 1, "z": 2})],
+            "sample 1: unexpected key(s) ['z'] (the first sample has keys ['k'])",
+        ),
+        (
+            [drt.CacheInput(b"y", {"k": [1]})],
+            "sample 0: metadata key 'k' has unsupported type list (use bool, int, float or str)",
+        ),
         ([drt.CacheInput(b"y", {"weight": 1.0})], "sample 0: metadata key 'weight' is reserved"),
         ([drt.CacheInput(b"y", {"cache_id": 1})], "sample 0: metadata key 'cache_id' is reserved"),
         ([OK, "not an input"], "sample 1: expected a CacheInput, got str"),
@@ -101,7 +115,9 @@ def test_invalid_source_names(runtime, tmp_path, name):
 
 
 def test_duplicate_names_in_one_call_fail_each(runtime, tmp_path):
-    results = runtime.write_cache([ListSource("d", 2), ListSource("d", 3), ListSource("e", 1)], tmp_path, writer_config=QUIET)
+    results = runtime.write_cache(
+        [ListSource("d", 2), ListSource("d", 3), ListSource("e", 1)], tmp_path, writer_config=QUIET
+    )
     assert [type(r).__name__ for r in results] == ["CacheWriteError", "CacheWriteError", "CacheWriteSuccess"]
     assert "duplicate source name 'd'" in results[0].message
 
@@ -134,7 +150,7 @@ def test_config_unknown_fields_and_bad_values_are_errors():
         drt.WriterConfig(max_shard_bytes=10, nonsense=1)
     with pytest.raises(TypeError):
         drt.ReaderConfig(seed=0, shufle=True)
-    with pytest.raises(ValueError, match="self.algo='brotli' must be one of"):
+    with pytest.raises(ValueError, match=r"self.algo=.brotli. must be one of"):
         drt.ShardCompression("brotli")
     with pytest.raises(ValueError, match="max_shard_bytes"):
         drt.WriterConfig(max_shard_bytes=0)
@@ -147,7 +163,9 @@ def test_num_processes_writes_in_spawned_processes(runtime, tmp_path):
     cfg = drt.WriterConfig(show_progress=False, num_processes=2)
     results = runtime.write_cache([ListSource("p1", 5), ListSource("p2", 6)], tmp_path, writer_config=cfg)
     assert all(isinstance(r, drt.CacheWriteSuccess) for r in results), results
-    ds = runtime.cached_dataset([tmp_path / "p1", tmp_path / "p2"], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    ds = runtime.cached_dataset(
+        [tmp_path / "p1", tmp_path / "p2"], reader_config=drt.ReaderConfig(seed=0, shuffle=False)
+    )
     assert [s.data for s in ds] == [payload(i) for i in range(5)] + [payload(i) for i in range(6)]
 
 

@@ -5,11 +5,11 @@ from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import (
+    CachedSample,
     CacheInput,
     CacheSource,
     CacheSourcesDatasetError,
     CacheSourcesDatasetSuccess,
-    CachedSample,
     CacheWriteError,
     CacheWriteResult,
     CacheWriteSuccess,

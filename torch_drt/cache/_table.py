@@ -100,7 +100,7 @@ def _integral(table: pa.Table, name: str) -> np.ndarray:
         bad = ~np.isfinite(values) | (values != np.floor(values))
         if bad.any():
             row = int(np.argmax(bad))
-            raise ValueError(f"column {name!r} row {row}: value {values[row]!r} is not integral")
+            raise ValueError(f"column {name!r} row {row}: value {float(values[row])!r} is not integral")
         return values.astype(np.int64)
     raise ValueError(f"column {name!r} must be integral, got Arrow type {col.type}")
 
@@ -133,7 +133,9 @@ def validate_table(
     for name in table.column_names:
         col = table.column(name)
         if col.null_count:
-            raise ValueError(f"column {name!r} row {_first_row(pc.is_null(col))}: null values are not allowed")
+            raise ValueError(
+                f"column {name!r} row {_first_row(pc.is_null(col))}: null values are not allowed"
+            )
     ids = _integral(table, "cache_id")
     sids = _integral(table, "sample_id")
     known = np.array(sorted(cache_index), dtype=np.int64)
@@ -172,7 +174,9 @@ def validate_table(
         bad = ~np.isfinite(weights) | (weights <= 0)
         if bad.any():
             row = int(np.argmax(bad))
-            raise ValueError(f"column 'weight' row {row}: weight must be finite and > 0, got {weights[row]!r}")
+            raise ValueError(
+                f"column 'weight' row {row}: weight must be finite and > 0, got {float(weights[row])!r}"
+            )
     else:
         weights = np.ones(table.num_rows)
     columns.append(pa.array(weights))

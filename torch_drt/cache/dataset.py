@@ -64,7 +64,9 @@ class CachedDataset:
     SEED_KEY = "seed"
     VERSION_KEY = "version"
 
-    def __init__(self, runtime: DatasetRuntime, layouts: Sequence[CacheLayout], reader_config: ReaderConfig) -> None:
+    def __init__(
+        self, runtime: DatasetRuntime, layouts: Sequence[CacheLayout], reader_config: ReaderConfig
+    ) -> None:
         ids = [layout.cache_id for layout in layouts]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -214,7 +216,9 @@ class CachedDataset:
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
         for offset in range(0, count, batch_size):
-            yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
+            yield self.read_rows(
+                self.rows_at(active, start + offset, min(batch_size, count - offset)), active
+            )
 
     def __iter__(self) -> Iterator[CachedSample]:
         active, start, count = self._reserve()
@@ -241,6 +245,8 @@ class CachedDataset:
             raise KeyError(f"unknown cache_id {cache_id}; known: {sorted(self._cache_index)}")
         layout = self.layouts[pos]
         if not 0 <= int(sample_id) < layout.sample_count:
-            raise IndexError(f"sample_id {sample_id} is out of range for cache {layout.path} ({layout.sample_count})")
+            raise IndexError(
+                f"sample_id {sample_id} is out of range for cache {layout.path} ({layout.sample_count})"
+            )
         row = read_metadata(layout).slice(int(sample_id), 1).to_pylist()[0]
         return CachedSample(self.reader.read(pos, int(sample_id)), row, int(cache_id), int(sample_id))

@@ -148,4 +148,3 @@ class CacheReader:
                     for r, s in zip(rows[sel].tolist(), starts.tolist()):
                         out[r] = body[s : s + width]
         return out
-

@@ -54,7 +54,9 @@ class DatasetRuntime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode) -> list[CacheWriteResult]:
+    def _write(
+        self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode
+    ) -> list[CacheWriteResult]:
         names = Counter(getattr(s, "name", None) for s in sources)
         results: list[CacheWriteResult | None] = [None] * len(sources)
         todo = []
@@ -67,7 +69,9 @@ class DatasetRuntime:
         executor: Executor = self.pool
         owned = None
         if config.num_processes > 0:
-            owned = executor = ProcessPoolExecutor(config.num_processes, mp_context=multiprocessing.get_context("spawn"))
+            owned = executor = ProcessPoolExecutor(
+                config.num_processes, mp_context=multiprocessing.get_context("spawn")
+            )
         try:
             futures = {
                 i: executor.submit(write_source, sources[i], root, config, mode=mode, position=pos)
@@ -77,7 +81,9 @@ class DatasetRuntime:
                 try:
                     results[i] = future.result()
                 except Exception as e:  # e.g. an unpicklable source with num_processes > 0
-                    results[i] = CacheWriteError(str(getattr(sources[i], "name", i)), f"{type(e).__name__}: {e}")
+                    results[i] = CacheWriteError(
+                        str(getattr(sources[i], "name", i)), f"{type(e).__name__}: {e}"
+                    )
         finally:
             if owned is not None:
                 owned.shutdown(wait=True)
@@ -143,4 +149,3 @@ class DatasetRuntime:
 
     def __repr__(self) -> str:
         return f"DatasetRuntime(num_workers={self.num_workers})"
-

@@ -30,7 +30,14 @@ from torch_drt.cache._format import (
 )
 from torch_drt.cache.errors import CacheCorruptError
 
-__all__ = ["CacheLayout", "is_complete_cache", "open_cache", "read_index", "read_metadata", "verify_checksums"]
+__all__ = [
+    "CacheLayout",
+    "is_complete_cache",
+    "open_cache",
+    "read_index",
+    "read_metadata",
+    "verify_checksums",
+]
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class CacheLayout:
 
 def _field(manifest: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:
     value = manifest.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
         raise CacheCorruptError(path, f"manifest field {key!r} is missing or has the wrong type ({value!r})")
     return value
 
@@ -144,10 +151,14 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
         )
     expected = [n for n, _ in layout.schema]
     if table.column_names != expected:
-        raise CacheCorruptError(path, f"metadata columns {table.column_names} differ from manifest {expected}")
+        raise CacheCorruptError(
+            path, f"metadata columns {table.column_names} differ from manifest {expected}"
+        )
     for name, kind in layout.schema:
         if table.schema.field(name).type != pa.type_for_alias(KIND_TO_ARROW[kind]):
-            raise CacheCorruptError(path, f"column {name!r} has type {table.schema.field(name).type}, not {kind}")
+            raise CacheCorruptError(
+                path, f"column {name!r} has type {table.schema.field(name).type}, not {kind}"
+            )
     return table
 
 
@@ -159,7 +170,9 @@ def _check_structure(layout: CacheLayout) -> None:
         except FileNotFoundError:
             raise CacheCorruptError(path, "shard file is missing") from None
         if actual != size:
-            raise CacheCorruptError(path, f"shard is {actual} bytes but the manifest records {size} (truncated?)")
+            raise CacheCorruptError(
+                path, f"shard is {actual} bytes but the manifest records {size} (truncated?)"
+            )
     ipath = layout.path / INDEX_FILE
     try:
         isize = ipath.stat().st_size
