@@ -48,7 +48,7 @@ __all__ = ["write_source"]
 
 WriteMode = Literal["create", "reuse"]
 _PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
-_PROGRESS_EVERY = 4096
+_PROGRESS_EVERY = 256
 
 
 class _BadInput(Exception):

@@ -1,0 +1,62 @@
+"""The CLI and the examples, run as a user runs them (separate processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ListSource
+
+import torch_drt as drt
+from torch_drt.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_example_build_and_read_cache(tmp_path):
+    proc = run(str(ROOT / "examples" / "build_and_read_cache.py"), str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "after filter: 16 samples, targets [1]" in proc.stdout
+
+
+def test_demo_runs_and_reports_throughput(tmp_path):
+    proc = run("-m", "torch_drt.cli", "demo", "--workdir", str(tmp_path), "--samples", "300", "--batch-size", "64")
+    assert proc.returncode == 0, proc.stderr
+    assert "300 samples" in proc.stdout and "samples/s" in proc.stdout
+    assert "shapes: 100%" in proc.stderr  # the progress bar
+
+
+def test_cache_build_info_verify_ls(tmp_path, capsys):
+    src = tmp_path / "files"
+    src.mkdir()
+    for i in range(5):
+        (src / f"{i}.txt").write_text(f"file {i}")
+    assert main(["cache", "build", str(src), str(tmp_path / "root"), "--quiet", "--compression", "zstd"]) == 0
+    assert main(["cache", "info", str(tmp_path / "root" / "files")]) == 0
+    assert main(["cache", "ls", str(tmp_path / "root")]) == 0
+    assert main(["cache", "verify", str(tmp_path / "root" / "files")]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 5 samples" in out and "samples:     5" in out and "compression zstd" in out and "ok  " in out
+    ds = drt.DatasetRuntime(1).cached_dataset([tmp_path / "root" / "files"], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [(s.data, s.metadata["path"]) for s in ds] == [(f"file {i}".encode(), f"{i}.txt") for i in range(5)]
+
+
+def test_cache_verify_names_the_corrupt_file_and_fails(tmp_path, capsys, runtime):
+    (res,) = runtime.write_cache([ListSource("v", 8)], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    shard = res.path / "shards" / "000000.bin"
+    body = bytearray(shard.read_bytes())
+    body[0] ^= 1
+    shard.write_bytes(bytes(body))
+    assert main(["cache", "verify", str(res.path)]) == 1
+    assert f"CORRUPT {shard}: checksum mismatch" in capsys.readouterr().out
+
+
+def test_help_everywhere():
+    for args in (["--help"], ["cache", "--help"], ["cache", "build", "--help"], ["demo", "--help"]):
+        proc = run("-m", "torch_drt.cli", *args)
+        assert proc.returncode == 0 and "usage: torch-drt" in proc.stdout
