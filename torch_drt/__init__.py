@@ -15,6 +15,7 @@ from torch_drt.cache import (
     ShardCompression,
     WriterConfig,
 )
+from torch_drt.loader import StatefulDataLoader
 
 __version__ = "0.1.0"
 
@@ -31,6 +32,7 @@ __all__ = [
     "DatasetRuntime",
     "ReaderConfig",
     "ShardCompression",
+    "StatefulDataLoader",
     "WriterConfig",
     "__version__",
 ]

@@ -1,0 +1,6 @@
+"""torchdata.nodes BaseNode subclasses: thin adapters over torch_drt's samplers, readers and workers."""
+
+from torch_drt.nodes.batch_plan import BatchPlan, BatchPlanner
+from torch_drt.nodes.ordered_map import OrderedMapper
+
+__all__ = ["BatchPlan", "BatchPlanner", "OrderedMapper"]

@@ -1,0 +1,65 @@
+"""Rank arithmetic over global positions: the only place that knows batches, ranks, padding and drop_last.
+
+An epoch is the sequence of global positions 0 .. n-1. Starting from a global ``offset`` (what a checkpoint
+stores), global batch b covers positions [offset + b*G, offset + (b+1)*G) with G = batch_size * world_size, and
+rank r takes the positions r, r+W, r+2W, ... of it. With ``drop_last`` a global batch that would pass the end
+is dropped; without it the last global batch is padded to G so that every rank takes the same number of
+steps, and the padding (positions >= n) is removed, so a rank's batch may be short or even empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Partition"]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One rank's view of an epoch of ``n`` positions.
+
+    Args:
+        n: positions in the epoch (the dataset or sampler size).
+        batch_size: samples per batch on each rank.
+        world_size: number of ranks.
+        rank: this rank, in [0, world_size).
+        drop_last: drop a last global batch that would be incomplete.
+    """
+
+    n: int
+    batch_size: int
+    world_size: int = 1
+    rank: int = 0
+    drop_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size={self.batch_size} must be > 0")
+        if self.world_size < 1:
+            raise ValueError(f"world_size={self.world_size} must be > 0")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
+        if self.n < 0:
+            raise ValueError(f"n={self.n} must be >= 0")
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per step over all ranks: ``batch_size * world_size``."""
+        return self.batch_size * self.world_size
+
+    def num_batches(self, offset: int = 0) -> int:
+        """Batches this rank takes from ``offset`` to the end of the epoch."""
+        left = max(0, self.n - offset)
+        g = self.global_batch_size
+        return left // g if self.drop_last else -(-left // g)
+
+    def batch_offset(self, offset: int, b: int) -> int:
+        """Global offset of the start of batch ``b`` counted from ``offset``."""
+        return offset + b * self.global_batch_size
+
+    def positions(self, start: int) -> np.ndarray:
+        """This rank's positions in the global batch starting at ``start``, padding removed."""
+        pos = start + self.rank + self.world_size * np.arange(self.batch_size, dtype=np.int64)
+        return pos[pos < self.n]
