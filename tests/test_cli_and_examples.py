@@ -42,7 +42,8 @@ def test_cache_build_info_verify_ls(tmp_path, capsys):
     assert main(["cache", "verify", str(tmp_path / "root" / "files")]) == 0
     out = capsys.readouterr().out
     assert "wrote 5 samples" in out and "samples:     5" in out and "compression zstd" in out and "ok  " in out
-    ds = drt.DatasetRuntime(1).cached_dataset([tmp_path / "root" / "files"], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    config = drt.ReaderConfig(seed=0, shuffle=False)
+    ds = drt.DatasetRuntime(1).cached_dataset([tmp_path / "root" / "files"], reader_config=config)
     assert [(s.data, s.metadata["path"]) for s in ds] == [(f"file {i}".encode(), f"{i}.txt") for i in range(5)]
 
 

@@ -15,9 +15,21 @@ from torch_drt.cache import (
     ShardCompression,
     WriterConfig,
 )
-from torch_drt.loader import StatefulDataLoader
 
 __version__ = "0.1.0"
+
+_LAZY = {"StatefulDataLoader": "torch_drt.loader"}  # these import torch: loaded on first use
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torch_drt' has no attribute {name!r}")
+
 
 __all__ = [
     "CacheCorruptError",

@@ -265,7 +265,8 @@ class StatefulDataLoader(_TorchdataLoader):
         try:
             epoch, offset = int(state_dict[self.EPOCH_KEY]), int(state_dict[self.OFFSET_KEY])
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"not a torch_drt loader state (needs {self.EPOCH_KEY!r}, {self.OFFSET_KEY!r}): {e}")
+            keys = f"{self.EPOCH_KEY!r}, {self.OFFSET_KEY!r}"
+            raise ValueError(f"not a torch_drt loader state (needs {keys}): {e}") from e
         if epoch < 0 or offset < 0:
             raise ValueError(f"invalid state: {epoch=} {offset=}")
         saved_shuffle, saved_seed = state_dict.get(self.SHUFFLE_KEY), state_dict.get(self.SEED_KEY)

@@ -1,0 +1,136 @@
+"""Document storage: variable-length records, stored as a torch_drt sample cache."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torch_drt.cache.config import WriterConfig
+from torch_drt.cache.reader import CacheReader
+from torch_drt.cache.records import CacheInput, CacheWriteError
+from torch_drt.cache.validate import open_cache
+from torch_drt.cache.writer import write_source
+
+__all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
+
+_END = object()
+
+
+class _QueueSource:
+    def __init__(self, name: str, q: queue.Queue) -> None:
+        self.name = name
+        self._q = q
+
+    def __iter__(self) -> Iterator[CacheInput]:
+        while (item := self._q.get()) is not _END:
+            yield item
+
+
+class DocumentStorageWriter:
+    """Push documents one by one into a sample cache at ``root/name`` (published atomically by ``close()``).
+
+    Each document is bytes or a 1-D numpy array of ``dtype``; its length is kept as the ``length`` column.
+
+    Args:
+        root: the cache root.
+        name: the cache (storage) name.
+        dtype: element dtype of array documents; None stores bytes.
+        writer_config: settings of the underlying cache writer.
+    """
+
+    def __init__(self, root: str | Path, name: str, dtype: Any = None, writer_config: WriterConfig | None = None):
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self._q: queue.Queue = queue.Queue(maxsize=256)
+        self._result = None
+        config = writer_config or WriterConfig(show_progress=False)
+
+        def run() -> None:
+            self._result = write_source(_QueueSource(name, self._q), Path(root), config)
+
+        self._thread = threading.Thread(target=run, name="torch_drt-document-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, document: Any) -> None:
+        """Append one document."""
+        if self.dtype is not None:
+            arr = np.ascontiguousarray(document, dtype=self.dtype)
+            if arr.ndim != 1:
+                raise ValueError(f"array documents must be 1-D, got shape {arr.shape}")
+            self._q.put(CacheInput(arr.tobytes(), {"length": int(arr.size), "dtype": self.dtype.str}))
+        else:
+            data = bytes(document)
+            self._q.put(CacheInput(data, {"length": len(data), "dtype": ""}))
+
+    def close(self) -> Path:
+        """Publish and return the storage path.
+
+        Raises:
+            OSError: when the cache could not be written (the writer's message says why).
+        """
+        self._q.put(_END)
+        self._thread.join()
+        if isinstance(self._result, CacheWriteError):
+            raise OSError(f"document storage {self._result.source_name!r}: {self._result.message}")
+        return self._result.path
+
+    def __enter__(self) -> DocumentStorageWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DocumentStorage:
+    """Variable-length records of one or more sample caches (any torch_drt or dataset-rt cache works).
+
+    Items are bytes, or numpy arrays when the cache was written by ``DocumentStorageWriter`` with a dtype.
+
+    Args:
+        paths: one cache directory or several.
+    """
+
+    def __init__(self, paths: str | Path | list[str | Path]) -> None:
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        self.reader = CacheReader([open_cache(p) for p in paths])
+        self._counts = np.array([layout.sample_count for layout in self.reader.layouts], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(self._counts)])
+        self._dtypes = []
+        for layout in self.reader.layouts:
+            dtype = None
+            if ("dtype", "string") in layout.schema:
+                from torch_drt.cache.validate import read_metadata
+
+                values = read_metadata(layout).column("dtype").unique().to_pylist()
+                dtype = np.dtype(values[0]) if len(values) == 1 and values[0] else None
+            self._dtypes.append(dtype)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"document {index} is out of range for {len(self)} documents")
+        pos = int(np.searchsorted(self._starts, index, side="right")) - 1
+        return pos, index - int(self._starts[pos])
+
+    def __getitem__(self, index: int) -> Any:
+        pos, local = self._locate(index)
+        data = self.reader.read(pos, local)
+        dtype = self._dtypes[pos]
+        return data if dtype is None else np.frombuffer(data, dtype=dtype)
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        if len(self.reader.layouts) == 1 and self._dtypes[0] is None:
+            ids = np.asarray(indices, dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+                raise IndexError(f"a document index of {indices} is out of range for {len(self)} documents")
+            return self.reader.read_many(np.zeros(len(ids), dtype=np.int32), ids)
+        return [self[i] for i in indices]
+
+
+DocumentDataset = DocumentStorage

@@ -1,0 +1,60 @@
+"""guideloom's ``from_storage`` keywords mapped onto torch_drt's loader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_drt.storage.document import DocumentStorage
+from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage
+
+__all__ = ["loader_kwargs_from_storage"]
+
+
+def loader_kwargs_from_storage(
+    storage: Any,
+    *,
+    sequence_length: int | None = None,
+    device: Any = None,
+    local_batch_size: int = 1,
+    rank: int = 0,
+    world_size: int = 1,
+    num_workers: int = 0,
+    parallel_method: str = "thread",
+    shuffle: bool = False,
+    shuffle_seed: int | None = None,
+    pin_memory: bool = False,
+    drop_last: bool = True,
+    prefetch: int = 0,
+) -> tuple[Any, dict[str, Any]]:
+    """Return ``(dataset, StatefulDataLoader keyword arguments)`` for a storage and guideloom's keywords.
+
+    Stream storage needs ``sequence_length``; document storage refuses it. ``shuffle_seed`` is ignored when
+    ``shuffle`` is False (as in guideloom); ``prefetch`` batches beyond the workers become ``prefetch_depth``
+    (at least 1); ``drop_last`` defaults to True as in guideloom.
+
+    Raises:
+        TypeError: for a missing or superfluous ``sequence_length``, or an unknown storage type.
+    """
+    if isinstance(storage, TokenStreamStorage):
+        if sequence_length is None:
+            raise TypeError("a token stream storage needs sequence_length")
+        dataset: Any = TokenStreamDataset(storage, sequence_length)
+    elif isinstance(storage, DocumentStorage):
+        if sequence_length is not None:
+            raise TypeError("sequence_length is only for token stream storage, not document storage")
+        dataset = storage
+    else:
+        raise TypeError(f"expected a TokenStreamStorage or DocumentStorage, got {type(storage).__name__}")
+    return dataset, {
+        "batch_size": local_batch_size,
+        "rank": rank,
+        "world_size": world_size,
+        "num_workers": num_workers,
+        "worker_method": parallel_method,
+        "shuffle": shuffle,
+        "seed": shuffle_seed if shuffle else None,
+        "pin_memory": pin_memory,
+        "drop_last": drop_last,
+        "prefetch_depth": max(1, prefetch),
+        "device": device,
+    }
