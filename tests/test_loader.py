@@ -250,7 +250,7 @@ def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing():
 def test_timeout_reports_a_stuck_batch():
     ds = Gate(4, open_from=0)
     loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, timeout=0.3, collate_fn=list)
-    with pytest.raises(TimeoutError, match="timeout=0.3"):
+    with pytest.raises(TimeoutError, match=r"timeout=0\.3"):
         next(iter(loader))
     ds.event.set()
     loader.close()

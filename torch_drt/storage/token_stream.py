@@ -61,7 +61,7 @@ class TokenStreamWriter:
     def _next_shard(self) -> None:
         if self._file is not None:
             self._file.close()
-        self._file = open(self._staging / f"{len(self._shards):06d}.bin", "wb")
+        self._file = open(self._staging / f"{len(self._shards):06d}.bin", "wb")  # noqa: SIM115 - kept open
         self._shards.append(0)
 
     def close(self) -> Path:

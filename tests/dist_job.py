@@ -1,0 +1,36 @@
+"""A real distributed job (gloo) used by test_loader_distributed.py; each rank runs ``run``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch.distributed as dist
+
+from torch_drt import StatefulDataLoader
+
+N = 50
+
+
+def run(rank: int, world_size: int, port: int, out: str, stop_after: int | None, resume: str | None) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        loader = StatefulDataLoader(list(range(N)), batch_size=3, shuffle=True, seed=7, num_workers=2, collate_fn=list)
+        assert (loader.rank, loader.world_size) == (rank, world_size)  # taken from the process group
+        if resume:
+            loader.load_state_dict(json.loads(Path(resume).read_text()))
+        seen, steps = [], 0
+        for batch in loader:
+            seen += batch
+            steps += 1
+            dist.barrier()  # a collective every step: unequal step counts would hang here
+            if stop_after is not None and steps == stop_after:
+                break
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, {"seen": seen, "steps": steps, "state": loader.state_dict()})
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()
