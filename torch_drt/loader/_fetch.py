@@ -69,7 +69,7 @@ class EventLoopThread:
 
 
 class BatchFetcher:
-    """Turns a ``BatchPlan`` into ``(indices, batch)``; runs on the loader's workers.
+    """Turns a ``BatchPlan`` into ``(plan, batch)``; runs on the loader's workers.
 
     Items come from ``__getitems__(indices)`` when the dataset has it and ``item_concurrency == 1``, else one
     ``__getitem__`` per item, ``item_concurrency`` at a time (threads, or coroutines on the loader's event loop
@@ -133,6 +133,16 @@ class BatchFetcher:
             if self.transform is not None:
                 items = [self.transform(i, x) for i, x in zip(indices, items)]
             return items
+        if self.transform is None and self.item_concurrency == 1 and indices:
+            items = list(map(self.dataset.__getitem__, indices))
+            if inspect.iscoroutine(items[0]):
+                for item in items:
+                    item.close()
+                raise TypeError(
+                    f"{type(self.dataset).__name__}.__getitem__ returned a coroutine: declare it 'async def' "
+                    "or await the helper it calls"
+                )
+            return items
         if self.item_concurrency > 1 and len(indices) > 1:
             if self.item_pool is None:  # a worker process builds its own pool on first use
                 self.item_pool = ThreadPoolExecutor(self.item_concurrency, thread_name_prefix="torch_drt-item")
@@ -167,7 +177,7 @@ class BatchFetcher:
             items = [self.transform(i, x) for i, x in zip(indices, items)]
         return items
 
-    def __call__(self, plan: BatchPlan) -> tuple[list[int], Any]:
+    def __call__(self, plan: BatchPlan) -> tuple[BatchPlan, Any]:
         indices = plan.indices
         items = self._async_items(indices) if self.is_async else self._sync_items(indices)
         batch = self.collate_fn(items)
@@ -175,4 +185,4 @@ class BatchFetcher:
             from torch.utils.data._utils.pin_memory import pin_memory
 
             batch = pin_memory(batch)
-        return indices, batch
+        return plan, batch

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from torch_drt.loader._device import move_to_device
-from torch_drt.nodes.batch_plan import BatchPlanner
+from torch_drt.nodes.batch_plan import BatchPlan, BatchPlanner
 
 if TYPE_CHECKING:
     from torch_drt.loader.dataloader import StatefulDataLoader
 
-__all__ = ["LoaderIterator"]
+__all__ = ["LoaderIterator", "LoaderPosition"]
+
+
+@dataclass(slots=True)
+class LoaderPosition:
+    """Where the loader's delivered stream stands (kept outside DataLoader's guarded ``__setattr__``)."""
+
+    epoch: int = 0
+    offset: int = 0
+    active: bool = False
 
 
 class LoaderIterator:
@@ -40,14 +50,17 @@ class LoaderIterator:
     def _stale(self) -> bool:
         return self._generation != self._loader._generation
 
-    def _sync(self) -> None:
+    def _sync(self, plan: BatchPlan | None = None) -> None:
         loader = self._loader
-        state = loader._mapper.state_dict()[loader._mapper.SOURCE_KEY]
-        loader._epoch = int(state[BatchPlanner.EPOCH_KEY])
-        loader._offset = int(state[BatchPlanner.OFFSET_KEY])
-        if loader._remaining() == 0:  # the epoch is delivered: roll over now, so a checkpoint starts the next
-            loader._epoch, loader._offset = loader._epoch + 1, 0
-            loader._active = False
+        if plan is not None:  # the delivered batch says where the stream stands: no state dict per batch
+            loader._pos.epoch, loader._pos.offset = plan.epoch, plan.offset + loader._planner.partition.global_batch_size
+        else:
+            state = loader._mapper.state_dict()[loader._mapper.SOURCE_KEY]
+            loader._pos.epoch = int(state[BatchPlanner.EPOCH_KEY])
+            loader._pos.offset = int(state[BatchPlanner.OFFSET_KEY])
+        if loader._pos.offset >= loader._planner.partition.end_offset:  # the epoch is delivered: roll over now, so a checkpoint starts the next
+            loader._pos.epoch, loader._pos.offset = loader._pos.epoch + 1, 0
+            loader._pos.active = False
             self._done = True
 
     def __next__(self) -> Any:
@@ -60,20 +73,20 @@ class LoaderIterator:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader)")
             loader = self._loader
             try:
-                indices, batch = next(loader._mapper)
+                plan, batch = loader._mapper.next()  # reset by iter(loader): no BaseNode.__next__ check
             except StopIteration:
                 self._done = True
-                loader._epoch, loader._offset, loader._active = loader._epoch + 1, 0, False
+                loader._pos.epoch, loader._pos.offset, loader._pos.active = loader._pos.epoch + 1, 0, False
                 raise
             except KeyboardInterrupt:
                 raise  # nothing was delivered: the same batch comes next
             except BaseException:
                 self._sync()  # a failed batch counts as delivered: the next next() moves on
                 raise
-            self._sync()
+            self._sync(plan)
             if loader._device is not None:
                 batch = move_to_device(batch, loader._device)
-            return (batch, indices) if loader.return_indices else batch
+            return (batch, plan.indices) if loader.return_indices else batch
         finally:
             self._lock.release()
 

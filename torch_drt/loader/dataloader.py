@@ -13,7 +13,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.loader._device import resolve_device, resolve_pin_memory
 from torch_drt.loader._fetch import BatchFetcher, EventLoopThread, default_collate, is_async_dataset
-from torch_drt.loader._iterator import LoaderIterator
+from torch_drt.loader._iterator import LoaderIterator, LoaderPosition
 from torch_drt.nodes.batch_plan import BatchPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
@@ -187,8 +187,7 @@ class StatefulDataLoader(_TorchdataLoader):
         )
         self._loop = EventLoopThread() if is_async_dataset(dataset) and worker_method == "thread" else None
         self._fetcher.event_loop = self._loop
-        self._epoch, self._offset = 0, 0
-        self._active = False
+        self._pos = LoaderPosition()
         self._generation = 0
         self._pending_state: dict[str, Any] | None = None
         aclose = getattr(dataset, "aclose", None)
@@ -210,25 +209,25 @@ class StatefulDataLoader(_TorchdataLoader):
         return self._partition(n).num_batches(0)
 
     def _remaining(self) -> int:
-        return self._planner.partition.num_batches(self._offset)
+        return self._planner.partition.num_batches(self._pos.offset)
 
     def __iter__(self) -> LoaderIterator:
         if self._pending_state is not None:
-            self._epoch, self._offset = self._pending_state[self.EPOCH_KEY], self._pending_state[self.OFFSET_KEY]
+            self._pos.epoch, self._pos.offset = self._pending_state[self.EPOCH_KEY], self._pending_state[self.OFFSET_KEY]
             self._pending_state = None
-        elif self._active:  # a new iter() during an epoch starts the next epoch, as torch's loader does
-            self._epoch, self._offset = self._epoch + 1, 0
+        elif self._pos.active:  # a new iter() during an epoch starts the next epoch, as torch's loader does
+            self._pos.epoch, self._pos.offset = self._pos.epoch + 1, 0
         self._generation += 1
-        self._sampler.start_epoch(self._epoch)
+        self._sampler.start_epoch(self._pos.epoch)
         self._planner.partition = self._partition(self._sampler.n)
-        if self._offset >= self._sampler.n:  # a checkpoint taken at the very end of an epoch
-            self._epoch, self._offset = self._epoch + 1, 0
-            self._sampler.start_epoch(self._epoch)
+        if self._pos.offset >= self._sampler.n:  # a checkpoint taken at the very end of an epoch
+            self._pos.epoch, self._pos.offset = self._pos.epoch + 1, 0
+            self._sampler.start_epoch(self._pos.epoch)
             self._planner.partition = self._partition(self._sampler.n)
         if self._loop is not None:
             self._loop.start()
-        self._mapper.reset({OrderedMapper.SOURCE_KEY: {self.EPOCH_KEY: self._epoch, self.OFFSET_KEY: self._offset}})
-        self._active = True
+        self._mapper.reset({OrderedMapper.SOURCE_KEY: {self.EPOCH_KEY: self._pos.epoch, self.OFFSET_KEY: self._pos.offset}})
+        self._pos.active = True
         return LoaderIterator(self, self._generation)
 
     def state_dict(self) -> dict[str, Any]:
@@ -236,7 +235,7 @@ class StatefulDataLoader(_TorchdataLoader):
         epoch, offset = (
             (self._pending_state[self.EPOCH_KEY], self._pending_state[self.OFFSET_KEY])
             if self._pending_state is not None
-            else (self._epoch, self._offset)
+            else (self._pos.epoch, self._pos.offset)
         )
         return {
             self.VERSION_KEY: self.VERSION,
@@ -260,7 +259,7 @@ class StatefulDataLoader(_TorchdataLoader):
             RuntimeError: when an iterator of this loader is mid-epoch.
             ValueError: when the state lacks the epoch or offset.
         """
-        if self._active:
+        if self._pos.active:
             raise RuntimeError("load_state_dict() while an iterator is active: exhaust or close it first")
         try:
             epoch, offset = int(state_dict[self.EPOCH_KEY]), int(state_dict[self.OFFSET_KEY])
@@ -291,7 +290,7 @@ class StatefulDataLoader(_TorchdataLoader):
 
     def close(self) -> None:
         """Stop the workers and the event loop (awaiting the dataset's ``aclose()`` once)."""
-        self._active = False
+        self._pos.active = False
         self._finalizer()
 
     def __del__(self) -> None:  # DataLoader defines none; keep garbage collection quiet

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.sampling.partition import Partition
@@ -41,6 +42,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
 
     EPOCH_KEY = "epoch"
     OFFSET_KEY = "observation_offset"
+    _CHUNK = 64  # batches planned per numpy pass
 
     def __init__(self, source: PositionSampler, partition: Partition, epoch: int = 0) -> None:
         super().__init__()
@@ -49,6 +51,8 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self._start_epoch = epoch
         self.epoch = epoch
         self.offset = 0
+        self._chunk = []
+        self._chunk_pos = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -58,16 +62,37 @@ class BatchPlanner(BaseNode[BatchPlan]):
         else:
             self.epoch, self.offset = self._start_epoch, 0
         self.source.start_epoch(self.epoch)
+        self._chunk: list[list[int]] = []
+        self._chunk_pos = 0
 
     def remaining(self) -> int:
         """Batches left in this epoch from the current offset."""
         return self.partition.num_batches(self.offset)
 
+    def _plan_chunk(self) -> None:
+        """Compute the index lists of the next batches at once (one numpy pass, one ``tolist``)."""
+        part = self.partition
+        count = min(part.num_batches(self.offset), self._CHUNK)
+        g = part.global_batch_size
+        starts = self.offset + g * np.arange(count, dtype=np.int64)
+        positions = starts[:, None] + part.rank + part.world_size * np.arange(part.batch_size, dtype=np.int64)
+        valid = positions < part.n
+        flat = self.source.indices(self.epoch, positions[valid])
+        if valid.all():
+            self._chunk = flat.reshape(count, part.batch_size).tolist()
+        else:
+            ends = np.cumsum(valid.sum(axis=1))
+            values = flat.tolist()
+            self._chunk = [values[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+        self._chunk_pos = 0
+
     def next(self) -> BatchPlan:
-        if self.partition.num_batches(self.offset) == 0:
-            raise StopIteration
-        positions = self.partition.positions(self.offset)
-        plan = BatchPlan(self.epoch, self.offset, self.source.indices(self.epoch, positions).tolist())
+        if self._chunk_pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
+            if self.offset >= self.partition.end_offset:
+                raise StopIteration
+            self._plan_chunk()
+        plan = BatchPlan(self.epoch, self.offset, self._chunk[self._chunk_pos])
+        self._chunk_pos += 1
         self.offset += self.partition.global_batch_size
         return plan
 

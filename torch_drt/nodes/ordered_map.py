@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
@@ -31,6 +33,12 @@ def _call_installed(item: Any) -> Any:
     return _installed(item)
 
 
+def _timed(fn: Callable[[Any], Any], item: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    result = fn(item)
+    return time.perf_counter() - t0, result
+
+
 def _shutdown(executor: Executor) -> None:
     executor.shutdown(wait=False, cancel_futures=True)
 
@@ -43,6 +51,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     with the next item. The state is the source's state after the last item *delivered* (items submitted ahead
     are not counted), so resuming never skips or repeats an item whatever ``num_workers`` was.
 
+    Threads cost a hand-off per item. With ``adaptive`` (threads only), items whose ``map_fn`` takes less than
+    ``inline_below_s`` on average are mapped in the calling thread instead, once the items in flight are
+    drained; if they grow slower again, the workers take over. Order and state are the same either way.
+
     The worker pool is created by ``reset()`` on first use and reused by later resets (persistent workers);
     ``close()`` shuts it down. With ``method="process"`` the function is pickled once per worker process.
 
@@ -54,9 +66,13 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         method: ``"thread"`` or ``"process"``.
         multiprocessing_context: start method for processes (``"spawn"``, ``"fork"``, ``"forkserver"``).
         timeout: seconds a ``next()`` waits for its item before raising ``TimeoutError`` (0: forever).
+        adaptive: map cheap items inline (threads only).
+        inline_below_s: the mean ``map_fn`` time under which items are mapped inline.
     """
 
     SOURCE_KEY = "source"
+    _WARMUP = 8
+    _ALPHA = 0.1
 
     def __init__(
         self,
@@ -67,6 +83,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         method: Literal["thread", "process"] = "thread",
         multiprocessing_context: str | None = None,
         timeout: float = 0,
+        adaptive: bool = True,
+        inline_below_s: float = 100e-6,
     ) -> None:
         super().__init__()
         if num_workers < 0:
@@ -83,11 +101,21 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.method = method
         self.multiprocessing_context = multiprocessing_context
         self.timeout = timeout
+        self.adaptive = adaptive and method == "thread" and num_workers > 0
+        self.inline_below_s = inline_below_s
         self._executor: Executor | None = None
         self._finalizer: weakref.finalize | None = None
         self._pending: deque[tuple[dict[str, Any], Future]] = deque()
         self._exhausted = False
         self._delivered: dict[str, Any] | None = None
+        self._inline = num_workers == 0
+        self._mean: float | None = None
+        self._samples = 0
+
+    @property
+    def inline(self) -> bool:
+        """True while items are mapped in the calling thread."""
+        return self._inline
 
     def _make_executor(self) -> Executor:
         if self.method == "thread":
@@ -100,7 +128,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         super().reset(initial_state)
         self._drop_pending()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
-        self._delivered = self.source.state_dict()
+        self._delivered = None
         self._exhausted = False
         if self.num_workers and (self._executor is None or getattr(self._executor, "_broken", False)):
             if self._executor is not None:
@@ -113,39 +141,74 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             future.cancel()  # ones already running finish in the background and are discarded
         self._pending.clear()
 
+    def _observe(self, seconds: float) -> None:
+        self._samples += 1
+        self._mean = seconds if self._mean is None else self._mean + self._ALPHA * (seconds - self._mean)
+        if self._samples < self._WARMUP:
+            return
+        if not self._inline and self._mean < self.inline_below_s:
+            self._inline = True  # stop submitting; what is in flight drains first, in order
+        elif self._inline and self._mean > 4 * self.inline_below_s:
+            self._inline = False
+
     def _submit(self) -> None:
         assert self._executor is not None
-        fn = self.map_fn if self.method == "thread" else _call_installed
         while not self._exhausted and len(self._pending) < self.in_flight:
             try:
                 item = next(self.source)
             except StopIteration:
                 self._exhausted = True
                 return
-            self._pending.append((self.source.state_dict(), self._executor.submit(fn, item)))
+            if self.method == "process":
+                future = self._executor.submit(_call_installed, item)
+            elif self.adaptive:
+                future = self._executor.submit(_timed, self.map_fn, item)
+            else:
+                future = self._executor.submit(self.map_fn, item)
+            self._pending.append((self.source.state_dict(), future))
+
+    def _next_inline(self) -> R:
+        item = self.source.next()  # reset() initialised the source: skip BaseNode.__next__'s check
+        self._delivered = None  # nothing in flight: the source's own state is the delivered one
+        if not self.adaptive:
+            return self.map_fn(item)
+        seconds, result = _timed(self.map_fn, item)
+        self._observe(seconds)
+        return result
+
+    def _wait(self, future: Future) -> None:
+        waited = 0.0
+        while not future.done():
+            try:
+                future.exception(timeout=_POLL_S)  # wakes every _POLL_S, so Ctrl-C interrupts promptly
+            except FutureTimeout:
+                waited += _POLL_S
+                if self.timeout and waited >= self.timeout and not future.done():
+                    raise TimeoutError(
+                        f"no result from the workers after {self.timeout}s (timeout={self.timeout})"
+                    ) from None
 
     def next(self) -> R:
-        if not self.num_workers:
-            item = next(self.source)
-            self._delivered = self.source.state_dict()
-            return self.map_fn(item)
-        self._submit()
+        if self._inline and not self._pending:
+            return self._next_inline()
+        if not self._inline:
+            self._submit()
         if not self._pending:
             raise StopIteration
         state, future = self._pending[0]
-        waited = 0.0
-        while not future.done():  # not result(timeout): map_fn may raise TimeoutError itself
-            wait((future,), timeout=_POLL_S)  # a KeyboardInterrupt here leaves the item at the head
-            waited += _POLL_S
-            if self.timeout and waited >= self.timeout and not future.done():
-                raise TimeoutError(f"no result from the workers after {self.timeout}s (timeout={self.timeout})")
+        self._wait(future)  # a KeyboardInterrupt here leaves the item at the head
         self._pending.popleft()
         self._delivered = state
-        self._submit()
-        return future.result()
+        if not self._inline:
+            self._submit()
+        result = future.result()
+        if self.adaptive:
+            seconds, result = result
+            self._observe(seconds)
+        return result
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self._delivered}
+        return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}
 
     def close(self) -> None:
         """Cancel pending items and shut the worker pool down."""

@@ -9,7 +9,7 @@ steps, and the padding (positions >= n) is removed, so a rank's batch may be sho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,11 +43,14 @@ class Partition:
             raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
         if self.n < 0:
             raise ValueError(f"n={self.n} must be >= 0")
+        object.__setattr__(self, "global_batch_size", self.batch_size * self.world_size)
+        g = self.batch_size * self.world_size
+        object.__setattr__(self, "end_offset", self.n - g + 1 if self.drop_last else self.n)
 
-    @property
-    def global_batch_size(self) -> int:
-        """Samples per step over all ranks: ``batch_size * world_size``."""
-        return self.batch_size * self.world_size
+    global_batch_size: int = field(init=False, repr=False)
+    """Samples per step over all ranks: ``batch_size * world_size``."""
+    end_offset: int = field(init=False, repr=False)
+    """The epoch is over once the offset reaches this value."""
 
     def num_batches(self, offset: int = 0) -> int:
         """Batches this rank takes from ``offset`` to the end of the epoch."""
