@@ -46,9 +46,10 @@ def side_python(explicit: str | None) -> tuple[Path | None, str]:
     py = SIDE_VENV / "bin" / "python"
     if py.exists():
         return py, ""
-    base = shutil.which("python3.13")
+    candidates = [shutil.which("python3.13"), *sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python3.13"))]
+    base = next((str(c) for c in candidates if c and _runs(str(c))), None)
     if base is None:
-        return None, "no python3.13 on PATH (pass --python313)"
+        return None, "no working python3.13 found (pass --python313)"
     try:
         subprocess.run([base, "-m", "venv", str(SIDE_VENV)], check=True, capture_output=True, timeout=300)
         subprocess.run([str(py), "-m", "pip", "install", "-q", *SIDE_PACKAGES], check=True, capture_output=True,
@@ -57,6 +58,13 @@ def side_python(explicit: str | None) -> tuple[Path | None, str]:
         shutil.rmtree(SIDE_VENV, ignore_errors=True)
         return None, f"could not build the Python 3.13 venv: {e}"
     return py, ""
+
+
+def _runs(python: str) -> bool:
+    try:
+        return subprocess.run([python, "--version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def run_side(py: Path, script: str, *args: str, timeout: float = 900) -> dict:

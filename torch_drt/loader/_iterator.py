@@ -53,12 +53,17 @@ class LoaderIterator:
     def _sync(self, plan: BatchPlan | None = None) -> None:
         loader = self._loader
         if plan is not None:  # the delivered batch says where the stream stands: no state dict per batch
-            loader._pos.epoch, loader._pos.offset = plan.epoch, plan.offset + loader._planner.partition.global_batch_size
+            loader._pos.epoch, loader._pos.offset = (
+                plan.epoch,
+                plan.offset + loader._planner.partition.global_batch_size,
+            )
         else:
             state = loader._mapper.state_dict()[loader._mapper.SOURCE_KEY]
             loader._pos.epoch = int(state[BatchPlanner.EPOCH_KEY])
             loader._pos.offset = int(state[BatchPlanner.OFFSET_KEY])
-        if loader._pos.offset >= loader._planner.partition.end_offset:  # the epoch is delivered: roll over now, so a checkpoint starts the next
+        if (
+            loader._pos.offset >= loader._planner.partition.end_offset
+        ):  # the epoch is delivered: roll over now, so a checkpoint starts the next
             loader._pos.epoch, loader._pos.offset = loader._pos.epoch + 1, 0
             loader._pos.active = False
             self._done = True

@@ -6,6 +6,7 @@ import pickle
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import torch
@@ -172,8 +173,11 @@ class StatefulDataLoader(_TorchdataLoader):
                     f"worker_method='process' needs a picklable dataset, transform and collate_fn: {e}"
                 ) from e
         self._sampler: PositionSampler = (
-            IndexListSampler(sampler, dataset_len) if sampler is not None
-            else ShuffledSampler(dataset_len, seed) if shuffle else SequentialSampler(dataset_len)
+            IndexListSampler(sampler, dataset_len)
+            if sampler is not None
+            else ShuffledSampler(dataset_len, seed)
+            if shuffle
+            else SequentialSampler(dataset_len)
         )
         self._planner = BatchPlanner(self._sampler, self._partition(self._sampler.n))
         self._mapper = OrderedMapper(
@@ -213,7 +217,10 @@ class StatefulDataLoader(_TorchdataLoader):
 
     def __iter__(self) -> LoaderIterator:
         if self._pending_state is not None:
-            self._pos.epoch, self._pos.offset = self._pending_state[self.EPOCH_KEY], self._pending_state[self.OFFSET_KEY]
+            self._pos.epoch, self._pos.offset = (
+                self._pending_state[self.EPOCH_KEY],
+                self._pending_state[self.OFFSET_KEY],
+            )
             self._pending_state = None
         elif self._pos.active:  # a new iter() during an epoch starts the next epoch, as torch's loader does
             self._pos.epoch, self._pos.offset = self._pos.epoch + 1, 0
@@ -226,7 +233,13 @@ class StatefulDataLoader(_TorchdataLoader):
             self._planner.partition = self._partition(self._sampler.n)
         if self._loop is not None:
             self._loop.start()
-        self._mapper.reset({OrderedMapper.SOURCE_KEY: {self.EPOCH_KEY: self._pos.epoch, self.OFFSET_KEY: self._pos.offset}})
+        if self._fetcher.item_pool is None and self.item_concurrency > 1 and self.worker_method == "thread":
+            threads = max(1, self.num_workers) * self.item_concurrency  # num_workers x item_concurrency in flight
+            self._fetcher.item_pool = ThreadPoolExecutor(threads, thread_name_prefix="torch_drt-item")
+            self._item_pool_finalizer = weakref.finalize(self, self._fetcher.item_pool.shutdown, wait=False)
+        self._mapper.reset(
+            {OrderedMapper.SOURCE_KEY: {self.EPOCH_KEY: self._pos.epoch, self.OFFSET_KEY: self._pos.offset}}
+        )
         self._pos.active = True
         return LoaderIterator(self, self._generation)
 
@@ -276,7 +289,9 @@ class StatefulDataLoader(_TorchdataLoader):
         differences = [
             f"{key}: checkpoint {state_dict.get(key)!r}, loader {ours!r}"
             for key, ours in (
-                (self.SHUFFLE_KEY, self.shuffle), (self.SEED_KEY, self.seed), (self.DROP_LAST_KEY, self.drop_last)
+                (self.SHUFFLE_KEY, self.shuffle),
+                (self.SEED_KEY, self.seed),
+                (self.DROP_LAST_KEY, self.drop_last),
             )
             if key in state_dict and state_dict[key] != ours
         ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import shutil
@@ -128,10 +130,13 @@ class TokenStreamStorage:
             file = self.path / shard["name"]
             if not file.exists() or file.stat().st_size != shard["elements"] * self.dtype.itemsize:
                 raise CacheCorruptError(file, f"shard should hold {shard['elements']} elements")
-            self._maps.append(np.memmap(file, dtype=self.dtype, mode="r") if shard["elements"] else None)
-        sizes = np.array([s["elements"] for s in manifest["shards"]], dtype=np.int64)
-        self._starts = np.concatenate([[0], np.cumsum(sizes)])
-        self.total_elements = int(self._starts[-1])
+            # a plain ndarray over the mapping: slicing it is much cheaper than slicing an np.memmap
+            self._maps.append(
+                np.memmap(file, dtype=self.dtype, mode="r").view(np.ndarray) if shard["elements"] else None
+            )
+        sizes = [int(s["elements"]) for s in manifest["shards"]]
+        self._starts = [0, *itertools.accumulate(sizes)]
+        self.total_elements = self._starts[-1]
 
     def __reduce__(self):
         return (TokenStreamStorage, (str(self.path),))
@@ -140,8 +145,8 @@ class TokenStreamStorage:
         """Elements [start, start+length): a view inside one shard, a copy across shards."""
         if start < 0 or start + length > self.total_elements:
             raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
-        shard = int(np.searchsorted(self._starts, start, side="right")) - 1
-        local = start - int(self._starts[shard])
+        shard = bisect.bisect_right(self._starts, start) - 1
+        local = start - self._starts[shard]
         if local + length <= len(self._maps[shard]):
             return self._maps[shard][local : local + length]
         parts, need = [], length

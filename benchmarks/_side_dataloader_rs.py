@@ -1,0 +1,56 @@
+"""Runs under the Python 3.13 side venv: dataloader-rs on the loader workloads; prints one JSON object."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+
+
+def median(fn, repeats):
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    from dataloader_rs import PyDataloader, PyDataset
+
+    class Ints(PyDataset):
+        def __len__(self):
+            return 100_000
+
+        def __getitem__(self, i):
+            return i
+
+    class Sleepy(PyDataset):
+        def __len__(self):
+            return 1024
+
+        def __getitem__(self, i):
+            time.sleep(0.01)
+            return i
+
+    def drain(loader):
+        return lambda: sum(1 for _ in loader)
+
+    out = {}
+    for workers in (0, 2):
+        loader = PyDataloader(Ints(), batch_size=64, num_workers=workers, collate_fn=lambda b: b)
+        out[f"overhead_{workers}"] = median(drain(loader), repeats)
+    try:
+        loader = PyDataloader(Sleepy(), batch_size=32, num_workers=2, item_concurrency=32, collate_fn=lambda b: b)
+    except TypeError:  # dataloader-rs 0.2 calls it items_in_parallel
+        loader = PyDataloader(Sleepy(), batch_size=32, num_workers=2, items_in_parallel=32, collate_fn=lambda b: b)
+    out["io"] = median(drain(loader), repeats)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

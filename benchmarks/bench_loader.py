@@ -1,0 +1,148 @@
+"""Loader benchmarks (issue 4), one run, ratios printed.
+
+1. Overhead: 100,000 integer items, batch 64, identity collate: torch_drt with 0 and 2 workers against torch's
+   DataLoader with 0 workers and with 2 persistent worker processes, and dataloader-rs (Python 3.13 side venv).
+2. I/O-bound: 1,024 items that each sleep 10 ms, batch 32, 64 items in flight (2 workers x 32), against the ideal
+   1,024 x 10 ms / 64.
+3. Token stream: a 128 MiB int32 stream, sequence 2,048, batch 8, shuffled and not, against a plain numpy
+   memory-map slice loop (the ceiling).
+
+    python benchmarks/bench_loader.py [--repeats 5] [--python313 PATH] [--skip-side]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, median_time, run_side, side_python
+
+from torch_drt import StatefulDataLoader
+from torch_drt.storage import TokenStreamStorage, TokenStreamWriter
+
+
+class Ints:
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+class Sleepy:
+    def __len__(self) -> int:
+        return 1024
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(0.01)
+        return i
+
+
+def identity(batch):
+    return batch
+
+
+def drain(loader) -> callable:
+    return lambda: sum(1 for _ in loader)
+
+
+def overhead(repeats: int) -> dict[str, float]:
+    ds = Ints()
+    figures = {
+        "torch_0": median_time(drain(DataLoader(ds, batch_size=64, collate_fn=identity)), repeats),
+        "drt_0": median_time(drain(StatefulDataLoader(ds, batch_size=64, collate_fn=identity)), repeats),
+    }
+    torch2 = DataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2, persistent_workers=True)
+    figures["torch_2"] = median_time(drain(torch2), repeats)
+    drt2 = StatefulDataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2)
+    figures["drt_2"] = median_time(drain(drt2), repeats)
+    return figures
+
+
+def io_bound(repeats: int) -> float:
+    loader = StatefulDataLoader(Sleepy(), batch_size=32, num_workers=2, item_concurrency=32, collate_fn=identity)
+    return median_time(drain(loader), repeats)
+
+
+def token_stream(repeats: int, workdir: Path) -> dict[str, float]:
+    seq, batch = 2048, 8
+    with TokenStreamWriter(workdir, "tokens", "int32", shard_elements=8 << 20) as writer:
+        writer.write(np.arange(32 << 20, dtype=np.int32))  # 128 MiB over 4 shards
+    storage = TokenStreamStorage(workdir / "tokens")
+    n = storage.total_elements // seq
+    mm = np.memmap(next((workdir / "tokens").glob("000000.bin")), dtype=np.int32, mode="r")
+    maps = [np.memmap(p, dtype=np.int32, mode="r") for p in sorted((workdir / "tokens").glob("*.bin"))]
+    flat = np.concatenate(maps) if len(maps) > 1 else mm  # the ceiling reads one contiguous array
+    order = {"sequential": np.arange(n), "shuffled": np.random.default_rng(0).permutation(n)}
+    figures = {}
+    for name, idx in order.items():
+        def ceiling(idx=idx):
+            for b in range(0, n - batch + 1, batch):
+                np.stack([flat[s * seq : (s + 1) * seq] for s in idx[b : b + batch]])
+
+        loader = StatefulDataLoader.from_storage(
+            storage, np.stack, sequence_length=seq, local_batch_size=batch, shuffle=name == "shuffled",
+            shuffle_seed=0 if name == "shuffled" else None, num_workers=2,
+        )
+        tokens = n // batch * batch * seq
+        figures[f"ceiling_{name}"] = tokens / median_time(ceiling, repeats)
+        figures[f"drt_{name}"] = tokens / median_time(drain(loader), repeats)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--python313", help="a Python 3.13 with dataloader-rs installed (default: a venv in .bench)")
+    parser.add_argument("--skip-side", action="store_true", help="do not run dataloader-rs")
+    args = parser.parse_args()
+    print(f"# loader benchmarks on {machine()}, median of {args.repeats}")
+
+    side, reason = (None, "skipped by --skip-side") if args.skip_side else side_python(args.python313)
+    rs = run_side(side, "_side_dataloader_rs.py", str(args.repeats)) if side else {"error": reason}
+
+    ov = overhead(args.repeats)
+    print("\n## overhead: 100,000 int items, batch 64, identity collate (seconds per epoch)")
+    print(f"torch DataLoader, 0 workers:                 {ov['torch_0']:.4f}")
+    print(f"torch DataLoader, 2 persistent processes:    {ov['torch_2']:.4f}")
+    print(f"torch_drt, 0 workers:                        {ov['drt_0']:.4f}  ({ov['torch_0'] / ov['drt_0']:.2f}x torch, "
+          "target >= 2x)")
+    print(f"torch_drt, 2 worker threads:                 {ov['drt_2']:.4f}  ({ov['torch_2'] / ov['drt_2']:.2f}x torch, "
+          "target >= 5x)")
+    if "error" in rs:
+        print(f"dataloader-rs: skipped ({rs['error']})")
+    else:
+        for w in (0, 2):
+            theirs = rs[f"overhead_{w}"]
+            print(f"dataloader-rs, {w} workers:                   {theirs:.4f}  ({ov[f'torch_{w}'] / theirs:.2f}x torch; "
+                  f"torch_drt/dataloader-rs {theirs / ov[f'drt_{w}']:.2f}x)")
+
+    io = io_bound(args.repeats)
+    ideal = 1024 * 0.010 / 64
+    print("\n## I/O-bound: 1,024 items x 10 ms sleep, batch 32, 2 workers x 32 items in flight")
+    print(f"torch_drt: {io:.3f}s, ideal {ideal:.3f}s, ratio {io / ideal:.2f} (target <= 1.3)")
+    if "error" not in rs:
+        print(f"dataloader-rs (same settings): {rs['io']:.3f}s, ratio {rs['io'] / ideal:.2f}")
+
+    work = Path(tempfile.mkdtemp(prefix="bench_tokens_"))
+    try:
+        tok = token_stream(args.repeats, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n## token stream: 128 MiB int32, sequence 2,048, batch 8, 2 worker threads (tokens/s)")
+    for name in ("sequential", "shuffled"):
+        ours, ceil = tok[f"drt_{name}"], tok[f"ceiling_{name}"]
+        print(f"{name:<10} torch_drt {ours / 1e6:8.1f} M/s, numpy memmap loop {ceil / 1e6:8.1f} M/s, "
+              f"{ours / ceil:.0%} of the ceiling (target >= 50%)")
+
+
+if __name__ == "__main__":
+    main()
