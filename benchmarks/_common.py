@@ -52,8 +52,9 @@ def side_python(explicit: str | None) -> tuple[Path | None, str]:
         return None, "no working python3.13 found (pass --python313)"
     try:
         subprocess.run([base, "-m", "venv", str(SIDE_VENV)], check=True, capture_output=True, timeout=300)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *SIDE_PACKAGES], check=True, capture_output=True,
-                       timeout=900)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "-q", *SIDE_PACKAGES], check=True, capture_output=True, timeout=900
+        )
     except (subprocess.SubprocessError, OSError) as e:
         shutil.rmtree(SIDE_VENV, ignore_errors=True)
         return None, f"could not build the Python 3.13 venv: {e}"
@@ -69,8 +70,9 @@ def _runs(python: str) -> bool:
 
 def run_side(py: Path, script: str, *args: str, timeout: float = 900) -> dict:
     """Run a benchmark helper under the side interpreter; it prints one JSON object."""
-    proc = subprocess.run([str(py), str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [str(py), str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -92,9 +92,7 @@ def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
@@ -108,14 +106,10 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"# cache: {args.samples} samples x {PAYLOAD} B, int label, median of {args.repeats}")
-    print(
-        f"{'library':<12} {'write samples/s':>16} {'write MB/s':>11} {'read samples/s':>16} {'read MB/s':>10}"
-    )
+    print(f"{'library':<12} {'write samples/s':>16} {'write MB/s':>11} {'read samples/s':>16} {'read MB/s':>10}")
     rows = [("torch_drt", ours)] + ([("dataset-rt", theirs)] if not isinstance(theirs, str) else [])
     for name, (w, r) in rows:
-        print(
-            f"{name:<12} {w:>16,.0f} {w * mb / args.samples:>11,.1f} {r:>16,.0f} {r * mb / args.samples:>10,.1f}"
-        )
+        print(f"{name:<12} {w:>16,.0f} {w * mb / args.samples:>11,.1f} {r:>16,.0f} {r * mb / args.samples:>10,.1f}")
     if isinstance(theirs, str):
         print(f"dataset-rt   {theirs}")
     else:

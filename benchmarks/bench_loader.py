@@ -84,13 +84,19 @@ def token_stream(repeats: int, workdir: Path) -> dict[str, float]:
     order = {"sequential": np.arange(n), "shuffled": np.random.default_rng(0).permutation(n)}
     figures = {}
     for name, idx in order.items():
+
         def ceiling(idx=idx):
             for b in range(0, n - batch + 1, batch):
                 np.stack([flat[s * seq : (s + 1) * seq] for s in idx[b : b + batch]])
 
         loader = StatefulDataLoader.from_storage(
-            storage, np.stack, sequence_length=seq, local_batch_size=batch, shuffle=name == "shuffled",
-            shuffle_seed=0 if name == "shuffled" else None, num_workers=2,
+            storage,
+            np.stack,
+            sequence_length=seq,
+            local_batch_size=batch,
+            shuffle=name == "shuffled",
+            shuffle_seed=0 if name == "shuffled" else None,
+            num_workers=2,
         )
         tokens = n // batch * batch * seq
         figures[f"ceiling_{name}"] = tokens / median_time(ceiling, repeats)
@@ -113,17 +119,23 @@ def main() -> None:
     print("\n## overhead: 100,000 int items, batch 64, identity collate (seconds per epoch)")
     print(f"torch DataLoader, 0 workers:                 {ov['torch_0']:.4f}")
     print(f"torch DataLoader, 2 persistent processes:    {ov['torch_2']:.4f}")
-    print(f"torch_drt, 0 workers:                        {ov['drt_0']:.4f}  ({ov['torch_0'] / ov['drt_0']:.2f}x torch, "
-          "target >= 2x)")
-    print(f"torch_drt, 2 worker threads:                 {ov['drt_2']:.4f}  ({ov['torch_2'] / ov['drt_2']:.2f}x torch, "
-          "target >= 5x)")
+    print(
+        f"torch_drt, 0 workers:                        {ov['drt_0']:.4f}  ({ov['torch_0'] / ov['drt_0']:.2f}x torch, "
+        "target >= 2x)"
+    )
+    print(
+        f"torch_drt, 2 worker threads:                 {ov['drt_2']:.4f}  ({ov['torch_2'] / ov['drt_2']:.2f}x torch, "
+        "target >= 5x)"
+    )
     if "error" in rs:
         print(f"dataloader-rs: skipped ({rs['error']})")
     else:
         for w in (0, 2):
             theirs = rs[f"overhead_{w}"]
-            print(f"dataloader-rs, {w} workers:                   {theirs:.4f}  ({ov[f'torch_{w}'] / theirs:.2f}x torch; "
-                  f"torch_drt/dataloader-rs {theirs / ov[f'drt_{w}']:.2f}x)")
+            print(
+                f"dataloader-rs, {w} workers:                   {theirs:.4f}  ({ov[f'torch_{w}'] / theirs:.2f}x torch; "
+                f"torch_drt/dataloader-rs {theirs / ov[f'drt_{w}']:.2f}x)"
+            )
 
     io = io_bound(args.repeats)
     ideal = 1024 * 0.010 / 64
@@ -140,8 +152,10 @@ def main() -> None:
     print("\n## token stream: 128 MiB int32, sequence 2,048, batch 8, 2 worker threads (tokens/s)")
     for name in ("sequential", "shuffled"):
         ours, ceil = tok[f"drt_{name}"], tok[f"ceiling_{name}"]
-        print(f"{name:<10} torch_drt {ours / 1e6:8.1f} M/s, numpy memmap loop {ceil / 1e6:8.1f} M/s, "
-              f"{ours / ceil:.0%} of the ceiling (target >= 50%)")
+        print(
+            f"{name:<10} torch_drt {ours / 1e6:8.1f} M/s, numpy memmap loop {ceil / 1e6:8.1f} M/s, "
+            f"{ours / ceil:.0%} of the ceiling (target >= 50%)"
+        )
 
 
 if __name__ == "__main__":
