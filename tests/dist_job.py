@@ -34,3 +34,27 @@ def run(rank: int, world_size: int, port: int, out: str, stop_after: int | None,
             Path(out).write_text(json.dumps(gathered))
     finally:
         dist.destroy_process_group()
+
+
+def cache_budget(rank: int, world_size: int, port: int, out: str, cache: str, drop_last: bool) -> None:
+    """Each rank builds the cache loader from the process group and reports its batch sizes."""
+    import warnings
+
+    import torch_drt as drt
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        dataset = drt.DatasetRuntime(1).cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = dataset.to_torch_dataloader(collate_fn=len, batch_size=32, samples_per_epoch=1000,
+                                                 seed="random", drop_last=drop_last)
+        sizes = list(loader)
+        gathered = [None] * world_size
+        warned = [str(w.message) for w in caught if "samples_per_epoch adjusted" in str(w.message)]
+        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.dataset.seed})
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()

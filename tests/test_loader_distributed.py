@@ -42,3 +42,17 @@ def test_checkpoint_at_two_ranks_resumes_at_three(tmp_path):
     seen = [x for r in first + second for x in r["seen"]]
     assert sorted(seen) == list(range(N))  # nothing skipped, nothing repeated
     assert len({r["steps"] for r in second}) == 1
+
+
+@pytest.mark.parametrize(("drop_last", "batches", "samples"), [(False, 11, 334), (True, 10, 320)])
+def test_cache_loader_budget_on_three_ranks(tmp_path, runtime, drop_last, batches, samples):
+    from conftest import QUIET, ListSource
+    from dist_job import cache_budget
+
+    (res,) = runtime.write_cache([ListSource("d", 50)], tmp_path, writer_config=QUIET)
+    out = tmp_path / "budget.json"
+    mp.spawn(cache_budget, args=(3, free_port(), str(out), str(res.path), drop_last), nprocs=3, join=True)
+    ranks = json.loads(out.read_text())
+    assert all(len(r["sizes"]) == batches and sum(r["sizes"]) == samples for r in ranks)
+    assert len(ranks[0]["warned"]) == 1 and ranks[1]["warned"] == ranks[2]["warned"] == []
+    assert len({r["seed"] for r in ranks}) == 1  # "random" is drawn once and shared

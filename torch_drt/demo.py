@@ -79,8 +79,10 @@ def run_demo(workdir: Path, n: int = 4000, batch_size: int = 256) -> dict[str, f
     dataset = result.dataset
     layout = dataset.layouts[0]
     size = sum(s for _, s in layout.shards)
-    print(f"cache ready in {time.perf_counter() - t0:.2f}s: {layout.sample_count} samples, {size / 1e6:.1f} MB, "
-          f"{len(layout.shards)} shard(s), schema {dict(layout.schema)}")
+    print(
+        f"cache ready in {time.perf_counter() - t0:.2f}s: {layout.sample_count} samples, {size / 1e6:.1f} MB, "
+        f"{len(layout.shards)} shard(s), schema {dict(layout.schema)}"
+    )
     labels = dataset.get_metadata().column("label").to_numpy()
     print("class counts:", {CLASSES[k]: int((labels == k).sum()) for k in range(len(CLASSES))})
 
@@ -109,6 +111,8 @@ def run_demo(workdir: Path, n: int = 4000, batch_size: int = 256) -> dict[str, f
     drawn = np.concatenate([b.metadata.column("label").to_numpy() for b in shuffled.iter_batches(batch_size)])
     figures["weighted_read"] = len(drawn) / (time.perf_counter() - t0)
     share = float((drawn == 1).mean())
-    print(f"weighted draw (class 'disc' x4): {figures['weighted_read']:,.0f} samples/s, "
-          f"'disc' share {share:.2f} (expected about {4 / 7:.2f})")
+    print(
+        f"weighted draw (class 'disc' x4): {figures['weighted_read']:,.0f} samples/s, "
+        f"'disc' share {share:.2f} (expected about {4 / 7:.2f})"
+    )
     return figures

@@ -61,9 +61,7 @@ def build_table(layouts: Sequence[CacheLayout]) -> ActiveTable:
         names = [*IDENTITY, *meta.column_names, WEIGHT]
         parts.append(pa.Table.from_arrays(cols, names=names))
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    cache_pos = np.concatenate(
-        [np.full(layout.sample_count, i, dtype=np.int32) for i, layout in enumerate(layouts)]
-    )
+    cache_pos = np.concatenate([np.full(layout.sample_count, i, dtype=np.int32) for i, layout in enumerate(layouts)])
     sample_ids = np.concatenate([np.arange(layout.sample_count, dtype=np.int64) for layout in layouts])
     return ActiveTable(table, cache_pos, sample_ids, np.ones(len(sample_ids)))
 
@@ -133,9 +131,7 @@ def validate_table(
     for name in table.column_names:
         col = table.column(name)
         if col.null_count:
-            raise ValueError(
-                f"column {name!r} row {_first_row(pc.is_null(col))}: null values are not allowed"
-            )
+            raise ValueError(f"column {name!r} row {_first_row(pc.is_null(col))}: null values are not allowed")
     ids = _integral(table, "cache_id")
     sids = _integral(table, "sample_id")
     known = np.array(sorted(cache_index), dtype=np.int64)
@@ -174,9 +170,7 @@ def validate_table(
         bad = ~np.isfinite(weights) | (weights <= 0)
         if bad.any():
             row = int(np.argmax(bad))
-            raise ValueError(
-                f"column 'weight' row {row}: weight must be finite and > 0, got {float(weights[row])!r}"
-            )
+            raise ValueError(f"column 'weight' row {row}: weight must be finite and > 0, got {float(weights[row])!r}")
     else:
         weights = np.ones(table.num_rows)
     columns.append(pa.array(weights))

@@ -64,9 +64,7 @@ class CachedDataset:
     SEED_KEY = "seed"
     VERSION_KEY = "version"
 
-    def __init__(
-        self, runtime: DatasetRuntime, layouts: Sequence[CacheLayout], reader_config: ReaderConfig
-    ) -> None:
+    def __init__(self, runtime: DatasetRuntime, layouts: Sequence[CacheLayout], reader_config: ReaderConfig) -> None:
         ids = [layout.cache_id for layout in layouts]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -216,9 +214,7 @@ class CachedDataset:
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
         for offset in range(0, count, batch_size):
-            yield self.read_rows(
-                self.rows_at(active, start + offset, min(batch_size, count - offset)), active
-            )
+            yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
 
     def __iter__(self) -> Iterator[CachedSample]:
         active, start, count = self._reserve()
@@ -228,10 +224,33 @@ class CachedDataset:
         for batch in self._batches(active, start, count, self.reader_config.prefetch_size):
             names = batch.metadata.column_names
             columns = [c.to_pylist() for c in batch.metadata.columns]
-            for i, (data, cid, sid) in enumerate(
-                zip(batch.data, batch.cache_id.tolist(), batch.sample_id.tolist())
-            ):
+            for i, (data, cid, sid) in enumerate(zip(batch.data, batch.cache_id.tolist(), batch.sample_id.tolist())):
                 yield CachedSample(data, {n: col[i] for n, col in zip(names, columns)}, cid, sid)
+
+    def to_torch_dataloader(self, **kwargs: Any) -> Any:
+        """A finite ``torchdata`` ``StatefulDataLoader`` over the active table (a snapshot taken now).
+
+        Keyword arguments (dataset-rt's): ``sample_transform_fn`` (``CachedSample -> item``, on the loading
+        workers), ``collate_fn`` (default torch's ``default_collate``), ``batch_size``, ``samples_per_epoch``
+        (global samples per pass; default ``len(self)``), ``num_workers`` (loading processes), ``native_num_workers``
+        (reader threads per consumer), ``shuffle`` and ``seed`` (default: the ``ReaderConfig``'s; ``"random"``
+        draws one that all ranks share), ``worker_partition`` (``"replicate"`` when shuffled, ``"split"`` when
+        sequential), ``drop_last``, ``pin_memory``, ``timeout``, ``multiprocessing_context`` (spawn, fork,
+        forkserver), ``persistent_workers`` (default True with workers), ``prefetch_factor``, ``worker_init_fn``
+        and ``dataloader_kwargs`` (keys that collide with these or set ``dataset``, ``sampler`` or
+        ``batch_sampler`` are refused).
+
+        Budgets: each of W ranks takes ``ceil(S / W)`` samples (or ``floor(S / (W * B)) * B`` with
+        ``drop_last``); rank zero warns when that changes the global budget. Loading workers divide a rank's
+        batches. See ``docs/cache-loader.md`` for the sampling streams and what reproduces them.
+
+        Raises:
+            ValueError: for invalid arguments or colliding ``dataloader_kwargs``.
+            TypeError: for a transform or collate function that cannot be pickled for loading processes.
+        """
+        from torch_drt.cache.torch_loader import to_torch_dataloader
+
+        return to_torch_dataloader(self, **kwargs)
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
         """Read one sample by identity, whether or not it is in the active table.
@@ -245,8 +264,6 @@ class CachedDataset:
             raise KeyError(f"unknown cache_id {cache_id}; known: {sorted(self._cache_index)}")
         layout = self.layouts[pos]
         if not 0 <= int(sample_id) < layout.sample_count:
-            raise IndexError(
-                f"sample_id {sample_id} is out of range for cache {layout.path} ({layout.sample_count})"
-            )
+            raise IndexError(f"sample_id {sample_id} is out of range for cache {layout.path} ({layout.sample_count})")
         row = read_metadata(layout).slice(int(sample_id), 1).to_pylist()[0]
         return CachedSample(self.reader.read(pos, int(sample_id)), row, int(cache_id), int(sample_id))

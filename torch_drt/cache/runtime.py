@@ -54,9 +54,7 @@ class DatasetRuntime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(
-        self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode
-    ) -> list[CacheWriteResult]:
+    def _write(self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode) -> list[CacheWriteResult]:
         names = Counter(getattr(s, "name", None) for s in sources)
         results: list[CacheWriteResult | None] = [None] * len(sources)
         todo = []
@@ -81,9 +79,7 @@ class DatasetRuntime:
                 try:
                     results[i] = future.result()
                 except Exception as e:  # e.g. an unpicklable source with num_processes > 0
-                    results[i] = CacheWriteError(
-                        str(getattr(sources[i], "name", i)), f"{type(e).__name__}: {e}"
-                    )
+                    results[i] = CacheWriteError(str(getattr(sources[i], "name", i)), f"{type(e).__name__}: {e}")
         finally:
             if owned is not None:
                 owned.shutdown(wait=True)

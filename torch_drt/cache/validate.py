@@ -151,14 +151,10 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
         )
     expected = [n for n, _ in layout.schema]
     if table.column_names != expected:
-        raise CacheCorruptError(
-            path, f"metadata columns {table.column_names} differ from manifest {expected}"
-        )
+        raise CacheCorruptError(path, f"metadata columns {table.column_names} differ from manifest {expected}")
     for name, kind in layout.schema:
         if table.schema.field(name).type != pa.type_for_alias(KIND_TO_ARROW[kind]):
-            raise CacheCorruptError(
-                path, f"column {name!r} has type {table.schema.field(name).type}, not {kind}"
-            )
+            raise CacheCorruptError(path, f"column {name!r} has type {table.schema.field(name).type}, not {kind}")
     return table
 
 
@@ -170,9 +166,7 @@ def _check_structure(layout: CacheLayout) -> None:
         except FileNotFoundError:
             raise CacheCorruptError(path, "shard file is missing") from None
         if actual != size:
-            raise CacheCorruptError(
-                path, f"shard is {actual} bytes but the manifest records {size} (truncated?)"
-            )
+            raise CacheCorruptError(path, f"shard is {actual} bytes but the manifest records {size} (truncated?)")
     ipath = layout.path / INDEX_FILE
     try:
         isize = ipath.stat().st_size

@@ -87,9 +87,7 @@ def _key_mismatch(meta: Mapping[str, Any], keys: frozenset[str], index: int) -> 
     missing, extra = sorted(keys - set(meta)), sorted(set(meta) - keys)
     parts = [f"missing key(s) {missing}"] if missing else []
     parts += [f"unexpected key(s) {extra}"] if extra else []
-    return _BadInput(
-        f"sample {index}: " + " and ".join(parts) + f" (the first sample has keys {sorted(keys)})"
-    )
+    return _BadInput(f"sample {index}: " + " and ".join(parts) + f" (the first sample has keys {sorted(keys)})")
 
 
 class _ShardFiles:
@@ -187,9 +185,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
     keys: frozenset[str] = frozenset()
     columns: list[tuple[str, str, type, list]] = []
     total = len(source) if hasattr(source, "__len__") else None
-    bar = tqdm(
-        total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position
-    )
+    bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
     raw_bytes = 0
     try:
         for i, item in enumerate(iter(source)):
@@ -217,8 +213,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
                         value = _coerce(value, kind)
                     except TypeError:
                         raise _BadInput(
-                            f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} "
-                            f"({value!r})"
+                            f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} ({value!r})"
                         ) from None
                 values.append(value)
             raw_bytes += len(data)
@@ -238,9 +233,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
     assert schema is not None
     np.frombuffer(index, dtype=INDEX_DTYPE).tofile(staging / INDEX_FILE)
     arrow_schema = pa.schema([pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in schema])
-    table = pa.table(
-        {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in columns}, schema=arrow_schema
-    )
+    table = pa.table({k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in columns}, schema=arrow_schema)
     with ipc.new_file(str(staging / METADATA_FILE), arrow_schema) as w:
         w.write_table(table)
     for name in (INDEX_FILE, METADATA_FILE):

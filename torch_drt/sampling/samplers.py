@@ -91,9 +91,7 @@ class IndexListSampler(PositionSampler):
         values = list(iter(self.sampler))
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= int(v) < self.dataset_len:
-                raise ValueError(
-                    f"sampler item {i} is {v!r}: samplers must yield ints in [0, {self.dataset_len})"
-                )
+                raise ValueError(f"sampler item {i} is {v!r}: samplers must yield ints in [0, {self.dataset_len})")
         self._indices = np.asarray(values, dtype=np.int64)
         self.n = len(values)
         self._epoch = epoch

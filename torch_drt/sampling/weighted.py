@@ -32,6 +32,16 @@ class WeightedDraws:
         self.seed = seed
         self.stream = stream
 
+    @classmethod
+    def from_cumulative(cls, cumulative: np.ndarray, seed: int, stream: int = 0) -> WeightedDraws:
+        """Build from precomputed cumulative weights (e.g. a column of a memory-mapped table: no copy)."""
+        self = cls.__new__(cls)
+        self._cum = cumulative
+        self._total = float(cumulative[-1])
+        self._key = derive_key(seed, stream)
+        self.seed, self.stream = seed, stream
+        return self
+
     def __len__(self) -> int:
         return len(self._cum)
 

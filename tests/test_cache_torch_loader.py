@@ -1,0 +1,158 @@
+"""CachedDataset.to_torch_dataloader: budgets, workers, streams, resume and validation."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+import torch
+from conftest import ListSource
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import torch_drt as drt
+
+QUIET = drt.WriterConfig(show_progress=False)
+
+
+def sample_id(sample) -> int:
+    return sample.sample_id
+
+
+def ids(batch) -> list[int]:
+    return [s.sample_id for s in batch]
+
+
+@pytest.fixture
+def dataset(runtime, tmp_path):
+    res = runtime.from_cache_sources([ListSource("l", 40)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
+                                     writer_config=QUIET)
+    return res.dataset
+
+
+def test_returns_a_stateful_dataloader_with_budgeted_batches(dataset):
+    loader = dataset.to_torch_dataloader(collate_fn=list, batch_size=8, samples_per_epoch=32)
+    assert isinstance(loader, StatefulDataLoader)
+    batches = list(loader)
+    assert [len(b) for b in batches] == [8, 8, 8, 8] and len(loader) == 4
+    assert all(isinstance(s, drt.CachedSample) for b in batches for s in b)
+
+
+@pytest.mark.parametrize("context", ["spawn", "fork", "forkserver"])
+def test_two_workers_divide_the_budget(dataset, context):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=8,
+                                         samples_per_epoch=32, num_workers=2, multiprocessing_context=context)
+    batches = list(loader)
+    assert [len(b) for b in batches] == [8, 8, 8, 8]
+
+
+def test_sequential_split_covers_the_table_once(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=5,
+                                         shuffle=False, num_workers=2, multiprocessing_context="fork")
+    got = [x for b in loader for x in b]
+    assert sorted(got) == list(range(40))
+
+
+def test_sequential_zero_workers_keeps_table_order(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=7, shuffle=False)
+    assert [x for b in loader for x in b] == list(range(40))
+
+
+def test_budget_pads_or_drops_and_warns_on_rank_zero():
+    from torch_drt.sampling.budget import rank_budget, worker_batches
+
+    with pytest.warns(UserWarning, match="requested 1000 global samples, effective 1002"):
+        local = rank_budget(1000, world_size=3, rank=0, batch_size=32, drop_last=False)
+    assert local == 334 and len(worker_batches(local, workers=1, batch_size=32)[0]) == 11
+    with pytest.warns(UserWarning, match="effective 960"):
+        local = rank_budget(1000, world_size=3, rank=0, batch_size=32, drop_last=True)
+    assert local == 320 and worker_batches(local, workers=1, batch_size=32) == [[32] * 10]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rank_budget(1000, world_size=3, rank=1, batch_size=32, drop_last=False) == 334  # only rank 0 warns
+    assert worker_batches(334, workers=2, batch_size=32) == [[32] * 5, [32] * 5 + [14]]
+
+
+def test_shuffled_draws_follow_weights_and_seed_reproduces(dataset):
+    import pyarrow as pa
+
+    table = dataset.get_metadata()
+    weights = [9.0 if i == 0 else 1.0 / 39 for i in range(40)]
+    dataset.update_metadata(table.set_column(table.column_names.index("weight"), "weight", pa.array(weights)))
+    loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=100,
+                                         samples_per_epoch=1000, seed=5)
+    first = [x for b in loader for x in b]
+    assert 850 <= first.count(0) <= 950
+    again = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=100,
+                                        samples_per_epoch=1000, seed=5)
+    assert [x for b in again for x in b] == first
+
+
+def test_persistent_workers_continue_and_non_persistent_repeat(dataset):
+    def run(persistent):
+        loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=4,
+                                             samples_per_epoch=8, num_workers=1, seed=1,
+                                             persistent_workers=persistent, multiprocessing_context="fork")
+        return [[x for b in loader for x in b] for _ in range(2)]
+
+    kept, fresh = run(True), run(False)
+    assert kept[0] == fresh[0] and fresh[0] == fresh[1] and kept[1] != kept[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_state_dict_resumes_mid_pass_exactly(dataset, workers):
+    kwargs = dict(sample_transform_fn=sample_id, collate_fn=list, batch_size=4, samples_per_epoch=32, seed=9,
+                  num_workers=workers, multiprocessing_context="fork")
+    reference = dataset.to_torch_dataloader(**kwargs)
+    full = [b for b in reference] + [b for b in reference]
+    loader = dataset.to_torch_dataloader(**kwargs)
+    it = iter(loader)
+    head = [next(it) for _ in range(3)]
+    state = loader.state_dict()
+    resumed = dataset.to_torch_dataloader(**kwargs)
+    resumed.load_state_dict(state)
+    rest = list(resumed) + list(resumed)
+    assert head + rest == full
+
+
+def test_metadata_snapshot_is_taken_at_construction(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=40, shuffle=False)
+    dataset.update_metadata(dataset.get_metadata().slice(0, 2))
+    assert sorted(x for b in loader for x in b) == list(range(40))
+
+
+def test_transform_errors_keep_type_and_message(dataset):
+    def bad(sample):
+        raise KeyError(f"no {sample.sample_id}")
+
+    with pytest.raises(KeyError, match="no "):
+        next(iter(dataset.to_torch_dataloader(sample_transform_fn=bad, collate_fn=list, batch_size=2)))
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"dataloader_kwargs": {"batch_size": 3}}, ValueError, r"may not set \['batch_size'\]"),
+    ({"dataloader_kwargs": {"sampler": None}}, ValueError, r"may not set \['sampler'\]"),
+    ({"shuffle": False, "seed": 3}, ValueError, "requires shuffle=True"),
+    ({"worker_partition": "mirror"}, ValueError, "must be 'split' or 'replicate'"),
+    ({"batch_size": 0}, ValueError, "batch_size=0"),
+    ({"num_workers": 2, "sample_transform_fn": lambda s: s}, TypeError, "sample_transform_fn must be picklable"),
+    ({"samples_per_epoch": 0}, ValueError, "samples_per_epoch=0"),
+])
+def test_validation(dataset, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        dataset.to_torch_dataloader(**kwargs)
+
+
+def test_iterable_pickles_without_live_readers(dataset):
+    loader = dataset.to_torch_dataloader(collate_fn=list, batch_size=4)
+    next(iter(loader))
+    clone = pickle.loads(pickle.dumps(loader.dataset))
+    assert "_reader" not in clone.__dict__ and len(next(iter(clone))) == 4
+
+
+def test_uint8_collate(dataset):
+    def to_tensor(sample):
+        return torch.frombuffer(bytearray(sample.data), dtype=torch.uint8)[:4]
+
+    batch = next(iter(dataset.to_torch_dataloader(sample_transform_fn=to_tensor, batch_size=4, shuffle=False)))
+    assert batch.shape == (4, 4) and batch.dtype == torch.uint8
