@@ -1,0 +1,58 @@
+"""CacheReaderNode: rows (or lists of rows) in, CachedSamples (or lists of them) out."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from torch_drt.cache.records import CachedSample
+
+if TYPE_CHECKING:
+    from torch_drt.cache.dataset import CachedDataset
+
+__all__ = ["CacheReaderNode"]
+
+
+class CacheReaderNode(BaseNode[Any]):
+    """Reads the samples of the rows its source yields, from the dataset's active snapshot.
+
+    A source item that is an int gives one ``CachedSample``; a list of ints (after torchdata's ``Batcher``)
+    gives a list, read in one gather. Its state is its source's.
+
+    Args:
+        source: a node yielding active-table rows (e.g. ``CacheSampler``) or lists of them.
+        dataset: the dataset whose caches and table the rows refer to.
+    """
+
+    SOURCE_KEY = "source"
+
+    def __init__(self, source: BaseNode, dataset: CachedDataset) -> None:
+        super().__init__()
+        self.source = source
+        self.dataset = dataset
+        self.active = dataset.active
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+
+    def _read(self, rows: list[int]) -> list[CachedSample]:
+        batch = self.dataset.read_rows(np.asarray(rows, dtype=np.int64), self.active)
+        names = batch.metadata.column_names
+        columns = [c.to_pylist() for c in batch.metadata.columns]
+        ids, sids = batch.cache_id.tolist(), batch.sample_id.tolist()
+        return [
+            CachedSample(d, {n: col[i] for n, col in zip(names, columns)}, ids[i], sids[i])
+            for i, d in enumerate(batch.data)
+        ]
+
+    def next(self) -> Any:
+        item = next(self.source)
+        if isinstance(item, int | np.integer):
+            return self._read([int(item)])[0]
+        return self._read(list(item))
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self.source.state_dict()}

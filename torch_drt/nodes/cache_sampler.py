@@ -1,0 +1,110 @@
+"""CacheSampler: the rows of a CachedDataset's active table as a torchdata node, sharded across ranks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from torch_drt.nodes._topology import topology
+from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling.weighted import WeightedDraws
+
+if TYPE_CHECKING:
+    from torch_drt.cache.dataset import CachedDataset
+
+__all__ = ["CacheSampler"]
+
+
+class CacheSampler(BaseNode[int]):
+    """Yields active-table rows: ``num_samples`` per epoch, one continuous stream across epochs.
+
+    Sequential: rank r of W takes global positions r, r+W, ... of the cyclic walk over the table (the ranks'
+    rows are disjoint within each pass of W x n positions). Shuffled: rows are drawn by weight with
+    replacement from a stream keyed by (seed, rank, world_size), so every rank draws from the whole
+    population with its own stream and global weighted frequencies are kept.
+
+    The state is (stream position, items yielded this epoch, table fingerprint): any position resumes in O(1),
+    and a state taken on another table is refused. ``reset()`` without a state starts the next epoch where
+    the stream stands.
+
+    Args:
+        source: the dataset; its active table is snapshotted now.
+        shuffle: weighted draws (default: the dataset's ``ReaderConfig.shuffle``).
+        seed: the stream seed (default: the dataset's ``ReaderConfig.seed``).
+        num_samples: rows per epoch on this rank (default ``ceil(len(source) / world_size)``).
+        rank: this rank (default: torch.distributed's, else 0).
+        world_size: number of ranks (default: torch.distributed's, else 1).
+    """
+
+    POSITION_KEY = "position"
+    YIELDED_KEY = "yielded"
+    FINGERPRINT_KEY = "table_fingerprint"
+    _CHUNK = 1024
+
+    def __init__(
+        self,
+        source: CachedDataset,
+        *,
+        shuffle: bool | None = None,
+        seed: int | None = None,
+        num_samples: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.rank, self.world_size = topology(rank, world_size)
+        self.active = source.active
+        self.shuffle = source.reader_config.shuffle if shuffle is None else shuffle
+        self.seed = source.reader_config.seed if seed is None else seed
+        self.num_samples = -(-len(source) // self.world_size) if num_samples is None else num_samples
+        if self.num_samples < 1:
+            raise ValueError(f"num_samples={self.num_samples} must be > 0")
+        self._draws = (
+            WeightedDraws(self.active.weights, self.seed, stream=derive_key(self.rank, self.world_size))
+            if self.shuffle
+            else None
+        )
+        self._position = 0
+        self._yielded = 0
+        self._rows = np.empty(0, dtype=np.int64)
+        self._rows_start = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is not None:
+            if initial_state[self.FINGERPRINT_KEY] != self.active.fingerprint:
+                raise ValueError("state was taken on a different metadata table; apply the same update_metadata()")
+            self._position = int(initial_state[self.POSITION_KEY])
+            self._yielded = int(initial_state[self.YIELDED_KEY])
+        else:
+            self._yielded = 0  # a new epoch continues the stream
+        self._rows, self._rows_start = np.empty(0, dtype=np.int64), self._position
+
+    def _fill(self) -> None:
+        start, count = self._position, self._CHUNK
+        if self._draws is not None:
+            self._rows = self._draws.draws(start, count)
+        else:
+            positions = (start + np.arange(count, dtype=np.int64)) * self.world_size + self.rank
+            self._rows = positions % len(self.active)
+        self._rows_start = start
+
+    def next(self) -> int:
+        if self._yielded >= self.num_samples:
+            raise StopIteration
+        k = self._position - self._rows_start
+        if not 0 <= k < len(self._rows):
+            self._fill()
+            k = 0
+        self._position += 1
+        self._yielded += 1
+        return int(self._rows[k])
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            self.POSITION_KEY: self._position,
+            self.YIELDED_KEY: self._yielded,
+            self.FINGERPRINT_KEY: self.active.fingerprint,
+        }

@@ -1,0 +1,157 @@
+"""WeightedMixer: a weighted mix of several sources, each sharded across ranks, with per-rank streams."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from torch_drt.nodes._topology import topology
+from torch_drt.sampling._counter import derive_key, uniform
+
+__all__ = ["WeightedMixer"]
+
+CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED = "CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED"
+ALL_DATASETS_EXHAUSTED = "ALL_DATASETS_EXHAUSTED"
+FIRST_DATASET_EXHAUSTED = "FIRST_DATASET_EXHAUSTED"
+CYCLE_FOREVER = "CYCLE_FOREVER"
+_CRITERIA = (CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED, ALL_DATASETS_EXHAUSTED, FIRST_DATASET_EXHAUSTED, CYCLE_FOREVER)
+
+
+class WeightedMixer(BaseNode[Any]):
+    """Draws the next item from source ``k`` with probability ``weights[k] / sum(weights)``.
+
+    Unlike torchdata's ``MultiNodeWeightedSampler``, each source is sharded across ranks: rank r of W keeps
+    the items r, r+W, r+2W, ... of every source (each source item reaches exactly one rank), and the choice
+    stream is keyed by (seed, rank, world_size, epoch), so distinct ranks, seeds or world sizes get distinct
+    streams. Choice k is a pure function of those and k, so the state is the draw count, the sources' states,
+    how many items each source has produced, and which sources are exhausted.
+
+    Args:
+        source: name -> node.
+        weights: name -> positive weight (same names).
+        seed: the stream seed.
+        stop_criteria: torchdata's names: ``CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED`` (default),
+            ``ALL_DATASETS_EXHAUSTED``, ``FIRST_DATASET_EXHAUSTED`` or ``CYCLE_FOREVER``.
+        rank: this rank (default: torch.distributed's, else 0).
+        world_size: number of ranks (default: torch.distributed's, else 1).
+    """
+
+    DRAWS_KEY = "draws"
+    EPOCH_KEY = "epoch"
+    SOURCES_KEY = "source_states"
+    PULLED_KEY = "pulled"
+    EXHAUSTED_KEY = "exhausted"
+    _CHUNK = 1024
+
+    def __init__(
+        self,
+        source: Mapping[str, BaseNode],
+        weights: Mapping[str, float],
+        *,
+        seed: int = 0,
+        stop_criteria: str = CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if set(source) != set(weights) or not source:
+            raise ValueError(f"source names {sorted(source)} and weight names {sorted(weights)} must match")
+        bad = {k: w for k, w in weights.items() if not (isinstance(w, int | float) and np.isfinite(w) and w > 0)}
+        if bad:
+            raise ValueError(f"weights must be finite and > 0, got {bad}")
+        if stop_criteria not in _CRITERIA:
+            raise ValueError(f"{stop_criteria=} must be one of {_CRITERIA}")
+        self.names = sorted(source)
+        self.sources = dict(source)
+        self.weights = np.array([float(weights[k]) for k in self.names])
+        self.seed = seed
+        self.stop_criteria = stop_criteria
+        self.rank, self.world_size = topology(rank, world_size)
+        self._cum = np.cumsum(self.weights) / self.weights.sum()
+        self._epoch = 0
+        self._started = False
+        self._draws = 0
+        self._pulled = dict.fromkeys(self.names, 0)
+        self._exhausted = dict.fromkeys(self.names, False)
+        self._choices = np.empty(0, dtype=np.int64)
+        self._choices_start = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is not None:
+            self._epoch = int(initial_state[self.EPOCH_KEY])
+            self._draws = int(initial_state[self.DRAWS_KEY])
+            self._pulled = dict(initial_state[self.PULLED_KEY])
+            self._exhausted = dict(initial_state[self.EXHAUSTED_KEY])
+            for name in self.names:
+                self.sources[name].reset(initial_state[self.SOURCES_KEY][name])
+        else:
+            if self._started:
+                self._epoch += 1
+            self._draws = 0
+            self._pulled = dict.fromkeys(self.names, 0)
+            self._exhausted = dict.fromkeys(self.names, False)
+            for name in self.names:
+                self.sources[name].reset()
+        self._started = False
+        self._choices, self._choices_start = np.empty(0, dtype=np.int64), self._draws
+
+    def _choice(self) -> str:
+        k = self._draws - self._choices_start
+        if not 0 <= k < len(self._choices):
+            key = derive_key(self.seed, self.rank, self.world_size, self._epoch)
+            u = uniform(key, self._draws, self._CHUNK)
+            self._choices = np.minimum(np.searchsorted(self._cum, u, side="right"), len(self.names) - 1)
+            self._choices_start, k = self._draws, 0
+        self._draws += 1
+        return self.names[int(self._choices[k])]
+
+    def _stop(self) -> bool:
+        if self.stop_criteria == CYCLE_FOREVER:
+            return False
+        if all(self._exhausted.values()):
+            return True
+        return self.stop_criteria == FIRST_DATASET_EXHAUSTED and any(self._exhausted.values())
+
+    def _pull(self, name: str) -> Any:
+        """The next item of ``name`` that belongs to this rank (items of other ranks are skipped)."""
+        node = self.sources[name]
+        while True:
+            item = next(node)
+            index = self._pulled[name]
+            self._pulled[name] = index + 1
+            if index % self.world_size == self.rank:
+                return item
+
+    def next(self) -> Any:
+        self._started = True
+        while True:
+            if self._stop():
+                raise StopIteration
+            name = self._choice()
+            if self._exhausted[name] and self.stop_criteria == ALL_DATASETS_EXHAUSTED:
+                continue
+            try:
+                return self._pull(name)
+            except StopIteration:
+                self._exhausted[name] = True
+                if self._stop() or self.stop_criteria == ALL_DATASETS_EXHAUSTED:
+                    continue
+                self.sources[name].reset()  # cycle this source until the criteria says stop
+                self._pulled[name] = 0
+                try:
+                    return self._pull(name)
+                except StopIteration:  # a source with no item for this rank at all
+                    continue
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            self.EPOCH_KEY: self._epoch,
+            self.DRAWS_KEY: self._draws,
+            self.PULLED_KEY: dict(self._pulled),
+            self.EXHAUSTED_KEY: dict(self._exhausted),
+            self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
+        }
