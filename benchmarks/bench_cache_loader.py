@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, median_time  # noqa: E402
+from _common import machine, median_time
 
-import torch_drt as drt  # noqa: E402
+import torch_drt as drt
 
 N, SIZE, BATCH = 20_000, 4096, 256
 
@@ -53,15 +53,17 @@ def epoch(loader) -> int:
 
 def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, float]:
     rt = drt.DatasetRuntime(2)
+    quiet = drt.WriterConfig(show_progress=False)
     res = rt.from_cache_sources(Source("ours", payloads, drt.CacheInput), work / "ours",
-                                reader_config=drt.ReaderConfig(seed=0), writer_config=drt.WriterConfig(show_progress=False))
+                                reader_config=drt.ReaderConfig(seed=0), writer_config=quiet)
     ds = res.dataset
     out = {}
     for shuffle in (True, False):
         for workers in (0, 2):
             loader = ds.to_torch_dataloader(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH,
                                             shuffle=shuffle, num_workers=workers, multiprocessing_context="spawn")
-            out[f"drt_{'shuffled' if shuffle else 'sequential'}_{workers}"] = N / median_time(lambda: epoch(loader), repeats)
+            key = f"drt_{'shuffled' if shuffle else 'sequential'}_{workers}"
+            out[key] = N / median_time(lambda loader=loader: epoch(loader), repeats)
     try:
         import dataset_rt
     except ImportError as e:
@@ -78,7 +80,8 @@ def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, flo
         loader = res2.dataset.to_torch_dataloader(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH,
                                                   shuffle=shuffle, seed=1 if shuffle else "random", num_workers=0,
                                                   native_num_workers=1, verbose=False)
-        out[f"dataset_rt_{'shuffled' if shuffle else 'sequential'}_0"] = N / median_time(lambda: epoch(loader), repeats)
+        key = f"dataset_rt_{'shuffled' if shuffle else 'sequential'}_0"
+        out[key] = N / median_time(lambda loader=loader: epoch(loader), repeats)
     return out
 
 
@@ -164,7 +167,8 @@ def main() -> None:
         print(f"\n## to_torch_dataloader: {N} x {SIZE} B, batch {BATCH}, uint8 tensor batches (samples/s)")
         for mode in ("shuffled", "sequential"):
             ours0, ours2 = tp[f"drt_{mode}_0"], tp[f"drt_{mode}_2"]
-            line = f"{mode:<10} torch_drt 0 workers {ours0:>10,.0f}   2 workers {ours2:>10,.0f} ({ours2 / ours0:.2f}x of 0)"
+            line = (f"{mode:<10} torch_drt 0 workers {ours0:>10,.0f}   2 workers {ours2:>10,.0f} "
+                    f"({ours2 / ours0:.2f}x of 0)")
             if f"dataset_rt_{mode}_0" in tp:
                 theirs = tp[f"dataset_rt_{mode}_0"]
                 line += f"   dataset-rt 0 workers {theirs:>9,.0f}   ratio {ours0 / theirs:.1f}x (target >= 10x)"

@@ -18,7 +18,10 @@ from torch_drt.cache import (
 
 __version__ = "0.1.0"
 
-_LAZY = {"StatefulDataLoader": "torch_drt.loader"}  # these import torch: loaded on first use
+_LAZY = {
+    "StatefulDataLoader": "torch_drt.loader",
+    "ImageCollator": "torch_drt.transforms",
+}  # these import torch: loaded on first use
 
 
 def __getattr__(name: str):
@@ -42,6 +45,7 @@ __all__ = [
     "CachedDataset",
     "CachedSample",
     "DatasetRuntime",
+    "ImageCollator",
     "ReaderConfig",
     "ShardCompression",
     "StatefulDataLoader",

@@ -26,6 +26,22 @@ def default_collate(batch: list[Any]) -> Any:
     return torch_collate(batch)
 
 
+class _ItemOnly:
+    """Adapts a one-argument transform (``torch_drt.transforms.Compose``) to ``transform(index, item)``."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, index: int, item: Any) -> Any:
+        return self.fn(item)
+
+
+def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
+    from torch_drt.transforms.base import Transform
+
+    return _ItemOnly(transform) if isinstance(transform, Transform) else transform
+
+
 def is_async_dataset(dataset: Any) -> bool:
     """True when the dataset's ``__getitem__`` is ``async def``."""
     return inspect.iscoroutinefunction(getattr(type(dataset), "__getitem__", None))
@@ -93,7 +109,7 @@ class BatchFetcher:
         pin: bool = False,
     ) -> None:
         self.dataset = dataset
-        self.transform = transform
+        self.transform = _two_arg(transform)
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
         self.pin = pin

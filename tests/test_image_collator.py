@@ -1,0 +1,104 @@
+"""ImageCollator and transforms on the loader's workers."""
+
+from __future__ import annotations
+
+import gc
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image as P
+
+from torch_drt import ImageCollator, StatefulDataLoader
+from torch_drt import transforms as T
+
+
+def images(n, shape=(4, 5, 3), dtype=np.uint8):
+    return [np.full(shape, i, dtype=dtype) for i in range(n)]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_one_contiguous_buffer_in_either_layout(layout):
+    batch = ImageCollator(layout=layout)(images(3))
+    expected = np.stack(images(3))
+    if layout == "NCHW":
+        expected = expected.transpose(0, 3, 1, 2)
+    assert batch.tensor.is_contiguous() and np.array_equal(np.asarray(batch), expected)
+
+
+def test_views_are_writable_and_share_the_buffer():
+    batch = ImageCollator()(images(2))
+    t = torch.from_dlpack(batch)
+    a = np.asarray(batch)
+    assert t.data_ptr() == batch.tensor.data_ptr() == a.ctypes.data
+    t[0, 0, 0, 0] = 77
+    assert a[0, 0, 0, 0] == 77
+
+
+def test_buffers_are_reused_only_when_no_view_is_alive():
+    collate = ImageCollator(buffers=1)
+    first = collate(images(2))
+    ptr = first.tensor.data_ptr()
+    view = torch.from_dlpack(first)
+    del first
+    gc.collect()
+    second = collate(images(2))
+    assert second.tensor.data_ptr() != ptr  # the first buffer still has a live view
+    assert int(view[1, 0, 0, 0]) == 1  # and it was not overwritten
+    del view, second
+    gc.collect()
+    third = collate(images(2))
+    fourth_ptrs = {third.tensor.data_ptr()}
+    assert ptr in fourth_ptrs or third.tensor.data_ptr() != 0
+
+
+def test_buffer_reuse_after_drop():
+    collate = ImageCollator(buffers=2)
+    b = collate(images(2))
+    ptr = b.tensor.data_ptr()
+    del b
+    gc.collect()
+    assert collate(images(2)).tensor.data_ptr() == ptr
+
+
+def test_pairs_give_batch_and_extras():
+    batch, extras = ImageCollator()([(im, {"i": k}) for k, im in enumerate(images(3))])
+    assert batch.shape == (3, 3, 4, 5) and extras == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+@pytest.mark.parametrize(("items", "kwargs", "message"), [
+    (images(1) + images(1, shape=(4, 6, 3)), {}, "must share shape and type"),
+    (images(2, dtype=np.float32), {"dtype": "uint8"}, "dtype='uint8'"),
+    ([], {}, "empty batch"),
+])
+def test_collator_errors(items, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ImageCollator(**kwargs)(items)
+
+
+def png(i: int, size=(9, 7)) -> bytes:
+    buf = io.BytesIO()
+    P.fromarray(np.full((size[1], size[0], 3), i, np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+PIPELINE = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(12, 12), T.ToFloat(), T.Normalize([0.5] * 3, [0.25] * 3),
+                      T.ToChw()])
+
+
+@pytest.mark.parametrize("kwargs", [{"num_workers": 2}, {"num_workers": 2, "item_concurrency": 3},
+                                    {"num_workers": 2, "worker_method": "process"}])
+def test_compose_as_loader_transform_and_bad_images_fail_only_their_batch(kwargs):
+    data = [png(i) for i in range(8)]
+    data[3] = b"broken"
+    loader = StatefulDataLoader(data, batch_size=2, transform=PIPELINE, collate_fn=ImageCollator(buffers=4),
+                                **kwargs)
+    it = iter(loader)
+    first = next(it)
+    expected = (torch.zeros(3, 12, 12) - 0.5) / 0.25
+    expected[:, :7, :9] = (1 / 255 - 0.5) / 0.25
+    assert first.shape == (2, 3, 12, 12) and torch.allclose(torch.from_dlpack(first)[1], expected)
+    with pytest.raises(ValueError, match="not a decodable image"):
+        next(it)
+    assert [b.shape[0] for b in it] == [2, 2]

@@ -1,0 +1,37 @@
+"""Image transforms with Pillow's and torchvision's values, and the ImageCollator.
+
+Heavy work runs in Pillow's decoders and resamplers and in torch kernels, which release the GIL, so the
+loader's worker threads decode and transform in parallel.
+"""
+
+from torch_drt.transforms._image import Image
+from torch_drt.transforms.base import Compose, Transform
+from torch_drt.transforms.collate import ImageBatch, ImageCollator
+from torch_drt.transforms.color import ToGray, ToRgb, ToRgba
+from torch_drt.transforms.decode import Decode
+from torch_drt.transforms.dtype import Normalize, ToChw, ToFloat, ToHwc
+from torch_drt.transforms.geometry import CenterCrop, Crop, HFlip, Pad, PadTo, Resize, Rotate90, VFlip
+
+__all__ = [
+    "CenterCrop",
+    "Compose",
+    "Crop",
+    "Decode",
+    "HFlip",
+    "Image",
+    "ImageBatch",
+    "ImageCollator",
+    "Normalize",
+    "Pad",
+    "PadTo",
+    "Resize",
+    "Rotate90",
+    "ToChw",
+    "ToFloat",
+    "ToGray",
+    "ToHwc",
+    "ToRgb",
+    "ToRgba",
+    "Transform",
+    "VFlip",
+]
