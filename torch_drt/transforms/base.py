@@ -31,8 +31,27 @@ class Compose(Transform):
             if not callable(t):
                 raise TypeError(f"{t!r} is not callable")
         self.transforms = list(transforms)
+        self._steps = _fuse(self.transforms)
 
     def __call__(self, image: Any) -> Any:
-        for t in self.transforms:
+        for t in self._steps:
             image = t(image)
         return image
+
+
+def _fuse(transforms: list[Any]) -> list[Any]:
+    """Run ToFloat, Normalize, ToChw (in either order of the last two) as one step with the same values."""
+    from torch_drt.transforms.dtype import FloatNormalizeChw, Normalize, ToChw, ToFloat
+
+    steps, i = [], 0
+    while i < len(transforms):
+        window = transforms[i : i + 3]
+        kinds = [type(t) for t in window]
+        if kinds in ([ToFloat, Normalize, ToChw], [ToFloat, ToChw, Normalize]):
+            normalize = window[1] if kinds[1] is Normalize else window[2]
+            steps.append(FloatNormalizeChw(window[0], normalize))
+            i += 3
+        else:
+            steps.append(transforms[i])
+            i += 1
+    return steps

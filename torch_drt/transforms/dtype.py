@@ -10,7 +10,7 @@ import torch
 from torch_drt.transforms._image import Image, as_image
 from torch_drt.transforms.base import Transform
 
-__all__ = ["Normalize", "ToChw", "ToFloat", "ToHwc"]
+__all__ = ["FloatNormalizeChw", "Normalize", "ToChw", "ToFloat", "ToHwc"]
 
 
 class ToFloat(Transform):
@@ -65,3 +65,30 @@ class ToHwc(Transform):
     def __call__(self, image: Any) -> Image:
         image = as_image(image)
         return image if image.layout == "hwc" else Image(image.tensor.permute(1, 2, 0).contiguous(), "hwc")
+
+
+class FloatNormalizeChw(Transform):
+    """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence).
+
+    The values are the same, element for element: the uint8 HWC data is converted and transposed in one pass
+    into a fresh CHW float32 tensor, then divided by 255 and normalised in place, plane by plane (a per-channel
+    broadcast over contiguous planes, much faster than over an innermost axis of 3).
+    """
+
+    def __init__(self, to_float: ToFloat, normalize: Normalize) -> None:
+        self.to_float, self.normalize = to_float, normalize
+
+    def __call__(self, image: Any) -> Image:
+        image = as_image(image)
+        if image.dtype != torch.uint8:
+            raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
+        hwc = image.hwc
+        if hwc.shape[2] != len(self.normalize.mean):
+            raise ValueError(
+                f"Normalize has {len(self.normalize.mean)} channel values, the image has {hwc.shape[2]} channels"
+            )
+        out = torch.empty((hwc.shape[2], hwc.shape[0], hwc.shape[1]), dtype=torch.float32)
+        out.copy_(hwc.permute(2, 0, 1))
+        if self.to_float.scale:
+            out.div_(255)
+        return Image(out.sub_(self.normalize._mean.view(-1, 1, 1)).div_(self.normalize._std.view(-1, 1, 1)), "chw")

@@ -1,0 +1,110 @@
+"""Image pipelines (issue 5), one run, ratios printed.
+
+PNG set: 2,000 generated PNG images of up to 224 x 224; Decode, ToRgb, PadTo(224, 224), ToFloat, Normalize, ToChw,
+ImageCollator, batch 64. JPEG set: 2,000 generated JPEG images of 256-400 px with Resize(224) then CenterCrop(224).
+torch_drt with 2 worker threads and with 0 workers, against torch's DataLoader with 2 persistent worker processes
+running the same steps with Pillow and torchvision.
+
+    python benchmarks/bench_transforms.py [--images 2000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image as P
+from torch.utils.data import DataLoader
+from torchvision import transforms as TV
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine, median_time
+
+from torch_drt import ImageCollator, StatefulDataLoader
+from torch_drt import transforms as T
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def make_images(n: int, fmt: str, lo: int, hi: int) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(n):
+        w, h = (int(x) for x in rng.integers(lo, hi + 1, 2))
+        base = rng.integers(0, 256, (h // 8 + 1, w // 8 + 1, 3), dtype=np.uint8)
+        arr = np.kron(base, np.ones((8, 8, 1), dtype=np.uint8))[:h, :w]  # blocks: compressible like photos
+        arr = (arr.astype(np.int16) + rng.integers(-8, 8, arr.shape)).clip(0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        P.fromarray(arr).save(buf, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+        out.append(buf.getvalue())
+    return out
+
+
+class PilPng:
+    """The reference steps with Pillow and torchvision: decode, RGB, pad right/bottom, ToTensor, Normalize."""
+
+    def __init__(self, data):
+        self.data = data
+        self.norm = TV.Normalize(MEAN, STD)
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        t = TV.functional.to_tensor(P.open(io.BytesIO(self.data[i])).convert("RGB"))
+        t = TV.functional.pad(t, [0, 0, 224 - t.shape[2], 224 - t.shape[1]])
+        return self.norm(t)
+
+
+class PilJpeg(PilPng):
+    def __init__(self, data):
+        super().__init__(data)
+        self.resize = TV.Compose([TV.Resize(224), TV.CenterCrop(224), TV.ToTensor(), TV.Normalize(MEAN, STD)])
+
+    def __getitem__(self, i):
+        return self.resize(P.open(io.BytesIO(self.data[i])).convert("RGB"))
+
+
+def drain(loader):
+    return lambda: sum(len(b) for b in loader)
+
+
+def run(name, data, ours, reference, repeats):
+    figures = {}
+    for workers in (0, 2):
+        loader = StatefulDataLoader(data, batch_size=64, num_workers=workers, transform=ours,
+                                    collate_fn=ImageCollator(buffers=8), prefetch_depth=2)
+        figures[f"drt_{workers}"] = len(data) / median_time(drain(loader), repeats)
+    torch_loader = DataLoader(reference(data), batch_size=64, num_workers=2, persistent_workers=True)
+    figures["torch_2"] = len(data) / median_time(drain(torch_loader), repeats)
+    print(f"\n## {name} (images/s)")
+    print(f"torch DataLoader, 2 processes (Pillow + torchvision): {figures['torch_2']:8.0f}")
+    print(f"torch_drt, 0 workers:                                {figures['drt_0']:8.0f}")
+    print(f"torch_drt, 2 worker threads:                         {figures['drt_2']:8.0f}   "
+          f"{figures['drt_2'] / figures['torch_2']:.2f}x torch (target >= 1.5x), "
+          f"{figures['drt_2'] / figures['drt_0']:.2f}x 0 workers (target >= 1.6x)")
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # the loader's threads are the parallelism; keep torch kernels single-threaded
+    print(f"# image pipelines on {machine()}, median of {args.repeats}")
+    png = make_images(args.images, "PNG", 96, 224)
+    pipeline = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(224, 224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()])
+    run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)
+    jpeg = make_images(args.images, "JPEG", 256, 400)
+    pipeline = T.Compose([T.Decode(), T.ToRgb(), T.Resize(224), T.CenterCrop(224), T.ToFloat(),
+                          T.Normalize(MEAN, STD), T.ToChw()])
+    run("JPEG 256-400 px, Resize(224) + CenterCrop(224)", jpeg, pipeline, PilJpeg, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
