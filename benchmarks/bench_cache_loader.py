@@ -54,14 +54,24 @@ def epoch(loader) -> int:
 def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, float]:
     rt = drt.DatasetRuntime(2)
     quiet = drt.WriterConfig(show_progress=False)
-    res = rt.from_cache_sources(Source("ours", payloads, drt.CacheInput), work / "ours",
-                                reader_config=drt.ReaderConfig(seed=0), writer_config=quiet)
+    res = rt.from_cache_sources(
+        Source("ours", payloads, drt.CacheInput),
+        work / "ours",
+        reader_config=drt.ReaderConfig(seed=0),
+        writer_config=quiet,
+    )
     ds = res.dataset
     out = {}
     for shuffle in (True, False):
         for workers in (0, 2):
-            loader = ds.to_torch_dataloader(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH,
-                                            shuffle=shuffle, num_workers=workers, multiprocessing_context="spawn")
+            loader = ds.to_torch_dataloader(
+                sample_transform_fn=to_array,
+                collate_fn=stack,
+                batch_size=BATCH,
+                shuffle=shuffle,
+                num_workers=workers,
+                multiprocessing_context="spawn",
+            )
             key = f"drt_{'shuffled' if shuffle else 'sequential'}_{workers}"
             out[key] = N / median_time(lambda loader=loader: epoch(loader), repeats)
     try:
@@ -70,16 +80,26 @@ def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, flo
         out["dataset_rt_error"] = str(e)
         return out
     rt2 = dataset_rt.DatasetRuntime(num_workers=2)
-    res2 = rt2.from_cache_sources([Source("theirs", payloads, dataset_rt.CacheInput)], work / "theirs",
-                                  reader_config=dataset_rt.ReaderConfig(seed=0),
-                                  writer_config=dataset_rt.WriterConfig(show_progress=False))
+    res2 = rt2.from_cache_sources(
+        [Source("theirs", payloads, dataset_rt.CacheInput)],
+        work / "theirs",
+        reader_config=dataset_rt.ReaderConfig(seed=0),
+        writer_config=dataset_rt.WriterConfig(show_progress=False),
+    )
     import logging
 
     logging.getLogger("dataset_rt").setLevel(logging.WARNING)
     for shuffle in (True, False):
-        loader = res2.dataset.to_torch_dataloader(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH,
-                                                  shuffle=shuffle, seed=1 if shuffle else "random", num_workers=0,
-                                                  native_num_workers=1, verbose=False)
+        loader = res2.dataset.to_torch_dataloader(
+            sample_transform_fn=to_array,
+            collate_fn=stack,
+            batch_size=BATCH,
+            shuffle=shuffle,
+            seed=1 if shuffle else "random",
+            num_workers=0,
+            native_num_workers=1,
+            verbose=False,
+        )
         key = f"dataset_rt_{'shuffled' if shuffle else 'sequential'}_0"
         out[key] = N / median_time(lambda loader=loader: epoch(loader), repeats)
     return out
@@ -130,14 +150,23 @@ def memory(work: Path, payloads: list[bytes]) -> dict[str, object]:
     import pyarrow as pa
 
     rt = drt.DatasetRuntime(2)
-    ds = rt.from_cache_sources(Source("mem", payloads[:10_000], drt.CacheInput), work / "mem",
-                               reader_config=drt.ReaderConfig(seed=0),
-                               writer_config=drt.WriterConfig(show_progress=False)).dataset
+    ds = rt.from_cache_sources(
+        Source("mem", payloads[:10_000], drt.CacheInput),
+        work / "mem",
+        reader_config=drt.ReaderConfig(seed=0),
+        writer_config=drt.WriterConfig(show_progress=False),
+    ).dataset
     table = ds.get_metadata()
     rows = np.arange(10_000_000) % table.num_rows
     ds.update_metadata(table.take(pa.array(rows)))
-    loader = ds.to_torch_dataloader(sample_transform_fn=touch, collate_fn=sum, batch_size=BATCH, num_workers=4,
-                                    samples_per_epoch=200_000, multiprocessing_context="spawn")
+    loader = ds.to_torch_dataloader(
+        sample_transform_fn=touch,
+        collate_fn=sum,
+        batch_size=BATCH,
+        num_workers=4,
+        samples_per_epoch=200_000,
+        multiprocessing_context="spawn",
+    )
     it = iter(loader)
     for _ in range(100):
         next(it)
@@ -147,8 +176,14 @@ def memory(work: Path, payloads: list[bytes]) -> dict[str, object]:
     figures = {"snapshot_bytes": size, "workers": []}
     for pid in workers:
         s = smaps(pid)
-        figures["workers"].append({"pid": pid, "uss": s.get("Private_Clean", 0) + s.get("Private_Dirty", 0),
-                                   "pss": s["Pss"], "snapshot_pss": mapped_pss(pid, os.path.basename(snapshot))})
+        figures["workers"].append(
+            {
+                "pid": pid,
+                "uss": s.get("Private_Clean", 0) + s.get("Private_Dirty", 0),
+                "pss": s["Pss"],
+                "snapshot_pss": mapped_pss(pid, os.path.basename(snapshot)),
+            }
+        )
     del it
     return figures
 
@@ -167,8 +202,10 @@ def main() -> None:
         print(f"\n## to_torch_dataloader: {N} x {SIZE} B, batch {BATCH}, uint8 tensor batches (samples/s)")
         for mode in ("shuffled", "sequential"):
             ours0, ours2 = tp[f"drt_{mode}_0"], tp[f"drt_{mode}_2"]
-            line = (f"{mode:<10} torch_drt 0 workers {ours0:>10,.0f}   2 workers {ours2:>10,.0f} "
-                    f"({ours2 / ours0:.2f}x of 0)")
+            line = (
+                f"{mode:<10} torch_drt 0 workers {ours0:>10,.0f}   2 workers {ours2:>10,.0f} "
+                f"({ours2 / ours0:.2f}x of 0)"
+            )
             if f"dataset_rt_{mode}_0" in tp:
                 theirs = tp[f"dataset_rt_{mode}_0"]
                 line += f"   dataset-rt 0 workers {theirs:>9,.0f}   ratio {ours0 / theirs:.1f}x (target >= 10x)"
@@ -180,8 +217,10 @@ def main() -> None:
         ds = rt.cached_dataset([work / "ours" / "ours"], reader_config=drt.ReaderConfig(seed=0))
         r = resume(ds)
         print("\n## resume at 90% of a 1,000,000-sample epoch (time to first batch)")
-        print(f"fresh start {r['fresh'] * 1e3:.1f} ms, resumed {r['resumed'] * 1e3:.1f} ms, "
-              f"ratio {r['resumed'] / r['fresh']:.2f} (target <= 2)")
+        print(
+            f"fresh start {r['fresh'] * 1e3:.1f} ms, resumed {r['resumed'] * 1e3:.1f} ms, "
+            f"ratio {r['resumed'] / r['fresh']:.2f} (target <= 2)"
+        )
 
         if not args.skip_memory:
             m = memory(work, payloads)
@@ -189,11 +228,15 @@ def main() -> None:
             print("\n## memory: 10,000,000-row metadata table, 4 loading workers (spawn)")
             print(f"metadata snapshot (one copy): {copy / 2**20:,.1f} MiB")
             for w in m["workers"]:
-                print(f"worker {w['pid']}: USS {w['uss'] / 2**20:8.1f} MiB  PSS {w['pss'] / 2**20:8.1f} MiB  "
-                      f"snapshot PSS {w['snapshot_pss'] / 2**20:8.1f} MiB")
+                print(
+                    f"worker {w['pid']}: USS {w['uss'] / 2**20:8.1f} MiB  PSS {w['pss'] / 2**20:8.1f} MiB  "
+                    f"snapshot PSS {w['snapshot_pss'] / 2**20:8.1f} MiB"
+                )
             total = sum(w["snapshot_pss"] for w in m["workers"])
-            print(f"workers' PSS attributable to the snapshot: {total / 2**20:,.1f} MiB = {total / copy:.2f} copies "
-                  "(target < 1.5)")
+            print(
+                f"workers' PSS attributable to the snapshot: {total / 2**20:,.1f} MiB = {total / copy:.2f} copies "
+                "(target < 1.5)"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -76,17 +76,25 @@ def drain(loader):
 def run(name, data, ours, reference, repeats):
     figures = {}
     for workers in (0, 2):
-        loader = StatefulDataLoader(data, batch_size=64, num_workers=workers, transform=ours,
-                                    collate_fn=ImageCollator(buffers=8), prefetch_depth=2)
+        loader = StatefulDataLoader(
+            data,
+            batch_size=64,
+            num_workers=workers,
+            transform=ours,
+            collate_fn=ImageCollator(buffers=8),
+            prefetch_depth=2,
+        )
         figures[f"drt_{workers}"] = len(data) / median_time(drain(loader), repeats)
     torch_loader = DataLoader(reference(data), batch_size=64, num_workers=2, persistent_workers=True)
     figures["torch_2"] = len(data) / median_time(drain(torch_loader), repeats)
     print(f"\n## {name} (images/s)")
     print(f"torch DataLoader, 2 processes (Pillow + torchvision): {figures['torch_2']:8.0f}")
     print(f"torch_drt, 0 workers:                                {figures['drt_0']:8.0f}")
-    print(f"torch_drt, 2 worker threads:                         {figures['drt_2']:8.0f}   "
-          f"{figures['drt_2'] / figures['torch_2']:.2f}x torch (target >= 1.5x), "
-          f"{figures['drt_2'] / figures['drt_0']:.2f}x 0 workers (target >= 1.6x)")
+    print(
+        f"torch_drt, 2 worker threads:                         {figures['drt_2']:8.0f}   "
+        f"{figures['drt_2'] / figures['torch_2']:.2f}x torch (target >= 1.5x), "
+        f"{figures['drt_2'] / figures['drt_0']:.2f}x 0 workers (target >= 1.6x)"
+    )
     return figures
 
 
@@ -101,8 +109,9 @@ def main() -> None:
     pipeline = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(224, 224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()])
     run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)
     jpeg = make_images(args.images, "JPEG", 256, 400)
-    pipeline = T.Compose([T.Decode(), T.ToRgb(), T.Resize(224), T.CenterCrop(224), T.ToFloat(),
-                          T.Normalize(MEAN, STD), T.ToChw()])
+    pipeline = T.Compose(
+        [T.Decode(), T.ToRgb(), T.Resize(224), T.CenterCrop(224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()]
+    )
     run("JPEG 256-400 px, Resize(224) + CenterCrop(224)", jpeg, pipeline, PilJpeg, args.repeats)
 
 

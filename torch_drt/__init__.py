@@ -18,10 +18,14 @@ from torch_drt.cache import (
 
 __version__ = "0.1.0"
 
+# these import torch, aiohttp or fsspec: loaded on first use
 _LAZY = {
-    "StatefulDataLoader": "torch_drt.loader",
+    "FileDataset": "torch_drt.sources",
+    "HttpDataset": "torch_drt.sources",
     "ImageCollator": "torch_drt.transforms",
-}  # these import torch: loaded on first use
+    "ObjectStoreDataset": "torch_drt.sources",
+    "StatefulDataLoader": "torch_drt.loader",
+}
 
 
 def __getattr__(name: str):
@@ -45,7 +49,10 @@ __all__ = [
     "CachedDataset",
     "CachedSample",
     "DatasetRuntime",
+    "FileDataset",
+    "HttpDataset",
     "ImageCollator",
+    "ObjectStoreDataset",
     "ReaderConfig",
     "ShardCompression",
     "StatefulDataLoader",

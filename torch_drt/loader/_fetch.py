@@ -43,8 +43,11 @@ def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
 
 
 def is_async_dataset(dataset: Any) -> bool:
-    """True when the dataset's ``__getitem__`` is ``async def``."""
-    return inspect.iscoroutinefunction(getattr(type(dataset), "__getitem__", None))
+    """True when the dataset's ``__getitem__`` is ``async def`` or it has an ``async def aget(index)``."""
+    cls = type(dataset)
+    return inspect.iscoroutinefunction(getattr(cls, "__getitem__", None)) or inspect.iscoroutinefunction(
+        getattr(cls, "aget", None)
+    )
 
 
 class EventLoopThread:
@@ -173,10 +176,11 @@ class BatchFetcher:
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
             return items
         semaphore = asyncio.Semaphore(self.item_concurrency)
+        get = getattr(self.dataset, "aget", None) or self.dataset.__getitem__
 
         async def one(index: int) -> Any:
             async with semaphore:
-                return await self.dataset.__getitem__(index)
+                return await get(index)
 
         try:
             async with asyncio.TaskGroup() as group:

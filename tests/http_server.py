@@ -1,0 +1,115 @@
+"""A real aiohttp server on 127.0.0.1 for the HTTP tests and benchmarks, run on its own thread and loop."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+
+from aiohttp import web
+
+
+def make_app(hits: collections.Counter, delay: float = 0.0) -> web.Application:
+    async def item(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        if delay:
+            await asyncio.sleep(delay)
+        n = int(request.match_info["n"])
+        size = int(request.query.get("size", "16"))
+        return web.Response(body=bytes([n % 256]) * size)
+
+    async def flaky(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        if hits[request.path] <= 2:
+            return web.Response(status=503, text="try later")
+        return web.Response(body=b"finally")
+
+    async def always(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        return web.Response(status=int(request.match_info["status"]))
+
+    async def auth(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer token":
+            return web.Response(status=401)
+        return web.Response(body=b"secret")
+
+    async def slow(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        await asyncio.sleep(float(request.query.get("s", "2")))
+        return web.Response(body=b"late")
+
+    async def big(request: web.Request) -> web.StreamResponse:
+        size = int(request.query.get("size", "1000"))
+        if request.query.get("chunked"):
+            response = web.StreamResponse()
+            response.enable_chunked_encoding()
+            await response.prepare(request)
+            for _ in range(size // 100):
+                await response.write(b"x" * 100)
+            await response.write_eof()
+            return response
+        return web.Response(body=b"x" * size)
+
+    async def cut(request: web.Request) -> web.StreamResponse:
+        hits[request.path] += 1
+        response = web.StreamResponse(headers={"Content-Length": "1000"})
+        await response.prepare(request)
+        await response.write(b"y" * 100)
+        request.transport.close()  # the connection dies mid-body
+        return response
+
+    async def retry_after(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        if hits[request.path] == 1:
+            return web.Response(status=429, headers={"Retry-After": request.query.get("after", "1")})
+        return web.Response(body=b"patient")
+
+    app = web.Application()
+    app.add_routes([
+        web.get("/item/{n}", item), web.get("/flaky/{key}", flaky), web.get("/status/{status}", always),
+        web.get("/auth", auth), web.get("/slow", slow), web.get("/big", big), web.get("/cut", cut),
+        web.get("/retry-after/{key}", retry_after),
+    ])
+    return app
+
+
+class Server:
+    """Starts the app on a free port of 127.0.0.1; ``url(path)``; ``hits`` counts requests per path."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.hits: collections.Counter = collections.Counter()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(delay,), daemon=True, name="test-http-server")
+        self._thread.start()
+        self._ready.wait(10)
+
+    def _run(self, delay: float) -> None:
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(make_app(self.hits, delay), access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self._runner = runner
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+
+def serve_forever(port_file: str, delay: float) -> None:
+    """Entry point for a server in its own process (benchmarks): writes its port, then serves."""
+    import time
+    from pathlib import Path
+
+    server = Server(delay)
+    Path(port_file).write_text(str(server.port))
+    while True:
+        time.sleep(3600)
