@@ -24,11 +24,17 @@ def test_example_build_and_read_cache(tmp_path):
     assert "after filter: 16 samples, targets [1]" in proc.stdout
 
 
-def test_demo_runs_and_reports_throughput(tmp_path):
-    proc = run("-m", "torch_drt.cli", "demo", "--workdir", str(tmp_path), "--samples", "300", "--batch-size", "64")
+def test_demo_trains_checkpoints_and_resumes_exactly(tmp_path):
+    proc = run("-m", "torch_drt.cli", "demo", "--workdir", str(tmp_path), "--samples", "300", "--batch-size", "32",
+               "--steps", "30")
     assert proc.returncode == 0, proc.stderr
     assert "300 samples" in proc.stdout and "samples/s" in proc.stdout
+    assert "the resumed stream continues exactly where it stopped: yes" in proc.stdout
+    assert "max difference 0.00e+00" in proc.stdout
     assert "shapes: 100%" in proc.stderr  # the progress bar
+    again = run("-m", "torch_drt.cli", "demo", "--workdir", str(tmp_path), "--samples", "300", "--batch-size", "32",
+                "--steps", "30")
+    assert again.returncode == 0 and "shapes:" not in again.stderr  # the complete cache is reused
 
 
 def test_cache_build_info_verify_ls(tmp_path, capsys):

@@ -14,8 +14,10 @@ __all__ = ["main"]
 def _cmd_demo(args: argparse.Namespace) -> int:
     from torch_drt.demo import run_demo
 
-    run_demo(Path(args.workdir), n=args.samples, batch_size=args.batch_size)
-    return 0
+    figures = run_demo(
+        Path(args.workdir), n=args.samples, batch_size=args.batch_size, steps=args.steps, workers=args.workers
+    )
+    return 0 if figures["exact_resume"] else 1
 
 
 class _DirectorySource:
@@ -113,10 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torch-drt", description="torch_drt: fast, resumable data loading.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="generate images, build a cache, read it back and print throughput")
+    demo = sub.add_parser(
+        "demo", help="generate images, build a cache, train a small CNN, checkpoint mid-epoch and resume exactly"
+    )
     demo.add_argument("--workdir", default="demo_data", help="cache root (reused across runs)")
     demo.add_argument("--samples", type=int, default=4000)
-    demo.add_argument("--batch-size", type=int, default=256)
+    demo.add_argument("--batch-size", type=int, default=64)
+    demo.add_argument("--steps", type=int, default=300, help="training steps")
+    demo.add_argument("--workers", type=int, default=2, help="loader worker threads")
     demo.set_defaults(func=_cmd_demo)
 
     cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(dest="cache_command", required=True)
