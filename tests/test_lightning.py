@@ -28,7 +28,8 @@ def run_example(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_trainer_resumes_mid_epoch_exactly(tmp_path):
     proc = run_example(tmp_path)
-    assert "rank 0: 17 batches before the checkpoint, 13 after; the resumed stream continues exactly: yes" in proc.stdout
+    expected = "rank 0: 17 batches before the checkpoint, 13 after; the resumed stream continues exactly: yes"
+    assert expected in proc.stdout
 
 
 def test_trainer_ddp_two_processes_resumes_exactly(tmp_path):
