@@ -42,7 +42,7 @@ def test_cache_build_info_verify_ls(tmp_path, capsys):
     src.mkdir()
     for i in range(5):
         (src / f"{i}.txt").write_text(f"file {i}")
-    assert main(["cache", "build", str(src), str(tmp_path / "root"), "--quiet", "--compression", "zstd"]) == 0
+    assert main(["cache", "build", str(tmp_path / "root"), str(src), "--quiet", "--compression", "zstd"]) == 0
     assert main(["cache", "info", str(tmp_path / "root" / "files")]) == 0
     assert main(["cache", "ls", str(tmp_path / "root")]) == 0
     assert main(["cache", "verify", str(tmp_path / "root" / "files")]) == 0
@@ -63,7 +63,24 @@ def test_cache_verify_names_the_corrupt_file_and_fails(tmp_path, capsys, runtime
     assert f"CORRUPT {shard}: checksum mismatch" in capsys.readouterr().out
 
 
+def test_cache_build_from_a_source_spec(tmp_path, capsys, monkeypatch):
+    (tmp_path / "my_sources.py").write_text(
+        "import torch_drt as drt\n"
+        "class Numbers:\n"
+        "    name = 'numbers'\n"
+        "    def __iter__(self):\n"
+        "        for i in range(7):\n"
+        "            yield drt.CacheInput(str(i).encode(), {'n': i})\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    assert main(["cache", "build", str(tmp_path / "root"), "--source-spec", "my_sources:Numbers", "--quiet"]) == 0
+    assert "wrote 7 samples" in capsys.readouterr().out
+    assert main(["cache", "build", str(tmp_path / "root"), "--source-spec", "my_sources:Nope"]) == 2
+    assert main(["cache", "build", str(tmp_path / "root"), str(tmp_path / "missing")]) == 2
+
+
 def test_help_everywhere():
-    for args in (["--help"], ["cache", "--help"], ["cache", "build", "--help"], ["demo", "--help"]):
+    for args in (["--help"], ["cache", "--help"], ["cache", "build", "--help"], ["demo", "--help"], ["bench", "--help"],
+                 ["cache", "info", "--help"], ["cache", "verify", "--help"], ["cache", "ls", "--help"]):
         proc = run("-m", "torch_drt.cli", *args)
         assert proc.returncode == 0 and "usage: torch-drt" in proc.stdout

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -38,14 +39,38 @@ class _DirectorySource:
             yield CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
 
 
+def _load_spec(spec: str, name: str | None) -> Any:
+    """``package.module:object``: a cache source, or a callable returning one."""
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"--source-spec {spec!r} must look like package.module:object")
+    sys.path.insert(0, str(Path.cwd()))
+    obj = getattr(importlib.import_module(module_name), attr)
+    source = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "__iter__")) else obj
+    if name is not None:
+        source.name = name
+    if not hasattr(source, "name") or not hasattr(source, "__iter__"):
+        raise ValueError(f"{spec} is not a cache source (an object with name and __iter__)")
+    return source
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig
 
-    source_dir = Path(args.source)
-    if not source_dir.is_dir():
-        print(f"error: {source_dir} is not a directory", file=sys.stderr)
-        return 2
-    source = _DirectorySource(source_dir, args.name or source_dir.name)
+    if args.source_spec:
+        try:
+            source = _load_spec(args.source_spec, args.name)
+        except (ImportError, AttributeError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    else:
+        source_dir = Path(args.source or "")
+        if not args.source or not source_dir.is_dir():
+            print(f"error: {args.source!r} is not a directory (or give --source-spec)", file=sys.stderr)
+            return 2
+        source = _DirectorySource(source_dir, args.name or source_dir.name)
     config = WriterConfig(
         max_shard_bytes=args.max_shard_bytes,
         shard_compression=ShardCompression(args.compression),
@@ -55,7 +80,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
     with DatasetRuntime(1) as runtime:
         (result,) = runtime.write_cache([source], Path(args.root), writer_config=config)
     if isinstance(result, CacheWriteSuccess):
-        print(f"wrote {len(source)} samples to {result.path}")
+        from torch_drt.cache import open_cache
+
+        print(f"wrote {open_cache(result.path).sample_count} samples to {result.path}")
         return 0
     print(f"error: {result.message}", file=sys.stderr)
     return 1
@@ -110,6 +137,17 @@ def _cmd_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "run_all.py"
+    if not script.exists():
+        print(f"error: {script} not found (the benchmarks ship with the source tree)", file=sys.stderr)
+        return 2
+    command = [sys.executable, str(script), "--report", args.report] + (["--quick"] if args.quick else [])
+    return subprocess.call(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``torch-drt``."""
     parser = argparse.ArgumentParser(prog="torch-drt", description="torch_drt: fast, resumable data loading.")
@@ -126,9 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(dest="cache_command", required=True)
-    build = cache.add_parser("build", help="build a cache from every file under a directory")
-    build.add_argument("source", help="directory of files (each becomes one sample)")
+    build = cache.add_parser("build", help="build a cache from a directory of files or a Python source spec")
     build.add_argument("root", help="cache root; the cache is written to ROOT/NAME")
+    build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
+    build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
     build.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
     build.add_argument("--max-shard-bytes", type=int, default=64 * 1024 * 1024)
@@ -145,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     ls = cache.add_parser("ls", help="list the caches under a root")
     ls.add_argument("root")
     ls.set_defaults(func=_cmd_ls)
+    bench = sub.add_parser("bench", help="run the benchmark suite and write a Markdown report")
+    bench.add_argument("--report", default="benchmark-report.md", help="where to write the report")
+    bench.add_argument("--quick", action="store_true", help="fewer repeats and smaller workloads")
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 
