@@ -49,6 +49,20 @@ def main() -> None:
     except TypeError:  # dataloader-rs 0.2 calls it items_in_parallel
         loader = PyDataloader(Sleepy(), batch_size=32, num_workers=2, items_in_parallel=32, collate_fn=lambda b: b)
     out["io"] = median(drain(loader), repeats)
+    if len(sys.argv) > 2:  # the fetch workload: base URL, item count, size
+        from dataloader_rs import HttpDataset
+
+        base, items, size = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        urls = [f"{base}/item/{i}?size={size}" for i in range(items)]
+
+        def fetch():
+            try:
+                fresh = PyDataloader(HttpDataset(urls), batch_size=64, num_workers=2, item_concurrency=32)
+            except TypeError:
+                fresh = PyDataloader(HttpDataset(urls), batch_size=64, num_workers=2, items_in_parallel=32)
+            return sum(len(b) for b in fresh)
+
+        out = {"http": median(fetch, repeats)}
     print(json.dumps(out))
 
 

@@ -91,10 +91,35 @@ def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[f
     return write_rate, _median_rate(read, len(payloads), repeats)
 
 
+def run_peers(repeats: int) -> dict:
+    """MosaicML Streaming and LitData, in their own venv (.bench/peers), on the same payloads."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    python = root / ".bench" / "peers" / "bin" / "python"
+    if not python.exists():
+        reason = "no peers venv (.bench/peers); create it with benchmarks/setup_peers.sh"
+        return {"mosaicml-streaming": {"error": reason}, "litdata": {"error": reason}}
+    proc = subprocess.run(
+        [str(python), str(root / "benchmarks" / "_side_peers.py"), str(repeats)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        reason = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
+        return {"mosaicml-streaming": {"error": reason}, "litdata": {"error": reason}}
+    import json
+
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--skip-peers", action="store_true", help="skip MosaicML Streaming and LitData")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
@@ -105,6 +130,7 @@ def main() -> None:
         theirs = bench_dataset_rt(work / "dataset_rt", payloads, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    peers = {} if args.skip_peers else run_peers(args.repeats)
     print(f"# cache: {args.samples} samples x {PAYLOAD} B, int label, median of {args.repeats}")
     print(f"{'library':<12} {'write samples/s':>16} {'write MB/s':>11} {'read samples/s':>16} {'read MB/s':>10}")
     rows = [("torch_drt", ours)] + ([("dataset-rt", theirs)] if not isinstance(theirs, str) else [])
@@ -115,6 +141,21 @@ def main() -> None:
     else:
         print(f"ratio write torch_drt/dataset-rt: {ours[0] / theirs[0]:.2f}x (target >= 3x)")
         print(f"ratio read  torch_drt/dataset-rt: {ours[1] / theirs[1]:.2f}x (target >= 10x)")
+    for name, figures in peers.items():
+        if "error" in figures:
+            print(f"{name:<12} skipped: {figures['error']}")
+        else:
+            print(
+                f"{name:<12} {figures['write']:>16,.0f} {figures['write'] * mb / args.samples:>11,.1f} "
+                f"{figures['read']:>16,.0f} {figures['read'] * mb / args.samples:>10,.1f}   (its torch loader, "
+                f"batch 256: {figures['loader']:,.0f} samples/s)"
+            )
+    if args.json:
+        import json
+
+        result = {"torch_drt": {"write": ours[0], "read": ours[1]}, "peers": peers}
+        result["dataset-rt"] = {"error": theirs} if isinstance(theirs, str) else {"write": theirs[0], "read": theirs[1]}
+        Path(args.json).write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

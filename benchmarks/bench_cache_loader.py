@@ -192,13 +192,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    results: dict = {}
     print(f"# cache loader benchmarks on {machine()}, median of {args.repeats}")
     rng = np.random.default_rng(0)
     payloads = [rng.integers(0, 256, SIZE, dtype=np.uint8).tobytes() for _ in range(N)]
     work = Path(tempfile.mkdtemp(prefix="bench_cache_loader_"))
     try:
         tp = throughput(work, payloads, args.repeats)
+        results["throughput"] = tp
         print(f"\n## to_torch_dataloader: {N} x {SIZE} B, batch {BATCH}, uint8 tensor batches (samples/s)")
         for mode in ("shuffled", "sequential"):
             ours0, ours2 = tp[f"drt_{mode}_0"], tp[f"drt_{mode}_2"]
@@ -216,6 +219,7 @@ def main() -> None:
         rt = drt.DatasetRuntime(1)
         ds = rt.cached_dataset([work / "ours" / "ours"], reader_config=drt.ReaderConfig(seed=0))
         r = resume(ds)
+        results["resume"] = r
         print("\n## resume at 90% of a 1,000,000-sample epoch (time to first batch)")
         print(
             f"fresh start {r['fresh'] * 1e3:.1f} ms, resumed {r['resumed'] * 1e3:.1f} ms, "
@@ -224,6 +228,7 @@ def main() -> None:
 
         if not args.skip_memory:
             m = memory(work, payloads)
+            results["memory"] = m
             copy = m["snapshot_bytes"]
             print("\n## memory: 10,000,000-row metadata table, 4 loading workers (spawn)")
             print(f"metadata snapshot (one copy): {copy / 2**20:,.1f} MiB")
@@ -239,6 +244,10 @@ def main() -> None:
             )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

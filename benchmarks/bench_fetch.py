@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
-from _common import machine  # noqa: E402
+from _common import machine, run_side, side_python  # noqa: E402
 from http_server import serve_forever  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -95,6 +95,8 @@ def median(runs):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--python313", help="a Python 3.13 with dataloader-rs (default: the .bench/py313 venv)")
     args = parser.parse_args()
     port_file = Path(tempfile.mkdtemp()) / "port"
     server = multiprocessing.get_context("spawn").Process(
@@ -115,6 +117,12 @@ def main() -> None:
             for _ in range(args.repeats + 1)
         ][1:]
         bare = median([floor(urls) for _ in range(args.repeats)])
+        side, reason = side_python(args.python313)
+        rs = (
+            run_side(side, "_side_dataloader_rs.py", str(args.repeats), base, str(ITEMS), str(SIZE))
+            if side
+            else {"error": reason}
+        )
         theirs = [
             epoch(lambda: DataLoader(Blocking(urls), batch_size=BATCH, num_workers=8, collate_fn=identity))
             for _ in range(args.repeats)
@@ -137,7 +145,28 @@ def main() -> None:
         "client and server CPU)"
     )
     print(f"torch DataLoader, 8 processes (urllib):     {t_total:.3f}s  first batch {t_first * 1e3:6.1f} ms")
+    if "http" in rs:
+        print(f"dataloader-rs HttpDataset, 64 in flight:    {rs['http']:.3f}s  ({rs['http'] / ideal:.2f}x the ideal)")
+    else:
+        print(f"dataloader-rs: skipped ({rs.get('error')})")
     print(f"ratio torch/torch_drt: {t_total / o_total:.2f}x (target >= 4x)")
+    if args.json:
+        import json
+
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "drt": o_total,
+                    "drt_first": o_first,
+                    "torch": t_total,
+                    "torch_first": t_first,
+                    "bare_aiohttp": bare,
+                    "ideal": ideal,
+                    "dataloader-rs": rs,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

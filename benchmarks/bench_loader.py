@@ -64,7 +64,20 @@ def overhead(repeats: int) -> dict[str, float]:
     figures["torch_2"] = median_time(drain(torch2), repeats)
     drt2 = StatefulDataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2)
     figures["drt_2"] = median_time(drain(drt2), repeats)
+    for workers in (0, 2):
+        figures[f"nodes_{workers}"] = median_time(drain(torchdata_nodes(ds, workers)), repeats)
     return figures
+
+
+def torchdata_nodes(ds, workers: int):
+    """The same work assembled from torchdata's own nodes: Batcher -> ParallelMapper (threads) -> Loader."""
+    from torchdata.nodes import Batcher, IterableWrapper, Loader, ParallelMapper
+
+    def fetch(indices):
+        return [ds[i] for i in indices]
+
+    node = Batcher(IterableWrapper(range(len(ds))), batch_size=64, drop_last=False)
+    return Loader(ParallelMapper(node, map_fn=fetch, num_workers=workers, method="thread"))
 
 
 def io_bound(repeats: int) -> float:
@@ -109,6 +122,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--python313", help="a Python 3.13 with dataloader-rs installed (default: a venv in .bench)")
     parser.add_argument("--skip-side", action="store_true", help="do not run dataloader-rs")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
     print(f"# loader benchmarks on {machine()}, median of {args.repeats}")
 

@@ -98,21 +98,49 @@ def run(name, data, ours, reference, repeats):
     return figures
 
 
+def scaling(data, pipeline, repeats) -> dict:
+    """PNG images/s against the worker count: torch_drt threads and torch's processes."""
+    out = {"workers": [0, 1, 2, 4], "torch_drt": [], "torch": []}
+    for workers in out["workers"]:
+        ours = StatefulDataLoader(
+            data, batch_size=64, num_workers=workers, transform=pipeline, collate_fn=ImageCollator(buffers=8)
+        )
+        out["torch_drt"].append(len(data) / median_time(drain(ours), repeats))
+        theirs = DataLoader(PilPng(data), batch_size=64, num_workers=workers, persistent_workers=workers > 0)
+        out["torch"].append(len(data) / median_time(drain(theirs), repeats))
+    print(
+        "\n## PNG images/s by worker count: "
+        + ", ".join(
+            f"{w}: torch_drt {a:.0f} / torch {b:.0f}" for w, a, b in zip(out["workers"], out["torch_drt"], out["torch"])
+        )
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--scaling", action="store_true", help="also measure PNG throughput at 0, 1, 2, 4 workers")
     args = parser.parse_args()
+    results: dict = {}
     torch.set_num_threads(1)  # the loader's threads are the parallelism; keep torch kernels single-threaded
     print(f"# image pipelines on {machine()}, median of {args.repeats}")
     png = make_images(args.images, "PNG", 96, 224)
     pipeline = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(224, 224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()])
-    run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)
+    results["png"] = run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)
+    if args.scaling:
+        results["scaling"] = scaling(png, pipeline, args.repeats)
     jpeg = make_images(args.images, "JPEG", 256, 400)
     pipeline = T.Compose(
         [T.Decode(), T.ToRgb(), T.Resize(224), T.CenterCrop(224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()]
     )
-    run("JPEG 256-400 px, Resize(224) + CenterCrop(224)", jpeg, pipeline, PilJpeg, args.repeats)
+    results["jpeg"] = run("JPEG 256-400 px, Resize(224) + CenterCrop(224)", jpeg, pipeline, PilJpeg, args.repeats)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
