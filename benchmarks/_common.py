@@ -15,7 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_VENV = ROOT / ".bench" / "py313"
-SIDE_PACKAGES = ["dataloader-rs==0.2.0", "guideloom==1.1.0", "numpy", "aiohttp", "torch==2.14.1", "torchdata>=0.11,<0.12"]
+SIDE_PACKAGES = [
+    "dataloader-rs==0.2.0", "guideloom==1.1.0", "numpy", "aiohttp", "torch==2.14.1", "torchdata>=0.11,<0.12",
+]
 
 
 def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
