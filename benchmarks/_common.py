@@ -16,7 +16,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SIDE_VENV = ROOT / ".bench" / "py313"
 SIDE_PACKAGES = [
-    "dataloader-rs==0.2.0", "guideloom==1.1.0", "numpy", "aiohttp", "torch==2.14.1", "torchdata>=0.11,<0.12",
+    "dataloader-rs==0.2.0",
+    "guideloom==1.1.0",
+    "numpy",
+    "aiohttp",
+    "torch==2.14.1",
+    "torchdata>=0.11,<0.12",
 ]
 
 

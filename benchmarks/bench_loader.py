@@ -141,6 +141,11 @@ def main() -> None:
         f"torch_drt, 2 worker threads:                 {ov['drt_2']:.4f}  ({ov['torch_2'] / ov['drt_2']:.2f}x torch, "
         "target >= 5x)"
     )
+    for w in (0, 2):
+        print(
+            f"torchdata nodes, {w} threads:                  {ov[f'nodes_{w}']:.4f}  "
+            f"(torch_drt/torchdata nodes {ov[f'nodes_{w}'] / ov[f'drt_{w}']:.2f}x)"
+        )
     if "error" in rs:
         print(f"dataloader-rs: skipped ({rs['error']})")
     else:
@@ -163,13 +168,28 @@ def main() -> None:
         tok = token_stream(args.repeats, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    gl = run_side(side, "_side_guideloom.py", str(args.repeats)) if side else {"error": reason}
     print("\n## token stream: 128 MiB int32, sequence 2,048, batch 8, 2 worker threads (tokens/s)")
     for name in ("sequential", "shuffled"):
         ours, ceil = tok[f"drt_{name}"], tok[f"ceiling_{name}"]
-        print(
+        line = (
             f"{name:<10} torch_drt {ours / 1e6:8.1f} M/s, numpy memmap loop {ceil / 1e6:8.1f} M/s, "
             f"{ours / ceil:.0%} of the ceiling (target >= 50%)"
         )
+        print(line + ("" if "error" in gl else f"; guideloom {gl[name] / 1e6:.1f} M/s"))
+    if "error" in gl:
+        print(f"guideloom: skipped ({gl['error']})")
+    if args.json:
+        import json
+
+        figures = {
+            "overhead": ov,
+            "io": {"drt": io, "ideal": ideal},
+            "tokens": tok,
+            "dataloader-rs": rs,
+            "guideloom": gl,
+        }
+        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":
