@@ -7,7 +7,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-__all__ = ["MAX_ALLOC", "MAX_SIDE", "Image", "as_image"]
+__all__ = ["MAX_ALLOC", "MAX_SIDE", "Image", "TensorView", "as_image"]
 
 MAX_SIDE = 16384
 MAX_ALLOC = 256 * 1024 * 1024
@@ -15,7 +15,37 @@ Layout = Literal["hwc", "chw"]
 _DTYPES = (torch.uint8, torch.float32)
 
 
-class Image:
+class TensorView:
+    """A CPU tensor seen by numpy (``__array__``) and DLPack without a copy.
+
+    Each view is taken from a fresh ``tensor.view``, so the storage's use count tells whether any view is alive.
+    """
+
+    __slots__ = ()
+    tensor: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape, in its layout."""
+        return tuple(self.tensor.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The element type."""
+        return self.tensor.dtype
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self.tensor.view(self.tensor.shape).numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.tensor.view(self.tensor.shape).__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.tensor.__dlpack_device__()
+
+
+class Image(TensorView):
     """An image: a contiguous uint8 or float32 CPU tensor in ``"hwc"`` or ``"chw"`` layout, 1-4 channels.
 
     ``np.asarray(image)``, ``torch.from_dlpack(image)`` and ``image.tensor`` view its data without a copy.
@@ -72,29 +102,9 @@ class Image:
         return cls(tensor.contiguous(), "hwc")
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """The tensor's shape, in its layout."""
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """``torch.uint8`` or ``torch.float32``."""
-        return self.tensor.dtype
-
-    @property
     def hwc(self) -> torch.Tensor:
         """The data as (height, width, channels), a view."""
         return self.tensor if self.layout == "hwc" else self.tensor.permute(1, 2, 0)
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        arr = self.tensor.view(self.tensor.shape).numpy()  # a fresh view keeps the storage counted as in use
-        return arr if dtype is None else arr.astype(dtype, copy=False)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.tensor.view(self.tensor.shape).__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
 
     def __repr__(self) -> str:
         return f"Image(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r})"

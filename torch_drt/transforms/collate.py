@@ -6,10 +6,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
-from torch_drt.transforms._image import as_image
+from torch_drt.transforms._image import TensorView, as_image
 
 __all__ = ["ImageBatch", "ImageCollator"]
 
@@ -21,7 +20,7 @@ def _storage_uses(tensor: torch.Tensor) -> int | None:
     return None if use_count is None else use_count(tensor.untyped_storage()._cdata)
 
 
-class ImageBatch:
+class ImageBatch(TensorView):
     """A batch in one buffer. ``np.asarray(batch)`` and ``torch.from_dlpack(batch)`` are writable views of it
     (without a copy) that keep it alive; ``batch.tensor`` is the buffer itself."""
 
@@ -30,26 +29,8 @@ class ImageBatch:
     def __init__(self, tensor: torch.Tensor, layout: str, pool: _BufferPool | None = None) -> None:
         self.tensor, self.layout, self._pool = tensor, layout, pool
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.tensor.dtype
-
     def __len__(self) -> int:
         return self.tensor.shape[0]
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        arr = self.tensor.view(self.tensor.shape).numpy()
-        return arr if dtype is None else arr.astype(dtype, copy=False)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.tensor.view(self.tensor.shape).__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
 
     def __reduce__(self):
         # Pickled (sent to another process, where torch moves the buffer to shared memory): the buffer now
