@@ -178,3 +178,13 @@ def test_layout_helper_reports_paths(make_cache):
     path = make_cache("x", n=3)
     assert open_cache(path).sample_count == 3
     assert isinstance(path, Path)
+
+
+def test_records_larger_than_a_shard_get_a_shard_each(runtime, tmp_path):
+    items = [drt.CacheInput(bytes([i]) * (25 + i), {"k": i}) for i in range(4)]
+    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=10)
+    (res,) = runtime.write_cache([Items("big", items)], tmp_path, writer_config=cfg)
+    layout = open_cache(res.path, verify=True)
+    assert [size for _, size in layout.shards] == [25, 26, 27, 28]
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == [bytes([i]) * (25 + i) for i in range(4)]
