@@ -7,6 +7,7 @@ import mmap
 import os
 import shutil
 from array import array
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -100,6 +101,7 @@ class _ShardFiles:
     """
 
     _CHUNK_BYTES = 4 << 20
+    _MAX_HASH_JOBS = 8  # at most 32 MiB of payloads waiting for the hash
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
@@ -107,7 +109,7 @@ class _ShardFiles:
         self.sizes: list[int] = []
         self.digests: list[str] = []
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-hash")
-        self._hash_job: Future | None = None
+        self._hash_jobs: deque[Future] = deque()
         self._fd = -1
         self._map: mmap.mmap | None = None
         self._pos = 0
@@ -130,15 +132,15 @@ class _ShardFiles:
         chunk, self._pending, self._pending_bytes = self._pending, [], 0
         if not chunk:
             return
-        if self._hash_job is not None:
-            self._hash_job.result()
-        self._hash_job = self._hasher.submit(_update_all, self._hash, chunk)
+        # One hashing thread runs the jobs in submission order; wait only when it lags far behind (memory).
+        while len(self._hash_jobs) >= self._MAX_HASH_JOBS:
+            self._hash_jobs.popleft().result()
+        self._hash_jobs.append(self._hasher.submit(_update_all, self._hash, chunk))
 
     def _close_current(self) -> None:
         self._hash_pending()
-        if self._hash_job is not None:
-            self._hash_job.result()
-            self._hash_job = None
+        while self._hash_jobs:
+            self._hash_jobs.popleft().result()
         self._map.flush()
         self._map.close()
         self._map = None
