@@ -40,17 +40,20 @@ class Compose(Transform):
 
 
 def _fuse(transforms: list[Any]) -> list[Any]:
-    """Run ToFloat, Normalize, ToChw (in either order of the last two) as one step with the same values."""
+    """Run [PadTo,] ToFloat, Normalize, ToChw (in either order of the last two) as one step with the same values."""
     from torch_drt.transforms.dtype import FloatNormalizeChw, Normalize, ToChw, ToFloat
+    from torch_drt.transforms.geometry import PadTo
 
     steps, i = [], 0
     while i < len(transforms):
-        window = transforms[i : i + 3]
+        pad = transforms[i] if type(transforms[i]) is PadTo else None
+        start = i + (pad is not None)
+        window = transforms[start : start + 3]
         kinds = [type(t) for t in window]
         if kinds in ([ToFloat, Normalize, ToChw], [ToFloat, ToChw, Normalize]):
             normalize = window[1] if kinds[1] is Normalize else window[2]
-            steps.append(FloatNormalizeChw(window[0], normalize))
-            i += 3
+            steps.append(FloatNormalizeChw(window[0], normalize, pad))
+            i = start + 3
         else:
             steps.append(transforms[i])
             i += 1

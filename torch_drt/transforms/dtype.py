@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from torch_drt.transforms._image import Image, as_image
@@ -75,20 +76,35 @@ class FloatNormalizeChw(Transform):
     broadcast over contiguous planes, much faster than over an innermost axis of 3).
     """
 
-    def __init__(self, to_float: ToFloat, normalize: Normalize) -> None:
-        self.to_float, self.normalize = to_float, normalize
+    def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
+        self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
+
+    def _values(self, x: torch.Tensor) -> torch.Tensor:
+        """ToFloat then Normalize, in place, on a float32 CHW tensor (the same element operations)."""
+        if self.to_float.scale:
+            x.div_(255)
+        return x.sub_(self.normalize._mean.view(-1, 1, 1)).div_(self.normalize._std.view(-1, 1, 1))
 
     def __call__(self, image: Any) -> Image:
         image = as_image(image)
         if image.dtype != torch.uint8:
             raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
         hwc = image.hwc
-        if hwc.shape[2] != len(self.normalize.mean):
-            raise ValueError(
-                f"Normalize has {len(self.normalize.mean)} channel values, the image has {hwc.shape[2]} channels"
-            )
-        out = torch.empty((hwc.shape[2], hwc.shape[0], hwc.shape[1]), dtype=torch.float32)
-        out.copy_(hwc.permute(2, 0, 1))
-        if self.to_float.scale:
-            out.div_(255)
-        return Image(out.sub_(self.normalize._mean.view(-1, 1, 1)).div_(self.normalize._std.view(-1, 1, 1)), "chw")
+        h, w, c = hwc.shape
+        if c != len(self.normalize.mean):
+            raise ValueError(f"Normalize has {len(self.normalize.mean)} channel values, the image has {c} channels")
+        pad = self.pad_to
+        if pad is None or (pad.width <= w and pad.height <= h):
+            out = torch.empty((c, h, w), dtype=torch.float32)
+            out.copy_(hwc.permute(2, 0, 1))
+            return Image(self._values(out), "chw")
+        # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
+        # pixel, and only the image's own pixels are converted.
+        dw, dh = max(0, pad.width - w), max(0, pad.height - h)
+        left, top = (dw // 2, dh // 2) if pad.anchor == "center" else (0, 0)
+        fill = self._values(torch.full((c, 1, 1), float(np.uint8(pad.fill)), dtype=torch.float32))
+        out = fill.expand(c, h + dh, w + dw).contiguous()
+        region = out[:, top : top + h, left : left + w]
+        region.copy_(hwc.permute(2, 0, 1))
+        self._values(region)
+        return Image(out, "chw")
