@@ -12,7 +12,7 @@ from typing import Any
 
 from torch_drt.nodes.batch_plan import BatchPlan
 
-__all__ = ["BatchFetcher", "EventLoopThread", "default_collate", "is_async_dataset"]
+__all__ = ["BatchFetcher", "EventLoopThread", "ItemBatchFetcher", "default_collate", "is_async_dataset"]
 
 logger = logging.getLogger("torch_drt.loader")
 
@@ -206,3 +206,29 @@ class BatchFetcher:
 
             batch = pin_memory(batch)
         return plan, batch
+
+
+class ItemBatchFetcher:
+    """Turns an ``ItemBatch`` from a node into ``(batch, collated)``: transform, collate, pin (picklable).
+
+    Args:
+        transform: ``transform(position, item) -> item`` or None.
+        collate_fn: ``collate_fn(items) -> batch``.
+        pin: pin the batch's tensors (CUDA only).
+    """
+
+    def __init__(
+        self, transform: Callable[[int, Any], Any] | None, collate_fn: Callable[[list[Any]], Any], pin: bool = False
+    ) -> None:
+        self.transform, self.collate_fn, self.pin = _two_arg(transform), collate_fn, pin
+
+    def __call__(self, batch: Any) -> tuple[Any, Any]:
+        items = batch.items
+        if self.transform is not None:
+            items = [self.transform(i, x) for i, x in zip(batch.indices, items)]
+        out = self.collate_fn(items)
+        if self.pin:
+            from torch.utils.data._utils.pin_memory import pin_memory
+
+            out = pin_memory(out)
+        return batch, out

@@ -10,11 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import torch
+from torchdata.nodes import BaseNode
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.loader._device import resolve_device, resolve_pin_memory
 from torch_drt.loader._fetch import BatchFetcher, EventLoopThread, default_collate, is_async_dataset
 from torch_drt.loader._iterator import LoaderIterator, LoaderPosition
+from torch_drt.loader._node_mode import node_iter, node_state_dict, setup_node_mode
 from torch_drt.nodes.batch_plan import BatchPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
@@ -57,7 +59,10 @@ class StatefulDataLoader(_TorchdataLoader):
     Args:
         dataset: a map-style dataset (``__len__``, ``__getitem__``, optional ``__getitems__``); its
             ``__getitem__`` may be ``async def`` (run on one event loop per loader, with an optional
-            ``async def aclose()`` awaited once when the loader is closed or dropped).
+            ``async def aclose()`` awaited once when the loader is closed or dropped). Or a torchdata node
+            (``torch_drt.nodes.CacheReaderNode`` over a ``CacheSampler``, say): its items are batched in its own
+            order and the checkpoint holds the node's state (no shuffle, sampler or rank striding: the node
+            decides), so a resume may change the batch size or the workers.
         batch_size: samples per batch on this rank.
         shuffle: shuffle positions with a keyed permutation, new each epoch.
         sampler: an iterable of indices read whole at each epoch start (not with ``shuffle``).
@@ -130,12 +135,15 @@ class StatefulDataLoader(_TorchdataLoader):
             raise ValueError(f"{worker_method=} must be 'thread' or 'process'")
         if timeout < 0:
             raise ValueError(f"{timeout=} must be >= 0")
-        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"dataset must be map-style (__len__ and __getitem__), got {type(dataset).__name__}")
+        self._node_mode = isinstance(dataset, BaseNode)
+        if not self._node_mode and (not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__")):
+            raise TypeError(
+                f"dataset must be map-style (__len__ and __getitem__) or a torchdata node, got {type(dataset).__name__}"
+            )
         self.rank, self.world_size = _default_topology(rank, world_size)
         Partition(0, batch_size, self.world_size, self.rank)  # validates rank and world size
-        dataset_len = len(dataset)
-        if drop_last and sampler is None and dataset_len < batch_size * self.world_size:
+        dataset_len = 0 if self._node_mode else len(dataset)
+        if drop_last and sampler is None and not self._node_mode and dataset_len < batch_size * self.world_size:
             raise ValueError(
                 f"the dataset has {dataset_len} samples, fewer than one global batch "
                 f"(batch_size={batch_size} x world_size={self.world_size}) and drop_last=True leaves nothing"
@@ -164,6 +172,14 @@ class StatefulDataLoader(_TorchdataLoader):
         self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.pin_memory = resolve_pin_memory(pin_memory)
         self._device = resolve_device(device)
+        self._pos = LoaderPosition()
+        self._generation = 0
+        self._pending_state: dict[str, Any] | None = None
+        if self._node_mode:
+            self._node_state: dict[str, Any] | None = None
+            setup_node_mode(self, dataset)
+            self._finalizer = weakref.finalize(self, _close, self._mapper, None, None)
+            return
         self._fetcher = BatchFetcher(dataset, transform, self.collate_fn, item_concurrency, pin=self.pin_memory)
         if worker_method == "process" and num_workers > 0:
             try:
@@ -191,9 +207,6 @@ class StatefulDataLoader(_TorchdataLoader):
         )
         self._loop = EventLoopThread() if is_async_dataset(dataset) and worker_method == "thread" else None
         self._fetcher.event_loop = self._loop
-        self._pos = LoaderPosition()
-        self._generation = 0
-        self._pending_state: dict[str, Any] | None = None
         aclose = getattr(dataset, "aclose", None)
         self._finalizer = weakref.finalize(self, _close, self._mapper, self._loop, aclose if self._loop else None)
 
@@ -207,6 +220,11 @@ class StatefulDataLoader(_TorchdataLoader):
 
     def __len__(self) -> int:
         """This rank's batches per epoch (a sampler without ``__len__`` makes this a ``TypeError``)."""
+        if self._node_mode:
+            if not hasattr(self.dataset, "__len__"):
+                raise TypeError("len(loader) needs a node with __len__")
+            n = len(self.dataset)
+            return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
         if self.sampler is not None and not hasattr(self.sampler, "__len__"):
             raise TypeError("len(loader) needs a sampler with __len__")
         n = len(self.sampler) if self.sampler is not None else len(self.dataset)
@@ -216,6 +234,8 @@ class StatefulDataLoader(_TorchdataLoader):
         return self._planner.partition.num_batches(self._pos.offset)
 
     def __iter__(self) -> LoaderIterator:
+        if self._node_mode:
+            return node_iter(self)
         if self._pending_state is not None:
             self._pos.epoch, self._pos.offset = (
                 self._pending_state[self.EPOCH_KEY],
@@ -245,6 +265,8 @@ class StatefulDataLoader(_TorchdataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded)."""
+        if self._node_mode:
+            return node_state_dict(self)
         epoch, offset = (
             (self._pending_state[self.EPOCH_KEY], self._pending_state[self.OFFSET_KEY])
             if self._pending_state is not None
@@ -274,6 +296,9 @@ class StatefulDataLoader(_TorchdataLoader):
         """
         if self._pos.active:
             raise RuntimeError("load_state_dict() while an iterator is active: exhaust or close it first")
+        if self._node_mode:
+            self._pending_state = dict(state_dict)
+            return
         try:
             epoch, offset = int(state_dict[self.EPOCH_KEY]), int(state_dict[self.OFFSET_KEY])
         except (KeyError, TypeError, ValueError) as e:

@@ -34,6 +34,10 @@ class CacheReaderNode(BaseNode[Any]):
         self.dataset = dataset
         self.active = dataset.active
 
+    def __len__(self) -> int:
+        """The source's length (a ``TypeError`` when it has none)."""
+        return len(self.source)
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])

@@ -71,6 +71,10 @@ class CacheSampler(BaseNode[int]):
         self._rows = np.empty(0, dtype=np.int64)
         self._rows_start = 0
 
+    def __len__(self) -> int:
+        """Rows per epoch (``num_samples``)."""
+        return self.num_samples
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:

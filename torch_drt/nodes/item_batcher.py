@@ -1,0 +1,73 @@
+"""ItemBatcher: batches of a node's items with their positions in the epoch (torchdata's Batcher, positioned)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from torchdata.nodes import BaseNode
+
+__all__ = ["ItemBatch", "ItemBatcher"]
+
+
+class ItemBatch(NamedTuple):
+    """Items taken together from a node.
+
+    Attributes:
+        start: the position of the first item in the epoch.
+        items: the items.
+    """
+
+    start: int
+    items: list[Any]
+
+    @property
+    def indices(self) -> list[int]:
+        """The items' positions in the epoch."""
+        return list(range(self.start, self.start + len(self.items)))
+
+
+class ItemBatcher(BaseNode[ItemBatch]):
+    """Groups ``batch_size`` items of ``source`` (the last group may be short unless ``drop_last``).
+
+    The state is the source's state after the last item taken plus the position, so a resume with another batch
+    size continues at the same item.
+
+    Args:
+        source: the node whose items are batched.
+        batch_size: items per batch.
+        drop_last: drop a short last batch.
+    """
+
+    SOURCE_KEY = "source"
+    POSITION_KEY = "position"
+
+    def __init__(self, source: BaseNode, batch_size: int, drop_last: bool = False) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"{batch_size=} must be > 0")
+        self.source, self.batch_size, self.drop_last = source, batch_size, drop_last
+        self._position = 0
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is None:
+            self.source.reset(None)
+            self._position = 0
+        else:
+            self.source.reset(initial_state[self.SOURCE_KEY])
+            self._position = int(initial_state[self.POSITION_KEY])
+
+    def next(self) -> ItemBatch:
+        items: list[Any] = []
+        try:
+            while len(items) < self.batch_size:
+                items.append(next(self.source))
+        except StopIteration:
+            if not items or self.drop_last:
+                raise
+        batch = ItemBatch(self._position, items)
+        self._position += len(items)
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {self.SOURCE_KEY: self.source.state_dict(), self.POSITION_KEY: self._position}
