@@ -48,6 +48,7 @@ def test_transform_gets_positions_and_data(dataset):
         return_indices=True,
     )
     (b1, i1), (b2, i2) = list(loader)
+    assert [i for i, _ in b2] == [4, 5]
     assert i1 == [0, 1, 2, 3] and i2 == [4, 5]
     assert b1[1] == (1, payload(1))
 
