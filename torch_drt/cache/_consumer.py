@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 from torch.utils.data import IterableDataset, get_worker_info
 
+from torch_drt.cache._transport import RingWriter
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample
 from torch_drt.sampling.budget import row_span
@@ -78,7 +79,9 @@ class CacheBatches(IterableDataset):
         transform: Callable[[CachedSample], Any] | None,
         collate_fn: Callable[[list[Any]], Any],
         native_num_workers: int,
+        transport_slots: int = 0,
     ) -> None:
+        self.transport_slots = transport_slots
         self.cache_paths = cache_paths
         self.snapshot_path = snapshot_path
         self.plans = plans
@@ -96,7 +99,17 @@ class CacheBatches(IterableDataset):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_reader", "_table", "_rows", "_draws", "_pool", "_cache_pos", "_sample_ids", "_cache_ids"):
+        for key in (
+            "_reader",
+            "_table",
+            "_rows",
+            "_draws",
+            "_pool",
+            "_cache_pos",
+            "_sample_ids",
+            "_cache_ids",
+            "_ring",
+        ):
             state.pop(key, None)
         state["_opened_in"] = None
         return state
@@ -130,6 +143,8 @@ class CacheBatches(IterableDataset):
             else:
                 self._draws = WeightedDraws.from_cumulative(cum, self.seed, stream=consumer)
         self._pool = ThreadPoolExecutor(self.native_num_workers) if self.native_num_workers > 1 else None
+        in_worker = get_worker_info() is not None
+        self._ring = RingWriter(self.transport_slots) if in_worker and self.transport_slots else None
         self._opened_in = os.getpid()
 
     def _stream_rows(self, start: int, count: int) -> np.ndarray:
@@ -175,7 +190,8 @@ class CacheBatches(IterableDataset):
             self._done += 1
             samples = self.read_batch(rows)
             items = samples if self.transform is None else [self.transform(s) for s in samples]
-            yield self.collate_fn(items)
+            batch = self.collate_fn(items)
+            yield batch if self._ring is None else self._ring.pack(batch)
 
     def state_dict(self) -> dict[str, int]:
         """This consumer's stream position and progress in the current pass."""

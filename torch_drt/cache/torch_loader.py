@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_drt.cache._consumer import CacheBatches, export_snapshot
+from torch_drt.cache._transport import RingReader
 from torch_drt.sampling.budget import rank_budget, worker_batches
 
 if TYPE_CHECKING:
@@ -49,6 +50,42 @@ _EXPLICIT = frozenset(
 
 def _identity(batch: Any) -> Any:
     return batch
+
+
+class _Unpacking:
+    """The loader's iterator, with batch tensors copied out of the workers' shared-memory rings."""
+
+    def __init__(self, iterator: Any, reader: RingReader) -> None:
+        self._iterator, self._reader = iterator, reader
+
+    def __iter__(self) -> _Unpacking:
+        return self
+
+    def __next__(self) -> Any:
+        return self._reader.unpack(next(self._iterator))
+
+    def __len__(self) -> int:
+        return len(self._iterator)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._iterator, name)
+
+
+def _loader_class() -> type:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    class CacheDataLoader(StatefulDataLoader):
+        """torchdata's StatefulDataLoader whose workers hand batches over through shared-memory rings."""
+
+        def __iter__(self) -> Any:
+            iterator = super().__iter__()
+            if self.num_workers == 0:
+                return iterator
+            if not hasattr(self, "_ring_reader"):
+                self._ring_reader = RingReader()
+            return _Unpacking(iterator, self._ring_reader)
+
+    return CacheDataLoader
 
 
 def _topology() -> tuple[int, int]:
@@ -100,7 +137,6 @@ def to_torch_dataloader(
 ) -> StatefulDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
     from torch.utils.data import default_collate
-    from torchdata.stateful_dataloader import StatefulDataLoader
 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"{batch_size=} must be an int > 0")
@@ -148,6 +184,7 @@ def to_torch_dataloader(
         transform=sample_transform_fn,
         collate_fn=default_collate if collate_fn is None else collate_fn,
         native_num_workers=native_num_workers,
+        transport_slots=2 * (prefetch_factor or 2) + 2 if num_workers > 0 else 0,
     )
     options: dict[str, Any] = {
         "batch_size": None,
@@ -164,6 +201,6 @@ def to_torch_dataloader(
         )
         if prefetch_factor is not None:
             options["prefetch_factor"] = prefetch_factor
-    loader = StatefulDataLoader(iterable, **options, **extra)
+    loader = _loader_class()(iterable, **options, **extra)
     weakref.finalize(iterable, shutil.rmtree, workdir, True)  # the iterable outlives every iterator
     return loader
