@@ -151,7 +151,8 @@ class _ShardFiles:
         self.sizes[-1] = self._pos
         self.digests.append(self._hash.hexdigest())
 
-    def append(self, data: bytes) -> tuple[int, int]:
+    def append(self, data: bytes) -> tuple[int, int, int]:
+        """Write one record; return its (shard, offset, length)."""
         n = len(data)
         if self._pos and self._pos + n > self.max_bytes:
             self._open_next()
@@ -165,7 +166,7 @@ class _ShardFiles:
         self._pending_bytes += n
         if self._pending_bytes >= self._CHUNK_BYTES:
             self._hash_pending()
-        return len(self.sizes) - 1, offset
+        return len(self.sizes) - 1, offset, n
 
     def close(self) -> None:
         try:
@@ -196,6 +197,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
     raw_bytes = 0
     try:
+        append = shards.append
         for i, item in enumerate(iter(source)):
             try:
                 data, meta = item.data, item.metadata
@@ -212,7 +214,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
                 schema = _schema_of(meta, i)
                 keys = frozenset(k for k, _ in schema)
                 columns = [(k, kind, _PY_TYPE[kind], []) for k, kind in schema]
-            if not isinstance(meta, Mapping) or len(meta) != len(keys) or meta.keys() != keys:
+            if (type(meta) is not dict and not isinstance(meta, Mapping)) or meta.keys() != keys:
                 raise _key_mismatch(meta, keys, i)
             for key, kind, py_type, values in columns:
                 value = meta[key]
@@ -227,8 +229,7 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
             raw_bytes += len(data)
             if compress is not None:
                 data = compress(data)
-            shard, offset = shards.append(data)
-            index.extend((shard, offset, len(data)))
+            index.extend(append(data))
             if i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
         count = len(index) // 3
