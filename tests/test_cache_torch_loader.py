@@ -178,3 +178,43 @@ def test_worker_batches_travel_through_shared_memory_rings_without_leaks(dataset
     gc.collect()
     after = {f for f in os.listdir("/dev/shm") if f.startswith("torch_drt_ring_")}
     assert after <= before  # the receiver unlinks each ring file once it has mapped it
+
+
+def dies(sample):
+    import os
+
+    if sample.sample_id == 5:
+        os._exit(7)
+    return sample.sample_id
+
+
+def slow(sample):
+    import time
+
+    time.sleep(2)
+    return sample.sample_id
+
+
+def test_a_dead_worker_is_reported_as_such(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=dies, collate_fn=list, batch_size=40, shuffle=False,
+                                         num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(RuntimeError, match="DataLoader worker .* exited unexpectedly"):
+        list(loader)
+
+
+def test_a_timeout_is_reported_as_such(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=slow, collate_fn=list, batch_size=1, shuffle=False,
+                                         num_workers=1, timeout=0.5, multiprocessing_context="fork")
+    with pytest.raises(RuntimeError, match=r"timed out after 0\.5 seconds"):
+        next(iter(loader))
+
+
+def test_worker_errors_keep_type_and_message(dataset):
+    loader = dataset.to_torch_dataloader(sample_transform_fn=bad_transform, collate_fn=list, batch_size=4,
+                                         num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(KeyError, match="no sample"):
+        next(iter(loader))
+
+
+def bad_transform(sample):
+    raise KeyError(f"no sample {sample.sample_id}")
