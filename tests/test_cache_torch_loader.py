@@ -198,7 +198,7 @@ def slow(sample):
 def test_a_dead_worker_is_reported_as_such(dataset):
     loader = dataset.to_torch_dataloader(sample_transform_fn=dies, collate_fn=list, batch_size=40, shuffle=False,
                                          num_workers=1, multiprocessing_context="fork")
-    with pytest.raises(RuntimeError, match="DataLoader worker .* exited unexpectedly"):
+    with pytest.raises(RuntimeError, match=r"DataLoader worker .* exited unexpectedly"):
         list(loader)
 
 
