@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 
-
-def median(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from _common import median_time as median  # stdlib-only helpers, importable under Python 3.13 too
 
 
 def main() -> None:
