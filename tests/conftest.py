@@ -33,6 +33,22 @@ class ListSource:
             yield drt.CacheInput(payload(i), {"label": i, "flag": i % 2 == 0, "score": i / 4, "tag": f"t{i}"})
 
 
+def rehash_manifest(path: Path) -> None:
+    """Make a cache's manifest record the current checksums of its index and metadata (a consistent forgery)."""
+    import hashlib
+    import json
+
+    import xxhash
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (path / name).read_bytes()
+        entry.update(
+            byte_len=len(data), sha256=hashlib.sha256(data).hexdigest(), xxh3_128=xxhash.xxh3_128_hexdigest(data)
+        )
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 @pytest.fixture
 def runtime() -> Iterator[drt.DatasetRuntime]:
     rt = drt.DatasetRuntime(num_workers=2)
