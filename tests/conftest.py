@@ -67,3 +67,45 @@ def make_cache(tmp_path: Path, runtime: drt.DatasetRuntime):
         return result.path
 
     return make
+
+
+def run_isolated(code: str, *, timeout: float = 120, memory_bytes: int | None = None):
+    """Run Python ``code`` in a fresh interpreter (tests/ on its path) so a crash fails a test, not pytest.
+
+    Args:
+        code: the program.
+        timeout: seconds before it is killed.
+        memory_bytes: an address-space limit for the child (a runaway allocation fails there).
+
+    Returns:
+        The ``subprocess.CompletedProcess`` (``returncode`` is negative for a signal, e.g. -7 for SIGBUS).
+    """
+    import subprocess
+    import sys
+    import textwrap
+
+    prelude = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    if memory_bytes is not None:
+        prelude += f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes}))\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def downgrade_to_v1(path: Path) -> None:
+    """Rewrite a format 2 cache as format 1 (the same records, an index without checksums)."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 4)[:, :3]
+    np.ascontiguousarray(index).tofile(path / "index.bin")
+    for name, entry in manifest["files"].items():
+        data = (path / name).read_bytes()
+        manifest["files"][name] = {"byte_len": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    for key in ("max_record_bytes", "record_checksum"):
+        del manifest[key]
+    manifest["format_version"] = 1
+    (path / "manifest.json").write_text(json.dumps(manifest))
