@@ -102,7 +102,7 @@ def downgrade_to_v1(path: Path) -> None:
     manifest = json.loads((path / "manifest.json").read_text())
     index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 4)[:, :3]
     np.ascontiguousarray(index).tofile(path / "index.bin")
-    for name, entry in manifest["files"].items():
+    for name in manifest["files"]:
         data = (path / name).read_bytes()
         manifest["files"][name] = {"byte_len": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     for key in ("max_record_bytes", "record_checksum"):

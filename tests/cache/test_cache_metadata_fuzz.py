@@ -36,7 +36,8 @@ WORKER = """
             rehash_manifest(scratch)
         print(json.dumps({"pos": pos, "outcome": "started"}), flush=True)
         try:
-            ds = rt.cached_dataset([scratch], reader_config=drt.ReaderConfig(seed=0, shuffle=False, validate_cache=verify))
+            config = drt.ReaderConfig(seed=0, shuffle=False, validate_cache=verify)
+            ds = rt.cached_dataset([scratch], reader_config=config)
             got = [[s.data.hex(), s.metadata] for s in ds]
             outcome = "ok" if got == expected else "wrong"
         except drt.CacheCorruptError:

@@ -123,7 +123,8 @@ def test_a_shard_truncated_after_open_is_an_error_not_sigbus(tmp_path):
     code = f"""
         import os
         import torch_drt as drt
-        ds = drt.DatasetRuntime(1).cached_dataset([{str(clean)!r}], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+        config = drt.ReaderConfig(seed=0, shuffle=False)
+        ds = drt.DatasetRuntime(1).cached_dataset([{str(clean)!r}], reader_config=config)
         os.truncate({str(clean / "shards" / "000000.bin")!r}, 10)
         try:
             list(ds)
@@ -140,7 +141,8 @@ def test_a_truncated_index_after_open_is_an_error_not_sigbus(tmp_path):
     code = f"""
         import os
         import torch_drt as drt
-        ds = drt.DatasetRuntime(1).cached_dataset([{str(clean)!r}], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+        config = drt.ReaderConfig(seed=0, shuffle=False)
+        ds = drt.DatasetRuntime(1).cached_dataset([{str(clean)!r}], reader_config=config)
         os.truncate({str(clean / "index.bin")!r}, 0)
         try:
             list(ds)
