@@ -105,7 +105,7 @@ def downgrade_to_v1(path: Path) -> None:
     for name in manifest["files"]:
         data = (path / name).read_bytes()
         manifest["files"][name] = {"byte_len": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    for key in ("max_record_bytes", "record_checksum"):
+    for key in ("max_record_bytes", "record_checksum", "cache_uid"):
         del manifest[key]
     manifest["format_version"] = 1
     (path / "manifest.json").write_text(json.dumps(manifest))

@@ -33,7 +33,8 @@ def test_manifest_records_version_counts_schema_and_checksums(make_cache):
     path = make_cache(n=12)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["format"] == "torch_drt.cache" and manifest["format_version"] == 2
-    assert manifest["record_checksum"] == "xxh3_64" and manifest["max_record_bytes"] == max(map(len, map(payload, range(12))))
+    assert manifest["record_checksum"] == "xxh3_64" and len(manifest["cache_uid"]) == 32
+    assert manifest["max_record_bytes"] == max(len(payload(i)) for i in range(12))
     assert manifest["sample_count"] == 12
     assert manifest["metadata_schema"] == [
         {"name": "flag", "kind": "bool"},

@@ -32,6 +32,7 @@ __all__ = [
     "METADATA_FILE",
     "RESERVED_COLUMNS",
     "SHARD_DIR",
+    "UID_KEY",
     "cache_id_for",
     "is_shard_name",
     "kind_of",
@@ -61,6 +62,7 @@ RESERVED_COLUMNS = frozenset({"cache_id", "sample_id", "weight"})
 INTERNAL_PREFIX = "__"  # column names starting with it belong to torch_drt's own snapshots
 KIND_TO_ARROW = {"bool": "bool", "int": "int64", "float": "double", "string": "string"}
 MAX_CACHE_ID = (1 << 64) - 1
+UID_KEY = b"torch_drt.cache_uid"  # metadata.arrow schema metadata: the manifest's cache_uid
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")

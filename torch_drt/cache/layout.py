@@ -52,6 +52,8 @@ class CacheLayout:
         fast_checksums: ``index.bin`` and ``metadata.arrow`` -> expected XXH3-128 (format 2; empty before).
         record_checksums: True when every index entry carries the XXH3-64 of its record (format 2).
         max_record_bytes: no payload of this cache decompresses to more bytes than this.
+        cache_uid: the random identity of this write (format 2), also stored in ``metadata.arrow``'s schema
+            metadata, so files of two caches with the same contents are still told apart.
         backend: where the cache's bytes come from.
     """
 
@@ -68,6 +70,7 @@ class CacheLayout:
     fast_checksums: dict[str, str] = field(default_factory=dict)
     record_checksums: bool = False
     max_record_bytes: int = 0
+    cache_uid: str = ""
     backend: CacheBackend | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -199,6 +202,13 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
     schema = _schema(m, legacy)
     shards, checksums, algo, raw_max = _shards(m)
     fast: dict[str, str] = {}
+    uid = ""
+    if version >= 2 and not legacy:
+        if m.get(manifest, "record_checksum", str) != "xxh3_64":
+            raise m.fail(f"unknown record checksum {manifest['record_checksum']!r:.40} (this torch_drt knows xxh3_64)")
+        uid = m.digest(manifest, "cache_uid")
+        if len(uid) != 32:
+            raise m.fail(f"manifest field 'cache_uid' must be 32 hex digits, got {uid!r:.80}")
     if legacy:
         checksums[INDEX_FILE] = m.digest(manifest, "index_sha256")
         checksums[METADATA_FILE] = m.digest(manifest, "metadata_sha256")
@@ -225,5 +235,6 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
         fast_checksums=fast,
         record_checksums=version >= 2 and not legacy,
         max_record_bytes=bound,
+        cache_uid=uid,
         backend=backend,
     )

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from torch_drt.cache._format import INDEX_FILE, KIND_TO_ARROW, METADATA_FILE
+from torch_drt.cache._format import INDEX_FILE, KIND_TO_ARROW, METADATA_FILE, UID_KEY
 from torch_drt.cache.backends import CacheBackend, MissingFile, StoredFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout, parse_manifest
@@ -113,6 +113,10 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
         raise CacheCorruptError(
             where, f"metadata has {table.num_rows} rows but the manifest records {layout.sample_count} samples"
         )
+    found = (table.schema.metadata or {}).get(UID_KEY, b"").decode(errors="replace")
+    if layout.cache_uid and found != layout.cache_uid:
+        raise CacheCorruptError(where, f"metadata is of cache {found[:40]!r}, the manifest of {layout.cache_uid!r}")
+    table = table.replace_schema_metadata(None)
     expected = [n for n, _ in layout.schema]
     if table.column_names != expected:
         raise CacheCorruptError(where, f"metadata columns {table.column_names} differ from manifest {expected}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
+import uuid
 from array import array
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from torch_drt.cache._format import (
     MANIFEST_FILE,
     METADATA_FILE,
     SHARD_DIR,
+    UID_KEY,
     cache_id_for,
     kind_of,
     shard_name,
@@ -124,10 +126,11 @@ class _Columns:
             values.append(value)
         return data
 
-    def write(self, path: Path) -> None:
-        """Write the columns as an Arrow IPC file."""
+    def write(self, path: Path, uid: str) -> None:
+        """Write the columns as an Arrow IPC file that names its cache (``uid``) in its schema metadata."""
         assert self.schema is not None
-        arrow_schema = pa.schema([pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema])
+        fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
+        arrow_schema = pa.schema(fields, metadata={UID_KEY: uid.encode()})
         arrays = {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in self._columns}
         with ipc.new_file(str(path), arrow_schema) as w:
             w.write_table(pa.table(arrays, schema=arrow_schema))
@@ -175,12 +178,14 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
         raise _BadInput("cache source yielded no samples")
     fsync_dir(staging / SHARD_DIR)
     np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
-    columns.write(staging / METADATA_FILE)
+    uid = uuid.uuid4().hex
+    columns.write(staging / METADATA_FILE, uid)
     compression = {"algo": comp.algo, "ratio": comp.ratio}
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "cache_id": cache_id_for(source.name),
+        "cache_uid": uid,
         "source_name": source.name,
         "sample_count": count,
         "payload_bytes": raw_bytes,
