@@ -123,8 +123,9 @@ def validate_column_name(name: object) -> str:
 
 
 def cache_id_for(source_name: str) -> int:
-    """Return the cache id of a source name: the first 8 bytes of its SHA-256, big-endian (dataset-rt's ids)."""
-    return int.from_bytes(hashlib.sha256(source_name.encode()).digest()[:8], "big")
+    """Return the cache id of a source name as dataset-rt computes it: the first 8 bytes of its SHA-256, read
+    big-endian, top bit cleared (63 bits)."""
+    return int.from_bytes(hashlib.sha256(source_name.encode()).digest()[:8], "big") & ((1 << 63) - 1)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
