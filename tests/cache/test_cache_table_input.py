@@ -127,3 +127,16 @@ def test_huge_table_weights_draw_in_proportion(runtime, make_cache):
     ds.set_epoch_len(30_000)
     counts = np.bincount([s.sample_id for s in ds], minlength=4)
     assert counts[3] == 0 and all(abs(c - 10_000) < 600 for c in counts[:3]), counts
+
+
+def test_rows_outside_the_active_table_are_index_errors(runtime, make_cache):
+    from torchdata.nodes import IterableWrapper, Loader
+
+    from torch_drt.nodes import CacheReaderNode
+
+    ds = runtime.cached_dataset([make_cache(n=4)], reader_config=SEQ)
+    for rows in ([4], [-1], [0, 9]):
+        with pytest.raises(IndexError, match="out of range for the active metadata table"):
+            ds.read_rows(np.array(rows))
+    with pytest.raises(IndexError, match="row 7 is out of range"):
+        list(Loader(CacheReaderNode(IterableWrapper([1, 7]), ds)))

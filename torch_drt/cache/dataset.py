@@ -206,9 +206,16 @@ class CachedDataset:
     # -- reading ------------------------------------------------------------------------------------------
 
     def read_rows(self, rows: np.ndarray, active: ActiveTable | None = None) -> CachedBatch:
-        """Read the samples of active-table ``rows`` in one gather."""
+        """Read the samples of active-table ``rows`` in one gather.
+
+        Raises:
+            IndexError: for a row outside the active table.
+        """
         active = self._active if active is None else active
         rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(active)):
+            bad = int(rows[(rows < 0) | (rows >= len(active))][0])
+            raise IndexError(f"row {bad} is out of range for the active metadata table ({len(active)} rows)")
         cache_pos, sample_ids = active.cache_pos[rows], active.sample_ids[rows]
         data = self.reader.read_many(cache_pos, sample_ids)
         meta_cols = [n for n in active.table.column_names if n not in (*IDENTITY, WEIGHT)]
