@@ -68,6 +68,15 @@ def _check_extents(layout: CacheLayout, index: np.ndarray) -> None:
         raise CacheCorruptError(where, f"index entry of sample {int(np.argmax(outside))} lies outside its shard")
 
 
+def _check_size(layout: CacheLayout, rel: str, what: str, size: int, expected: str) -> None:
+    try:
+        actual = layout.backend.size(rel)
+    except MissingFile as e:
+        raise CacheCorruptError(e.path, f"{what} file is missing") from None
+    if actual != size:
+        raise CacheCorruptError(layout.backend.where(rel), f"{what} is {actual} bytes; {expected}")
+
+
 def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
     """Open ``index.bin``, check it against the manifest and every entry against its shard's size.
 
@@ -75,14 +84,7 @@ def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
         The opened file (mapped where the backend maps) and the entries as a structured array over it.
     """
     size = layout.sample_count * layout.index_dtype.itemsize
-    try:
-        actual = layout.backend.size(INDEX_FILE)
-    except MissingFile as e:
-        raise CacheCorruptError(e.path, "index file is missing") from None
-    if actual != size:
-        raise CacheCorruptError(
-            layout.backend.where(INDEX_FILE), f"index is {actual} bytes; {layout.sample_count} samples need {size}"
-        )
+    _check_size(layout, INDEX_FILE, "index", size, f"{layout.sample_count} samples need {size}")
     file = layout.backend.open(INDEX_FILE, size)
     view = file.view()
     buf = view if view is not None else file.gather([0], [size])[0]
@@ -149,15 +151,7 @@ def verify_checksums(layout: CacheLayout) -> None:
 
 def _check_shard_sizes(layout: CacheLayout) -> None:
     for i, (_, size) in enumerate(layout.shards):
-        rel = layout.shard_path(i)
-        try:
-            actual = layout.backend.size(rel)
-        except MissingFile as e:
-            raise CacheCorruptError(e.path, "shard file is missing") from None
-        if actual != size:
-            raise CacheCorruptError(
-                layout.backend.where(rel), f"shard is {actual} bytes but the manifest records {size} (truncated?)"
-            )
+        _check_size(layout, layout.shard_path(i), "shard", size, f"the manifest records {size} (truncated?)")
 
 
 def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayout, pa.Table]:
