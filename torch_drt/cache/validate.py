@@ -61,9 +61,8 @@ def _check_extents(layout: CacheLayout, index: np.ndarray) -> None:
         raise CacheCorruptError(where, f"index entry of sample {bad} refers to shard {int(shard[bad])}, not listed")
     sizes = np.array([s for _, s in layout.shards], dtype=np.uint64)[shard]
     offset, length = index["offset"], index["length"]
-    outside = (offset > sizes) | (
-        length > sizes - offset
-    )  # no uint64 wrap: the subtraction counts where offset <= size
+    # no uint64 wrap-around: the subtraction only counts where offset <= size
+    outside = (offset > sizes) | (length > sizes - offset)
     if outside.any():
         raise CacheCorruptError(where, f"index entry of sample {int(np.argmax(outside))} lies outside its shard")
 
