@@ -3,6 +3,7 @@
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import (
     CachedSample,
@@ -15,7 +16,7 @@ from torch_drt.cache.records import (
     CacheWriteSuccess,
 )
 from torch_drt.cache.runtime import DatasetRuntime
-from torch_drt.cache.validate import CacheLayout, open_cache, verify_checksums
+from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
 
 __all__ = [
     "CacheCorruptError",
@@ -35,6 +36,7 @@ __all__ = [
     "ReaderConfig",
     "ShardCompression",
     "WriterConfig",
+    "load_cache",
     "open_cache",
     "verify_checksums",
 ]

@@ -21,7 +21,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from torch_drt.cache._transport import RingWriter
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CachedSample
+from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.sampling.budget import row_span
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -167,15 +167,8 @@ class CacheBatches(IterableDataset):
 
     def read_batch(self, rows: np.ndarray) -> list[CachedSample]:
         """Read active-snapshot ``rows`` as samples (payload, metadata dict, cache_id, sample_id)."""
-        data = self._read(rows)
         meta = self._table.select(self._table.column_names[4:]).take(pa.array(rows))
-        names = meta.column_names
-        columns = [c.to_pylist() for c in meta.columns]
-        ids = self._cache_ids[rows].tolist()
-        sids = self._sample_ids[rows].tolist()
-        return [
-            CachedSample(d, {n: col[i] for n, col in zip(names, columns)}, ids[i], sids[i]) for i, d in enumerate(data)
-        ]
+        return make_samples(self._read(rows), meta, self._cache_ids[rows], self._sample_ids[rows])
 
     def __iter__(self) -> Iterator[Any]:
         self._open()

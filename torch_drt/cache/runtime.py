@@ -19,7 +19,7 @@ from torch_drt.cache.records import (
     CacheWriteResult,
     CacheWriteSuccess,
 )
-from torch_drt.cache.validate import open_cache
+from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import WriteMode, write_source
 
 __all__ = ["DatasetRuntime"]
@@ -101,17 +101,23 @@ class DatasetRuntime:
         """
         return self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "create")
 
-    def cached_dataset(self, paths: Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
+    def cached_dataset(self, paths: str | Path | Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
         """Load known cache directories into one dataset.
 
+        Args:
+            paths: one cache directory (a str or ``Path``) or several.
+            reader_config: the reader settings.
+
         Raises:
+            FileNotFoundError: when a path does not exist.
             CacheCorruptError: naming the file of the first cache that fails validation.
             ValueError: when the caches do not share one schema or repeat a cache id.
         """
-        layouts = [open_cache(p, verify=reader_config.validate_cache) for p in paths]
-        if not layouts:
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        loaded = [load_cache(p, verify=reader_config.validate_cache) for p in paths]
+        if not loaded:
             raise ValueError("cached_dataset needs at least one cache path")
-        return CachedDataset(self, layouts, reader_config)
+        return CachedDataset(self, [lay for lay, _ in loaded], reader_config, tables=[t for _, t in loaded])
 
     def from_cache_sources(
         self,
