@@ -14,8 +14,8 @@ __all__ = ["FileDataset"]
 
 
 class FileDataset(LocatedDataset):
-    """File contents, read with one ``read`` after a size check. A map-style dataset (use ``item_concurrency``
-    to read several files of a batch at once).
+    """File contents, read to the end after a size check (never more than ``max_bytes + 1`` bytes). A map-style
+    dataset (use ``item_concurrency`` to read several files of a batch at once).
 
     Args:
         paths: one path (str or ``os.PathLike``) per item; a single str or path is refused (``TypeError``).

@@ -33,7 +33,8 @@ class ObjectStoreDataset(LocatedDataset):
 
     Credentials come from ``options`` (passed to the fsspec filesystem, e.g. ``key``/``secret``/
     ``client_kwargs`` for s3fs) and the usual environment variables (AWS_*, GOOGLE_*, AZURE_*). The filesystem is
-    made lazily in each process, so the dataset pickles for process workers.
+    made when the dataset is (which checks the URL and options), and again on first use in each process the
+    dataset is unpickled in, so it pickles for process workers.
 
     Args:
         url: the store and prefix, e.g. ``"s3://bucket/tiles"``.
