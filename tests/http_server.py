@@ -28,7 +28,7 @@ def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str]
 
     async def always(request: web.Request) -> web.Response:
         hits[request.path] += 1
-        return web.Response(status=int(request.match_info["status"]))
+        return web.Response(status=int(request.match_info["status"]), reason=request.query.get("reason"))
 
     async def auth(request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != "Bearer token":

@@ -100,6 +100,7 @@ def test_redirect_targets_never_show(server, target):
     "path, options, kind",
     [
         ("/status/404?token=TOKENSECRET#FRAGSECRET", {}, OSError),
+        ("/status/403?reason=token%20TOKENSECRET%20expired", {}, OSError),  # a reason phrase echoing the request
         ("/flaky/secret?sig=SIGSECRET", {"retries": 1}, OSError),
         ("/slow?s=2&token=TOKENSECRET", {"timeout": 0.2, "retries": 1}, TimeoutError),
         ("/big?size=5000&token=TOKENSECRET", {"max_bytes": 1000}, ValueError),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
+from http import HTTPStatus
 from typing import Any
 
 from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size, check_timeout
@@ -12,6 +13,14 @@ from torch_drt.sources._urls import redact, wire_url
 from torch_drt.sources.retry import AttemptError, parse_retry_after, transient_status
 
 __all__ = ["HttpDataset"]
+
+
+def _phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (a server's own phrase can echo the request, token and all)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class HttpDataset(LocatedDataset):
@@ -116,7 +125,7 @@ class HttpDataset(LocatedDataset):
             if response.status >= 400:
                 transient = transient_status(response.status)
                 retry_after = parse_retry_after(response.headers.get("Retry-After")) if transient else None
-                reason = f"HTTP {response.status} {(response.reason or '')[:100]}".rstrip()
+                reason = f"HTTP {response.status} {_phrase(response.status)}".rstrip()  # not the server's own text
                 raise AttemptError(reason, transient=transient, retry_after=retry_after)
             check_size(response.content_length, self.max_bytes, "the body (Content-Length)")
             if response.content_length is not None:  # size known and allowed: one read, no chunk loop
