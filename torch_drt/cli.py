@@ -220,17 +220,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``torch-drt`` with ``argv`` (default: the process arguments) and return its exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
-        return int(args.func(args))
-    except SystemExit as e:  # --help and --version
-        return e.code if isinstance(e.code, int) else 0
+        return _run(argv)
     except CliError as e:
         report(str(e))
         return e.status
+    except SystemExit as e:  # --help and --version (a status), or a command that exits with a message
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        report(str(e.code))
+        return 1
     except KeyboardInterrupt:
         report("interrupted")
         return 130

@@ -164,6 +164,12 @@ def test_traceback_flag_shows_the_error(tmp_path, monkeypatch):
         main(["--traceback", "cache", "build", str(tmp_path / "root"), "--source-spec", "my_specs:broken"])
 
 
+def test_a_command_that_exits_with_a_message_fails(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    err = fails(capsys, ["demo", "--workdir", str(tmp_path / "file"), "--samples", "8", "--steps", "1"])
+    assert "cache build failed" in err
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"torch-drt {drt.__version__}\n"
