@@ -92,7 +92,7 @@ def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[f
 
 
 def run_peers(repeats: int) -> dict:
-    """MosaicML Streaming and LitData, in their own venv (.bench/peers), on the same payloads."""
+    """MosaicML Streaming and LitData, in their side environment (benchmarks/_envs.py), on the same payloads."""
     import subprocess
 
     from _envs import env_python
