@@ -148,13 +148,15 @@ def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[f
 
 
 def run_peers(repeats: int) -> dict:
-    """MosaicML Streaming and LitData, in their own venv (.bench/peers), on the same payloads."""
+    """MosaicML Streaming and LitData, in their side environment (benchmarks/_envs.py), on the same payloads."""
     import subprocess
 
+    from _envs import env_python
+
     root = Path(__file__).resolve().parents[1]
-    python = root / ".bench" / "peers" / "bin" / "python"
+    python = env_python("peers")
     if not python.exists():
-        reason = "no peers venv (.bench/peers); create it with benchmarks/setup_peers.sh"
+        reason = f"no peers side environment at {python.parents[1]}; build it with benchmarks/setup_peers.sh"
         return {"mosaicml-streaming": {"error": reason}, "litdata": {"error": reason}}
     proc = subprocess.run(
         [str(python), str(root / "benchmarks" / "_side_peers.py"), str(repeats)],
