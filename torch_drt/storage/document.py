@@ -112,6 +112,27 @@ class DocumentStorage:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The element dtype when every cache holds arrays of one dtype, else None (bytes documents)."""
+        dtypes = set(self._dtypes)
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def lengths(self) -> np.ndarray:
+        """Elements per document (bytes for bytes documents) from the ``length`` column, reading no payload.
+
+        Raises:
+            KeyError: when a cache has no ``length`` column (``DocumentStorageWriter`` writes one).
+        """
+        from torch_drt.cache.validate import read_metadata
+
+        parts = []
+        for layout in self.reader.layouts:
+            if ("length", "int") not in layout.schema:
+                raise KeyError(f"{layout.path} has no 'length' column: write it with DocumentStorageWriter")
+            parts.append(read_metadata(layout).column("length").to_numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+
     def _locate(self, index: int) -> tuple[int, int]:
         if not 0 <= index < len(self):
             raise IndexError(f"document {index} is out of range for {len(self)} documents")

@@ -1,0 +1,104 @@
+"""PackedSequence: one fixed-length training sequence built from document pieces, with explicit padding."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["PAD_SEGMENT", "PackedSequence", "collate_packed"]
+
+PAD_SEGMENT = 0
+"""The segment id of padding; documents in a sequence are numbered 1, 2, 3, ..."""
+
+
+@functools.lru_cache(maxsize=16)
+def _constants(length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read-only segment ids, positions and loss mask of a sequence that is one whole piece of ``length``."""
+    ones = np.ones(length, dtype=np.int32)
+    positions = np.arange(length, dtype=np.int32)
+    mask = np.ones(length, dtype=bool)
+    for a in (ones, positions, mask):
+        a.flags.writeable = False
+    return ones, positions, mask
+
+
+class PackedSequence(NamedTuple):
+    """A sequence of ``L`` tokens made of whole or partial documents, then padding.
+
+    Attributes:
+        tokens: ``(L,)`` token ids; padding holds the packer's ``pad_id``.
+        segment_ids: ``(L,)`` int32: 1 for the first document piece, 2 for the next, ...; ``PAD_SEGMENT`` (0) on
+            padding.
+        positions: ``(L,)`` int32: the position of each token within its piece (restarting at 0 at each piece);
+            0 on padding.
+        loss_mask: ``(L,)`` bool: True on tokens, False on padding.
+
+    The arrays may be read-only views (of a memory-mapped stream, or shared constants): copy before writing.
+    """
+
+    tokens: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+    loss_mask: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens that are not padding."""
+        return int(np.count_nonzero(self.loss_mask))
+
+    @classmethod
+    def from_pieces(cls, pieces: Sequence[np.ndarray], length: int, pad_id: int, dtype: Any) -> PackedSequence:
+        """Concatenate ``pieces`` (1-D token arrays, ``sum(len) <= length``) and pad to ``length``.
+
+        Vectorised: a few numpy calls per sequence, none per token. A single piece of exactly ``length`` is
+        returned without a copy.
+
+        Raises:
+            ValueError: when the pieces hold more than ``length`` tokens.
+        """
+        sizes = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
+        n = int(sizes.sum())
+        if n > length:
+            raise ValueError(f"pieces of {n} tokens do not fit a sequence of {length}")
+        if len(pieces) == 1 and n == length:
+            return cls(np.asarray(pieces[0], dtype=dtype), *_constants(length))
+        tokens = np.empty(length, dtype=dtype)
+        if pieces:
+            np.concatenate(pieces, out=tokens[:n], casting="same_kind")
+        tokens[n:] = pad_id
+        segment_ids = np.zeros(length, dtype=np.int32)
+        segment_ids[:n] = np.repeat(np.arange(1, len(pieces) + 1, dtype=np.int32), sizes)
+        positions = np.zeros(length, dtype=np.int32)
+        starts = np.cumsum(sizes) - sizes
+        positions[:n] = np.arange(n, dtype=np.int32) - np.repeat(starts, sizes).astype(np.int32)
+        loss_mask = np.zeros(length, dtype=bool)
+        loss_mask[:n] = True
+        return cls(tokens, segment_ids, positions, loss_mask)
+
+    @classmethod
+    def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:
+        """A sequence of padding only (what a rank receives past the end of a stream)."""
+        return cls.from_pieces([], length, pad_id, dtype)
+
+
+def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
+    """Stack packed sequences into ``(B, L)`` torch tensors keyed by field name.
+
+    Tokens keep their dtype, except that uint16 widens to int32 and uint32 to int64 (torch's support for those
+    is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an empty dict.
+    """
+    import torch
+
+    if not items:
+        return {}
+    out = {}
+    for name in PackedSequence._fields:
+        arrays = [getattr(item, name) for item in items]
+        stacked = np.stack(arrays)
+        if stacked.dtype.kind == "u" and stacked.dtype.itemsize > 1:
+            stacked = stacked.astype(np.int32 if stacked.dtype.itemsize == 2 else np.int64)
+        out[name] = torch.from_numpy(stacked)
+    return out
