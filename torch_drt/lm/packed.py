@@ -53,29 +53,32 @@ class PackedSequence(NamedTuple):
     def from_pieces(cls, pieces: Sequence[np.ndarray], length: int, pad_id: int, dtype: Any) -> PackedSequence:
         """Concatenate ``pieces`` (1-D token arrays, ``sum(len) <= length``) and pad to ``length``.
 
-        Vectorised: a few numpy calls per sequence, none per token. A single piece of exactly ``length`` is
-        returned without a copy.
+        A few slice copies per piece, no per-token Python work. A single piece of exactly ``length`` is returned
+        without a copy.
 
         Raises:
             ValueError: when the pieces hold more than ``length`` tokens.
         """
-        sizes = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
-        n = int(sizes.sum())
-        if n > length:
-            raise ValueError(f"pieces of {n} tokens do not fit a sequence of {length}")
-        if len(pieces) == 1 and n == length:
-            return cls(np.asarray(pieces[0], dtype=dtype), *_constants(length))
+        if len(pieces) == 1 and len(pieces[0]) == length:
+            view = np.asarray(pieces[0], dtype=dtype).view()
+            view.flags.writeable = False  # a view of the source: writing to it must not reach the source
+            return cls(view, *_constants(length))
+        arange = _constants(length)[1]
         tokens = np.empty(length, dtype=dtype)
-        if pieces:
-            np.concatenate(pieces, out=tokens[:n], casting="same_kind")
-        tokens[n:] = pad_id
         segment_ids = np.zeros(length, dtype=np.int32)
-        segment_ids[:n] = np.repeat(np.arange(1, len(pieces) + 1, dtype=np.int32), sizes)
         positions = np.zeros(length, dtype=np.int32)
-        starts = np.cumsum(sizes) - sizes
-        positions[:n] = np.arange(n, dtype=np.int32) - np.repeat(starts, sizes).astype(np.int32)
+        a = 0
+        for k, piece in enumerate(pieces, 1):  # a few slice copies per piece, nothing per token
+            b = a + len(piece)
+            if b > length:
+                raise ValueError(f"pieces of {b}+ tokens do not fit a sequence of {length}")
+            tokens[a:b] = piece
+            segment_ids[a:b] = k
+            positions[a:b] = arange[: b - a]
+            a = b
+        tokens[a:] = pad_id
         loss_mask = np.zeros(length, dtype=bool)
-        loss_mask[:n] = True
+        loss_mask[:a] = True
         return cls(tokens, segment_ids, positions, loss_mask)
 
     @classmethod

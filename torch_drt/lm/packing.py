@@ -5,13 +5,13 @@ flat lists ``[doc, start, n, doc, start, n, ...]`` naming the pieces of one sequ
 tokens, so every rank can plan the global stream cheaply and read only the sequences it delivers.
 
 - ``concat``: concatenate pieces and cut every ``L`` tokens (a piece may be cut across two sequences).
-- ``first_fit``: up to ``buffer_size`` open bins; a piece goes into the lowest-numbered bin with room.
+- ``first_fit``: up to ``buffer_size`` open bins; a piece goes into the oldest open bin with room.
 - ``best_fit``: up to ``buffer_size`` open bins; a piece goes into the bin it fills most tightly.
 
 In both fit methods a bin filled exactly is emitted at once; when no open bin has room for a piece and all
-``buffer_size`` bins are open, the fullest bin is emitted (only that one) and the piece opens a new bin. A piece of
-exactly ``L`` tokens is emitted as its own sequence. ``flush()`` emits the open bins in bin-number order. Ties are
-broken by the lowest bin number, so the emitted plans are a pure function of the pieces fed in.
+``buffer_size`` bins are open, the fullest bin is emitted (only that one) and the piece opens a new bin. A piece
+of exactly ``L`` tokens is emitted as its own sequence. ``flush()`` emits the open bins oldest first. Ties are
+broken by age (first fit) or bin number (best fit), so the plans are a pure function of the pieces fed in.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ class Packer:
         self.ready: deque[list[int]] = deque()
         self._bins: list[list[int] | None] = [None] * buffer_size
         self._free = list(range(buffer_size))  # a min-heap of unused bin numbers
+        self._age: list[int] = []  # open bin numbers, oldest first
 
     def add(self, doc: int, start: int, n: int) -> None:
         """Place tokens ``[start, start+n)`` of ``doc`` (``0 < n <= L``, except ``concat``: any ``n > 0``)."""
@@ -70,27 +71,28 @@ class Packer:
         return self.length - sum(self._bins[slot][2::3])  # type: ignore[index]
 
     def flush(self) -> None:
-        """Emit every open bin, in bin-number order."""
-        for slot in range(self.buffer_size):
-            if self._bins[slot] is not None:
-                self._emit(slot)
+        """Emit every open bin, oldest first."""
+        for slot in list(self._age):
+            self._emit(slot)
         self._rebuild()
 
     def _rebuild(self) -> None:
         """Recompute the method's index of open bins from ``self._bins``."""
 
     def state(self) -> dict[str, Any]:
-        """Open bins and emitted-but-untaken plans: bounded by ``buffer_size`` bins (JSON-serialisable)."""
-        bins = [[slot, *b] for slot, b in enumerate(self._bins) if b is not None]
+        """Open bins (oldest first) and emitted-but-untaken plans: bounded by ``buffer_size`` (JSON-serialisable)."""
+        bins = [[slot, *self._bins[slot]] for slot in self._age]  # type: ignore[misc]
         return {self.BINS_KEY: bins, self.READY_KEY: [list(p) for p in self.ready]}
 
     def restore(self, state: dict[str, Any]) -> None:
         """Return to ``state`` (from ``state()`` of a packer with the same settings)."""
         self._bins = [None] * self.buffer_size
+        self._age = []
         for slot, *segments in state[self.BINS_KEY]:
-            if not 0 <= slot < self.buffer_size or len(segments) % 3 or not segments:
+            if not 0 <= slot < self.buffer_size or self._bins[slot] is not None or len(segments) % 3:
                 raise ValueError(f"packer state has an invalid bin {slot} for buffer_size={self.buffer_size}")
             self._bins[slot] = [int(x) for x in segments]
+            self._age.append(slot)
         self._free = [s for s in range(self.buffer_size) if self._bins[s] is None]
         self.ready = deque([int(x) for x in p] for p in state[self.READY_KEY])
         self._rebuild()
@@ -123,33 +125,31 @@ class ConcatPacker(Packer):
 
 
 class FirstFitPacker(Packer):
-    """First fit over ``buffer_size`` open bins: the lowest-numbered bin with room takes the piece."""
+    """First fit over ``buffer_size`` open bins: the oldest open bin with room takes the piece."""
 
     def __init__(self, length: int, buffer_size: int) -> None:
         super().__init__(length, buffer_size)
-        self._room: list[int] = [-1] * buffer_size  # -1: no open bin under that number
+        self._room: list[int] = [0] * buffer_size
 
     def add(self, doc: int, start: int, n: int) -> None:
         if n == self.length:
             self.ready.append([doc, start, n])
             return
         room = self._room
-        for slot, r in enumerate(room):
+        for slot in self._age:
+            r = room[slot]
             if r >= n:
                 self._bins[slot].extend((doc, start, n))  # type: ignore[union-attr]
                 room[slot] = r - n
                 if r == n:
                     self._emit(slot)
-                    room[slot] = -1
                 return
         if not self._free:
-            fullest = min(range(self.buffer_size), key=room.__getitem__)
-            self._emit(fullest)
-            room[fullest] = -1
+            self._emit(min(self._age, key=room.__getitem__))  # the fullest; min() keeps the oldest of ties
         room[self._open(doc, start, n)] = self.length - n
 
     def _rebuild(self) -> None:
-        self._room = [-1 if b is None else self._remaining(s) for s, b in enumerate(self._bins)]
+        self._room = [0 if b is None else self._remaining(s) for s, b in enumerate(self._bins)]
 
 
 class BestFitPacker(Packer):
