@@ -60,11 +60,13 @@ class Packer:
         """Open a bin under the lowest unused number, holding ``segment`` (or nothing)."""
         slot = heapq.heappop(self._free)
         self._bins[slot] = list(segment)
+        self._age.append(slot)
         return slot
 
     def _emit(self, slot: int) -> None:
         self.ready.append(self._bins[slot])  # type: ignore[arg-type]
         self._bins[slot] = None
+        self._age.remove(slot)
         heapq.heappush(self._free, slot)
 
     def _remaining(self, slot: int) -> int:
