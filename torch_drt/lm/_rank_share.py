@@ -31,7 +31,8 @@ class RankShareNode(BaseNode[PackedSequence]):
     reading tokens; both raise ``StopIteration`` at the end of the epoch. Each ``next()`` handles one group of
     ``world_size`` positions: it takes this rank's and skips the others, so after k items every rank's state is
     the global stream at position k * world_size, whatever the rank. That is why a checkpoint of any rank
-    resumes any other topology. Past the end of the stream, the rest of the last group is padding
+    resumes any other topology. ``reset(None)`` starts the next epoch once the current one has begun (an item
+    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of the stream, the rest of the last group is padding
     (``PackedSequence.padding``), so every rank gets the same number of items.
 
     Args:
@@ -44,6 +45,7 @@ class RankShareNode(BaseNode[PackedSequence]):
     EPOCH_KEY = "epoch"
     POSITION_KEY = "position"
     ENDED_KEY = "ended"
+    STARTED_KEY = "started"
     STREAM_KEY = "stream"
 
     def __init__(self, sequence_length: int, pad_id: int, rank: int | None, world_size: int | None) -> None:
@@ -89,16 +91,17 @@ class RankShareNode(BaseNode[PackedSequence]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        if initial_state is None:
+        if initial_state is None:  # a new epoch, unless the current one has not begun
             self._epoch += 1 if self._started else 0
-            self._position, self._ended = 0, False
+            self._position, self._ended, self._started = 0, False, False
             self._restart(self._epoch, None)
         else:
             self._epoch = int(initial_state[self.EPOCH_KEY])
             self._position = int(initial_state[self.POSITION_KEY])
             self._ended = bool(initial_state[self.ENDED_KEY])
+            self._started = bool(initial_state[self.STARTED_KEY])
             self._restart(self._epoch, initial_state[self.STREAM_KEY])
-        self._started, self._failed = False, None
+        self._failed = None
 
     def next(self) -> PackedSequence:
         if self._failed:
@@ -129,5 +132,6 @@ class RankShareNode(BaseNode[PackedSequence]):
             self.EPOCH_KEY: self._epoch,
             self.POSITION_KEY: self._position,
             self.ENDED_KEY: self._ended,
+            self.STARTED_KEY: self._started,
             self.STREAM_KEY: self._stream_state(),
         }
