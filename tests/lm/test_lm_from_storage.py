@@ -69,3 +69,18 @@ def test_collate_widens_unsigned_tokens():
     batch = collate_packed([seq, seq])
     assert batch["tokens"].dtype == torch.int32 and batch["tokens"].tolist() == [[0, 1, 2, 0]] * 2
     assert batch["loss_mask"].dtype == torch.bool and collate_packed([]) == {}
+
+
+def test_stream_windows_equal_the_packer_node_stream(tmp_path):
+    from lm_corpora import digest
+
+    from torch_drt.lm import PackerNode
+
+    stream = write_stream(tmp_path, "s", np.arange(5000, dtype=np.int32), shard_elements=333)
+    loader = StatefulDataLoader.from_storage(stream, list, sequence_length=L, packing="concat", local_batch_size=4,
+                                             shuffle=True, shuffle_seed=21, drop_last=False)
+    node = PackerNode(stream, L, shuffle=True, seed=21)
+    node.reset()
+    assert [digest(s) for b in loader for s in b] == [digest(s) for s in node]
+    with pytest.raises(TypeError, match=r"\['buffer_size'\] do not apply"):
+        StatefulDataLoader.from_storage(stream, list, sequence_length=L, packing={"buffer_size": 4})

@@ -105,7 +105,8 @@ def test_token_stream_is_concatenate_and_chunk(tmp_path):
     node = PackerNode(storage, L, method="concat")
     node.reset()
     seqs = list(node)
-    assert [s.tokens[s.loss_mask].tolist() for s in seqs] == [list(range(k, min(k + L, 1000))) for k in range(0, 1000, L)]
+    want = [list(range(k, min(k + L, 1000))) for k in range(0, 1000, L)]
+    assert [s.tokens[s.loss_mask].tolist() for s in seqs] == want
     assert seqs[-1].num_tokens == 1000 % L and seqs[0].segment_ids.tolist() == [1] * L
 
 

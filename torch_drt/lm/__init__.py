@@ -15,6 +15,7 @@ from torch_drt.lm.packing import BEST_FIT, CONCAT, FIRST_FIT, METHODS
 from torch_drt.lm.planner import DROP, OVERLONG, SPLIT, TRUNCATE
 from torch_drt.lm.source import TokenSource
 from torch_drt.lm.token_stream_source import TokenStreamSource
+from torch_drt.lm.window_dataset import PackedWindows
 
 __all__ = [
     "BEST_FIT",
@@ -30,6 +31,7 @@ __all__ = [
     "DocumentSource",
     "MixerNode",
     "PackedSequence",
+    "PackedWindows",
     "PackerNode",
     "TokenSource",
     "TokenStreamSource",

@@ -32,8 +32,9 @@ class RankShareNode(BaseNode[PackedSequence]):
     ``world_size`` positions: it takes this rank's and skips the others, so after k items every rank's state is
     the global stream at position k * world_size, whatever the rank. That is why a checkpoint of any rank
     resumes any other topology. ``reset(None)`` starts the next epoch once the current one has begun (an item
-    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of the stream, the rest of the last group is padding
-    (``PackedSequence.padding``), so every rank gets the same number of items.
+    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of
+    the stream, the rest of the last group is padding (``PackedSequence.padding``), so every rank gets the same
+    number of items.
 
     Args:
         sequence_length: ``L``.

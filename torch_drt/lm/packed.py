@@ -60,9 +60,11 @@ class PackedSequence(NamedTuple):
             ValueError: when the pieces hold more than ``length`` tokens.
         """
         if len(pieces) == 1 and len(pieces[0]) == length:
-            view = np.asarray(pieces[0], dtype=dtype).view()
-            view.flags.writeable = False  # a view of the source: writing to it must not reach the source
-            return cls(view, *_constants(length))
+            piece = pieces[0] if pieces[0].dtype == dtype else pieces[0].astype(dtype)
+            if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
+                piece = piece.view()
+                piece.flags.writeable = False
+            return cls(piece, *_constants(length))
         arange = _constants(length)[1]
         tokens = np.empty(length, dtype=dtype)
         segment_ids = np.zeros(length, dtype=np.int32)
@@ -87,21 +89,44 @@ class PackedSequence(NamedTuple):
         return cls.from_pieces([], length, pad_id, dtype)
 
 
+def _stack(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+    out = np.empty((len(arrays), len(arrays[0])), dtype=dtype)
+    for row, array in zip(out, arrays):  # one row copy each: cheaper than np.stack's checks
+        row[...] = array
+    return out
+
+
 def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
     """Stack packed sequences into ``(B, L)`` torch tensors keyed by field name.
 
     Tokens keep their dtype, except that uint16 widens to int32 and uint32 to int64 (torch's support for those
-    is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an empty dict.
+    is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an
+    empty dict.
+
+    Raises:
+        ValueError: when the sequences differ in length.
     """
     import torch
 
     if not items:
         return {}
-    out = {}
-    for name in PackedSequence._fields:
+    length = len(items[0].tokens)
+    dtype = items[0].tokens.dtype
+    if dtype.kind == "u" and dtype.itemsize > 1:
+        dtype = np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
+    try:
+        out = {"tokens": torch.from_numpy(_stack([item.tokens for item in items], dtype))}
+    except ValueError:
+        lengths = sorted({len(item.tokens) for item in items})
+        raise ValueError(f"cannot collate packed sequences of lengths {lengths}") from None
+    ones, positions, _ = _constants(length)
+    if all(item.segment_ids is ones for item in items):  # whole sequences: the other fields are known
+        shape = (len(items), length)
+        out["segment_ids"] = torch.ones(shape, dtype=torch.int32)
+        out["positions"] = torch.from_numpy(np.broadcast_to(positions, shape).copy())
+        out["loss_mask"] = torch.ones(shape, dtype=torch.bool)
+        return out
+    for name in ("segment_ids", "positions", "loss_mask"):
         arrays = [getattr(item, name) for item in items]
-        stacked = np.stack(arrays)
-        if stacked.dtype.kind == "u" and stacked.dtype.itemsize > 1:
-            stacked = stacked.astype(np.int32 if stacked.dtype.itemsize == 2 else np.int64)
-        out[name] = torch.from_numpy(stacked)
+        out[name] = torch.from_numpy(_stack(arrays, arrays[0].dtype))
     return out

@@ -45,9 +45,9 @@ class PackerNode(RankShareNode):
 
     Args:
         source: a ``TokenSource``, a ``DocumentStorage`` of token arrays, or a ``TokenStreamStorage`` (read as
-            windows of ``sequence_length``: packing it is concatenate-and-chunk).
+            windows of ``sequence_length``, each one sequence: concatenate-and-chunk, the last window padded).
         sequence_length: ``L``, tokens per sequence.
-        method: ``"concat"`` (concatenate and chunk), ``"first_fit"`` or ``"best_fit"``.
+        method: for documents: ``"concat"`` (concatenate and chunk), ``"first_fit"`` or ``"best_fit"``.
         buffer_size: open sequences of the fit methods.
         overlong: documents longer than ``L``: ``"split"`` (pieces of ``L``, the remainder packed), ``"drop"`` or
             ``"truncate"``.
@@ -80,11 +80,13 @@ class PackerNode(RankShareNode):
         super().__init__(sequence_length, pad_id, rank, world_size)
         self.source = as_token_source(source, sequence_length)
         self.dtype = np.dtype(self.source.dtype)
+        whole = self.source.whole_documents
         self.planner = SourcePlanner(
-            self.source.lengths(), sequence_length, method, buffer_size, overlong, shuffle, seed
+            self.source.lengths(), sequence_length, method, buffer_size, overlong, shuffle, seed, whole
         )
         self._settings = {"sequence_length": sequence_length, "method": method, "buffer_size": buffer_size,
-                          "overlong": overlong, "shuffle": shuffle, "seed": seed, "documents": len(self.source)}
+                          "overlong": overlong, "shuffle": shuffle, "seed": seed, "documents": len(self.source),
+                          "whole_documents": whole}
         self._tokens = 0
         self._sequences = 0
 
@@ -111,16 +113,15 @@ class PackerNode(RankShareNode):
         }
 
     def _count(self, plan: list[int]) -> int:
-        n = sum(plan[2::3])
+        n = plan[2] if len(plan) == 3 else sum(plan[2::3])
         self._tokens += n
         self._sequences += 1
         return n
 
     def _take(self) -> PackedSequence:
         plan = self.planner.next_plan()
-        sequence = PackedSequence.from_pieces(
-            self.source.read_plan(plan), self.sequence_length, self.pad_id, self.dtype
-        )
+        pieces = [self.source.read(*plan)] if len(plan) == 3 else self.source.read_plan(plan)
+        sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype)
         self._count(plan)
         return sequence
 

@@ -111,6 +111,9 @@ class ConcatPacker(Packer):
 
     def add(self, doc: int, start: int, n: int) -> None:
         length = self.length
+        if n == length and not self._fill:  # a whole sequence: no bin to open
+            self.ready.append([doc, start, n])
+            return
         while n:
             if self._bins[0] is None:
                 self._open()

@@ -24,7 +24,8 @@ class SourcePlanner:
     longer than ``L`` is, by ``overlong``: ``"split"`` into pieces of ``L`` (each its own sequence) and a
     remainder that is packed like a document; ``"drop"``ped; or ``"truncate"``d to its first ``L`` tokens. With
     ``concat`` a split document simply runs on into the next sequences. Empty documents are skipped. At the end
-    of the epoch the open bins are emitted.
+    of the epoch the open bins are emitted. With ``whole_documents`` every document is one sequence (no packing;
+    documents must be at most ``L``).
 
     The state is the epoch's cursor (documents fed so far) and the packer's state: O(buffer_size).
 
@@ -36,6 +37,7 @@ class SourcePlanner:
         overlong: ``"split"``, ``"drop"`` or ``"truncate"``.
         shuffle: shuffle the documents each epoch.
         seed: the shuffle seed.
+        whole_documents: emit each document as its own sequence.
     """
 
     CURSOR_KEY = "cursor"
@@ -51,6 +53,7 @@ class SourcePlanner:
         overlong: str,
         shuffle: bool,
         seed: int,
+        whole_documents: bool = False,
     ) -> None:
         if overlong not in OVERLONG:
             raise ValueError(f"{overlong=} must be one of {OVERLONG}")
@@ -60,6 +63,9 @@ class SourcePlanner:
             raise ValueError("lengths must be a 1-D array of non-negative integers")
         self.length, self.method, self.overlong = sequence_length, method, overlong
         self.shuffle, self.seed = shuffle, seed
+        if whole_documents and self.lengths.size and self.lengths.max() > sequence_length:
+            raise ValueError(f"whole documents must hold at most {sequence_length=} tokens")
+        self.whole_documents = whole_documents
         self.epoch = 0
         self._cursor = 0
         self._order: KeyedPermutation | None = None
@@ -113,7 +119,10 @@ class SourcePlanner:
                 i = 0
             doc, n = self._ids[i], self._sizes[i]
             self._cursor += 1
-            if n <= length or split:
+            if self.whole_documents:
+                if n:
+                    packer.ready.append([doc, 0, n])
+            elif n <= length or split:
                 if n:
                     packer.add(doc, 0, n)
             elif self.overlong == TRUNCATE:

@@ -19,9 +19,12 @@ class TokenSource:
 
     Attributes:
         dtype: the token dtype.
+        whole_documents: each document is already one sequence (at most ``L`` tokens, e.g. the windows of a
+            token stream): the packer emits it as is instead of packing it.
     """
 
     dtype: np.dtype
+    whole_documents: bool = False
 
     def __len__(self) -> int:
         """Number of documents."""

@@ -13,8 +13,9 @@ __all__ = ["TokenStreamSource"]
 class TokenStreamSource(TokenSource):
     """Document ``d`` is the window ``[d*window, (d+1)*window)`` of the stream (the last one may be shorter).
 
-    With ``window`` equal to the sequence length, packing is concatenate-and-chunk; shuffling the packer's
-    documents shuffles the windows. Reads are views of the memory-mapped shards (a copy across a shard edge).
+    Each window is one sequence (``whole_documents``): with ``window`` equal to the sequence length this is
+    concatenate-and-chunk, the last window padded; shuffling the packer's documents shuffles the windows. Reads
+    are views of the memory-mapped shards (a copy across a shard edge).
 
     Args:
         storage: the stream.
@@ -26,6 +27,7 @@ class TokenStreamSource(TokenSource):
             raise ValueError(f"{window=} must be an int > 0")
         self.storage, self.window = storage, window
         self.dtype = storage.dtype
+        self.whole_documents = True
 
     def __len__(self) -> int:
         return -(-self.storage.total_elements // self.window)

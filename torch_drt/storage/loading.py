@@ -36,25 +36,32 @@ def loader_kwargs_from_storage(
     ``shuffle`` is False (as in guideloom); ``prefetch`` batches beyond the workers become ``prefetch_depth``
     (at least 1); ``drop_last`` defaults to True as in guideloom.
 
-    ``packing`` (torch_drt's addition) packs either storage into ``torch_drt.lm.PackedSequence`` items of
-    ``sequence_length`` tokens: a method name (``"concat"``, ``"first_fit"``, ``"best_fit"``) or a mapping of
-    ``PackerNode`` keywords. The dataset is then a ``PackerNode`` that shuffles (by ``shuffle_seed``, drawn at
-    random when None) and takes this rank's share itself.
+    ``packing`` (torch_drt's addition) yields ``torch_drt.lm.PackedSequence`` items of ``sequence_length``
+    tokens: a method name (``"concat"``, ``"first_fit"``, ``"best_fit"``) or a mapping of ``PackerNode``
+    keywords. A document storage becomes a ``PackerNode`` that shuffles (by ``shuffle_seed``, drawn at random
+    when None) and takes this rank's share itself; a token stream becomes ``PackedWindows`` (concatenate and
+    chunk; the method does not matter), shuffled and split by the loader.
 
     Raises:
         TypeError: for a missing or superfluous ``sequence_length``, or an unknown storage type.
     """
     if packing is not None:
-        from torch_drt.lm import PackerNode
+        from torch_drt.lm import PackedWindows, PackerNode
 
         if sequence_length is None:
             raise TypeError("packing needs sequence_length")
         options = {"method": packing} if isinstance(packing, str) else dict(packing)
-        if shuffle and shuffle_seed is None:
-            shuffle_seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
-        dataset: Any = PackerNode(storage, sequence_length, shuffle=shuffle, seed=shuffle_seed if shuffle else 0,
-                                  rank=rank, world_size=world_size, **options)
-        shuffle = False  # the node shuffles
+        if isinstance(storage, TokenStreamStorage):  # windows are addressable: map-style, the loader shuffles
+            if set(options) - {"method", "pad_id"}:
+                raise TypeError(f"a token stream is cut into windows: {sorted(set(options) - {'method', 'pad_id'})}"
+                                " do not apply")
+            dataset: Any = PackedWindows(storage, sequence_length, options.get("pad_id", 0))
+        else:
+            if shuffle and shuffle_seed is None:
+                shuffle_seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+            dataset = PackerNode(storage, sequence_length, shuffle=shuffle, seed=shuffle_seed if shuffle else 0,
+                                 rank=rank, world_size=world_size, **options)
+            shuffle = False  # the node shuffles
     elif isinstance(storage, TokenStreamStorage):
         if sequence_length is None:
             raise TypeError("a token stream storage needs sequence_length")
