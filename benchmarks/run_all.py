@@ -110,7 +110,8 @@ def packing_section(r: dict) -> list[str]:
         "",
         f"Concatenate-and-chunk from a token stream (sequence 2,048, batch 8, 2 threads, all four fields): "
         f"{st['drt'] / 1e6:.1f} M tok/s, {st['drt'] / st['ceiling']:.0%} of the numpy memory-map loop "
-        f"({st['ceiling'] / 1e6:.1f} M tok/s, tokens only).",
+        f"({st['ceiling'] / 1e6:.1f} M tok/s, tokens only); with a tokens-only collate "
+        f"{st['drt_tokens_only'] / st['ceiling']:.0%}.",
         "",
         f"Resume at 90% of a {rs['tokens']:,}-token epoch (best fit, sequence 4,096): first batch "
         f"{rs['resumed'] * 1e3:.1f} ms against {rs['fresh'] * 1e3:.1f} ms fresh ({rs['resumed'] / rs['fresh']:.2f}x); "
