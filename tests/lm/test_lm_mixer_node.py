@@ -121,3 +121,12 @@ def test_a_nested_mixer_is_a_source():
     outer.reset()
     seqs = global_stream(outer, 200)
     assert outer.source_tokens["ab"] == sum(s.num_tokens for s in seqs if origin(s) != "c")
+
+
+def test_a_checkpoint_of_other_sources_is_refused():
+    node = MixerNode(sources(), {"a": 1, "b": 1, "c": 1})
+    node.reset()
+    next(node)
+    two = {k: v for k, v in sources().items() if k != "c"}
+    with pytest.raises(ValueError, match="the checkpoint mixes"):
+        MixerNode(two, {"a": 1, "b": 1}).reset(node.state_dict())

@@ -150,3 +150,18 @@ def test_validation(source):
         PackerNode(source, L, buffer_size=0)
     with pytest.raises(ValueError, match="rank=3 must be an int in"):
         PackerNode(source, L, rank=3, world_size=3)
+
+
+def test_a_tampered_checkpoint_is_refused(source):
+    node = PackerNode(source, L, buffer_size=4)
+    node.reset()
+    next(node)
+    state = json.loads(json.dumps(node.state_dict()))
+    bins = state["stream"]["planner"]["packer"]["bins"]
+    assert bins, "the test needs an open sequence"
+    bins[0][2] = 10_000  # a piece starting far beyond the end of its document
+    with pytest.raises(ValueError, match="outside the source's documents"):
+        PackerNode(source, L, buffer_size=4).reset(state)
+    state["stream"]["planner"]["cursor"] = 10**9
+    with pytest.raises(ValueError, match="cursor"):
+        PackerNode(source, L, buffer_size=4).reset(state)

@@ -115,6 +115,8 @@ class MixerNode(RankShareNode):
         return sum(self.source_tokens.values())
 
     def _restart(self, epoch: int, state: dict[str, Any] | None) -> None:
+        if state is not None and sorted(state[self.SOURCES_KEY]) != self.names:
+            raise ValueError(f"the checkpoint mixes {sorted(state[self.SOURCES_KEY])}, this mixer {self.names}")
         for name in self.names:
             self.sources[name].reset(None if state is None else state[self.SOURCES_KEY][name])
         self._draws = 0 if state is None else int(state[self.DRAWS_KEY])

@@ -79,8 +79,22 @@ class SourcePlanner:
         self._cursor = 0 if state is None else int(state[self.CURSOR_KEY])
         if not 0 <= self._cursor <= n:
             raise ValueError(f"planner cursor {self._cursor} is outside the {n} documents")
-        self.packer.restore(state[self.PACKER_KEY] if state else {self.packer.BINS_KEY: [], self.packer.READY_KEY: []})
+        empty = {self.packer.BINS_KEY: [], self.packer.READY_KEY: []}
+        self.packer.restore(state[self.PACKER_KEY] if state else empty)
+        if state is not None:
+            self._check(state[self.PACKER_KEY])
         self._block_start, self._ids, self._sizes = self._cursor, [], []
+
+    def _check(self, packer_state: dict[str, Any]) -> None:
+        """Every piece of a restored state must lie inside its document: a checkpoint is user input."""
+        pieces = [p[1:] for p in packer_state[self.packer.BINS_KEY]] + list(packer_state[self.packer.READY_KEY])
+        flat = np.array([x for p in pieces for x in p], dtype=np.int64).reshape(-1, 3)
+        doc, start, n = flat.T
+        if len(flat) and (
+            doc.min() < 0 or doc.max() >= len(self.lengths) or start.min() < 0 or n.min() < 1
+            or np.any(start + n > self.lengths[np.clip(doc, 0, max(len(self.lengths) - 1, 0))])
+        ):
+            raise ValueError("the checkpoint's open sequences name pieces outside the source's documents")
 
     def state(self) -> dict[str, Any]:
         """JSON-serialisable: the cursor and the packer's open bins and queued plans."""
