@@ -16,7 +16,7 @@ from pathlib import Path
 ENV_VAR = "TORCH_DRT_BENCH_ENVS"
 CHECKOUT = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = {
-    "peers": "Python 3.11: MosaicML Streaming, LitData",
+    "peers": "Python 3.11: MosaicML Streaming, LitData, Grain",
     "py313": "Python 3.13: dataloader-rs, guideloom",
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the benchmark side environments (run once; the benchmarks report a peer as skipped without them), in
 # $TORCH_DRT_BENCH_ENVS or the default that benchmarks/_envs.py prints (outside the source tree, or a .bench/ kept):
-#   peers  Python 3.11 with torch, MosaicML Streaming and LitData (they pin numpy, so not in .venv)
+#   peers  Python 3.11 with torch, MosaicML Streaming, LitData and Grain (they pin numpy, so not in .venv)
 #   py313  Python 3.13 with dataloader-rs and guideloom (they install only there), and torch for guideloom
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,12 @@ if [[ ! -x "${ENVS}/peers/bin/python" ]]; then
   "${ENVS}/peers/bin/pip" install -q torch==2.14.1 torchvision==0.29.1
   "${ENVS}/peers/bin/pip" install -q mosaicml-streaming litdata "torchdata>=0.11,<0.12"
 fi
-PY313=$(command -v python3.13 2>/dev/null || ls ~/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null | head -1 || true)
+"${ENVS}/peers/bin/python" -c "import grain" 2>/dev/null || "${ENVS}/peers/bin/pip" install -q grain  # bench_packing.py
+# a pyenv shim answers `command -v` but may not run: take the first interpreter that does
+PY313=""
+for candidate in $(ls ~/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null) $(command -v python3.13 2>/dev/null); do
+  if "${candidate}" -c "" 2>/dev/null; then PY313="${candidate}"; break; fi
+done
 if [[ -n "${PY313}" && ! -x "${ENVS}/py313/bin/python" ]]; then
   "${PY313}" -m venv "${ENVS}/py313"
   "${ENVS}/py313/bin/pip" install -q dataloader-rs==0.2.0 guideloom==1.1.0 numpy aiohttp torch==2.14.1 "torchdata>=0.11,<0.12"

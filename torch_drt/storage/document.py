@@ -112,6 +112,43 @@ class DocumentStorage:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The element dtype when every cache holds arrays of one dtype, else None (bytes documents)."""
+        dtypes = set(self._dtypes)
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def lengths(self) -> np.ndarray:
+        """Elements per document (bytes for bytes documents) from the ``length`` column, reading no payload.
+
+        Raises:
+            KeyError: when a cache has no ``length`` column (``DocumentStorageWriter`` writes one).
+        """
+        from torch_drt.cache.validate import read_metadata
+
+        parts = []
+        for layout in self.reader.layouts:
+            if ("length", "int") not in layout.schema:
+                raise KeyError(f"{layout.path} has no 'length' column: write it with DocumentStorageWriter")
+            parts.append(read_metadata(layout).column("length").to_numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+
+    def arrays(self, indices: Any) -> list[np.ndarray]:
+        """Array documents at ``indices``, read with one index gather per cache (no per-element work).
+
+        Raises:
+            IndexError: for an index out of range.
+            TypeError: when a cache holds bytes documents.
+        """
+        ids = np.asarray(indices, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"a document index of {ids.tolist()} is out of range for {len(self)} documents")
+        pos = np.searchsorted(self._starts, ids, side="right") - 1
+        if any(self._dtypes[c] is None for c in np.unique(pos).tolist()):
+            raise TypeError("arrays() needs array documents (written with DocumentStorageWriter(dtype=...))")
+        payloads = self.reader.read_many(pos.astype(np.int32), ids - self._starts[pos])
+        return [np.frombuffer(p, dtype=self._dtypes[c]) for p, c in zip(payloads, pos.tolist())]
+
     def _locate(self, index: int) -> tuple[int, int]:
         if not 0 <= index < len(self):
             raise IndexError(f"document {index} is out of range for {len(self)} documents")
