@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine, median_time, run_side
+from _common import machine, median_time, run_side
 from _envs import env_python
 
 from torch_drt import StatefulDataLoader

@@ -16,7 +16,7 @@ fi
 "${ENVS}/peers/bin/python" -c "import grain" 2>/dev/null || "${ENVS}/peers/bin/pip" install -q grain  # bench_packing.py
 # a pyenv shim answers `command -v` but may not run: take the first interpreter that does
 PY313=""
-for candidate in $(ls ~/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null) $(command -v python3.13 2>/dev/null); do
+for candidate in $(command -v python3.13 2>/dev/null) $(ls ~/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null); do
   if "${candidate}" -c "" 2>/dev/null; then PY313="${candidate}"; break; fi
 done
 if [[ -n "${PY313}" && ! -x "${ENVS}/py313/bin/python" ]]; then

@@ -128,6 +128,7 @@ def test_setup_peers_script_builds_where_it_is_told(tmp_path):
     shims = tmp_path / "shims"
     shims.mkdir()
     fake_venv = (
+        'if [[ "$1" == -c ]]; then exit 0; fi\n'
         'if [[ "$1" == -m && "$2" == venv ]]; then mkdir -p "$3/bin"\n'
         '  printf \'#!/usr/bin/env bash\\necho "$@" >> "%s/pip.log"\\n\' "$3" > "$3/bin/pip"\n'
         '  printf \'#!/usr/bin/env bash\\n\' > "$3/bin/python"; chmod +x "$3/bin/pip" "$3/bin/python"; exit 0; fi\n'
