@@ -4,7 +4,8 @@ Every on-disk store of torch_drt (sample caches, token streams, document storage
 a hidden staging directory beside its target, each file fsynced, then renamed into place under a per-name lock,
 so a reader sees either nothing or the complete directory. A writer holds an advisory lock on its staging
 directory for as long as it lives, so a later writer of the same name can tell an abandoned one (its lock is
-free) from a live one, whatever the pid says.
+free) from a live one, whatever the pid says (where a file system has no ``flock`` on directories, the pid in
+the name decides).
 
 Names: ``ROOT/.staging-<pid>-<12 hex>-<name>`` (the name comes last and the fields before it have fixed
 alphabets, so ``ds`` and ``ds-999999`` never match each other), ``ROOT/.<name>.lock`` and, for a directory moved
@@ -79,8 +80,19 @@ def publish_lock(root: Path, name: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _lock_is_free(path: Path) -> bool:
-    """True when nobody holds the staging lock of ``path`` (its writer is gone)."""
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _writer_gone(path: Path) -> bool:
+    """True when the writer of staging directory ``path`` is gone: its lock is free (or, on a file system
+    without ``flock`` on directories, its pid no longer runs)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -89,6 +101,9 @@ def _lock_is_free(path: Path) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    except OSError:  # e.g. NFS: no flock on a read-only descriptor; the name's pid decides
+        match = _STAGING.match(path.name)
+        return match is not None and not _pid_alive(int(match.group(1)))
     finally:
         os.close(fd)  # closing drops the probe's lock too
     return True
@@ -106,7 +121,7 @@ def remove_stale_staging(root: Path, name: str) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        if staging_name_of(entry.name) == name and entry.is_dir() and _lock_is_free(entry):
+        if staging_name_of(entry.name) == name and entry.is_dir() and _writer_gone(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
@@ -134,7 +149,8 @@ class StagingDir:
         self.path = self.root / f".staging-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
         self.path.mkdir()
         self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        with contextlib.suppress(OSError):  # no flock here (NFS): the pid in the name tells instead
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     @property
     def target(self) -> Path:

@@ -140,3 +140,13 @@ def test_a_zeroed_record_checksum_in_a_forged_index_fails_on_read(runtime, make_
         list(ds)
     recorded = _manifest(path)["files"]["index.bin"]["sha256"]
     assert hashlib.sha256((path / "index.bin").read_bytes()).hexdigest() == recorded  # the index itself is "valid"
+
+
+@pytest.mark.parametrize("column", ["weight", "__cache_pos"])
+def test_stored_columns_named_like_the_tables_own_are_refused(make_cache, column):
+    path = make_cache("t", n=3)
+    manifest = _manifest(path)
+    manifest["metadata_schema"][0]["name"] = column
+    _save(path, manifest)
+    with pytest.raises(ValueError, match="torch_drt cannot load it"):
+        open_cache(path)

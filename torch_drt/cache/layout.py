@@ -14,6 +14,7 @@ from torch_drt.cache._format import (
     FORMAT_VERSION,
     INDEX_DTYPES,
     INDEX_FILE,
+    INTERNAL_PREFIX,
     KIND_TO_ARROW,
     LEGACY_FORMAT_VERSION,
     MANIFEST_FILE,
@@ -140,12 +141,12 @@ def _schema(m: _Manifest, legacy: bool) -> tuple[tuple[str, str], ...]:
     names = [n for n, _ in schema]
     if len(set(names)) != len(names):
         raise m.fail(f"manifest field 'metadata_schema' repeats a column: {names}")
-    clash = sorted(RESERVED_COLUMNS & set(names))
+    clash = sorted(RESERVED_COLUMNS & set(names)) + [n for n in names if n.startswith(INTERNAL_PREFIX)]
     if clash:
         detail = " (dataset-rt writes such caches but cannot return their metadata table either)" if legacy else ""
         raise ValueError(
-            f"{m.where}: the cache stores metadata column(s) {clash} with the name of a column torch_drt's metadata "
-            f"table adds itself; torch_drt cannot load it{detail}"
+            f"{m.where}: the cache stores metadata column(s) {clash} named like a column torch_drt's metadata "
+            f"table adds itself (cache_id, sample_id, weight, __*); torch_drt cannot load it{detail}"
         )
     return tuple(schema)
 

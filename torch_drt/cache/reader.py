@@ -20,7 +20,7 @@ from torch_drt.cache._compression import decompressor
 from torch_drt.cache._legacy import payload_index
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
-from torch_drt.cache.validate import load_index, open_cache
+from torch_drt.cache.validate import load_index, open_cache, open_layout
 from torch_drt.checksums import record_checksums
 
 __all__ = ["CacheReader"]
@@ -149,8 +149,12 @@ class CacheReader:
 
     @classmethod
     def open(cls, paths: Sequence[str | Path], verify: bool = False) -> CacheReader:
-        """Validate and open the caches at ``paths``."""
-        return cls([open_cache(p, verify=verify) for p in paths])
+        """Open the caches at ``paths`` for reading payloads.
+
+        The manifest, the shards' sizes and the index are checked as at every open; the metadata table, which
+        a reader does not use, is checked only with ``verify`` (then with every SHA-256, as ``open_cache``).
+        """
+        return cls([open_cache(p, verify=True) if verify else open_layout(p) for p in paths])
 
     def __reduce__(self):
         return (CacheReader, (self.layouts,))

@@ -145,7 +145,7 @@ class DatasetRuntime:
             return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
         try:
             dataset = self.cached_dataset(paths, reader_config=reader_config)
-        except (CacheCorruptError, ValueError) as e:
+        except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
             return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
         return CacheSourcesDatasetSuccess(dataset, results)
 

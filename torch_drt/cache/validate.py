@@ -30,6 +30,7 @@ __all__ = [
     "load_cache",
     "load_index",
     "open_cache",
+    "open_layout",
     "read_metadata",
     "verify_checksums",
 ]
@@ -153,11 +154,18 @@ def _check_shard_sizes(layout: CacheLayout) -> None:
         _check_size(layout, layout.shard_path(i), "shard", size, f"the manifest records {size} (truncated?)")
 
 
-def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayout, pa.Table]:
+def open_layout(location: str | Path | CacheBackend) -> CacheLayout:
+    """Parse a cache's manifest and check its shards' types and sizes: all a payload reader needs before it loads
+    (and checks) the index itself. ``open_cache`` checks the metadata table too."""
     backend = backend_for(location)
     backend.check_root()
     layout = parse_manifest(backend)
     _check_shard_sizes(layout)  # cheap checks before any hashing
+    return layout
+
+
+def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayout, pa.Table]:
+    layout = open_layout(location)
     index_file, index = load_index(layout)
     try:
         table = read_metadata(layout)
