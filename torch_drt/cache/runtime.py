@@ -9,6 +9,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt.cache.cache_set import open_layouts
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
@@ -19,7 +20,6 @@ from torch_drt.cache.records import (
     CacheWriteResult,
     CacheWriteSuccess,
 )
-from torch_drt.cache.validate import open_cache
 from torch_drt.cache.writer import WriteMode, write_source
 
 __all__ = ["DatasetRuntime"]
@@ -102,13 +102,13 @@ class DatasetRuntime:
         return self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "create")
 
     def cached_dataset(self, paths: Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
-        """Load known cache directories into one dataset.
+        """Load known cache directories into one dataset; a cache set's path stands for all its parts.
 
         Raises:
             CacheCorruptError: naming the file of the first cache that fails validation.
             ValueError: when the caches do not share one schema or repeat a cache id.
         """
-        layouts = [open_cache(p, verify=reader_config.validate_cache) for p in paths]
+        layouts = [layout for p in paths for layout in open_layouts(p, verify=reader_config.validate_cache)]
         if not layouts:
             raise ValueError("cached_dataset needs at least one cache path")
         return CachedDataset(self, layouts, reader_config)
