@@ -32,11 +32,15 @@ class _DirectorySource:
     def __len__(self) -> int:
         return len(self.files)
 
-    def __iter__(self):
+    def __getitem__(self, i: int):
         from torch_drt.cache import CacheInput
 
-        for path in self.files:
-            yield CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+        path = self.files[i]
+        return CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+
+    def __iter__(self):
+        for i in range(len(self.files)):
+            yield self[i]
 
 
 def _load_spec(spec: str, name: str | None) -> Any:
@@ -77,6 +81,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
         show_progress=not args.quiet,
         validate_cache=args.verify,
     )
+    from torch_drt._cli_sets import build_set, under_torchrun
+
+    if args.parts or under_torchrun():
+        return build_set(source, args.root, source.name, args.parts, config)
     with DatasetRuntime(1) as runtime:
         (result,) = runtime.write_cache([source], Path(args.root), writer_config=config)
     if isinstance(result, CacheWriteSuccess):
@@ -89,8 +97,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from torch_drt.cache import CacheCorruptError, open_cache
+    from torch_drt._cli_sets import set_info
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
+    if is_cache_set(args.path):
+        return set_info(args.path, args.json)
     try:
         layout = open_cache(args.path)
     except CacheCorruptError as e:
@@ -110,10 +121,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from torch_drt.cache import CacheCorruptError, open_cache
+    from torch_drt._cli_sets import verify_set
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
     status = 0
     for path in args.paths:
+        if is_cache_set(path):
+            status |= verify_set(path)
+            continue
         try:
             layout = open_cache(path, verify=True)
         except CacheCorruptError as e:
@@ -125,10 +140,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_ls(args: argparse.Namespace) -> int:
+    from torch_drt._cli_sets import ls_line
     from torch_drt.cache import CacheCorruptError, open_cache
 
     root = Path(args.root)
     for entry in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (line := ls_line(entry)) is not None:
+            print(line)
+            continue
         try:
             layout = open_cache(entry)
             print(f"{entry.name:<30} {layout.sample_count:>10} samples  {sum(s for _, s in layout.shards):>14,} bytes")
@@ -164,8 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_cmd_demo)
 
     cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(dest="cache_command", required=True)
-    build = cache.add_parser("build", help="build a cache from a directory of files or a Python source spec")
-    build.add_argument("root", help="cache root; the cache is written to ROOT/NAME")
+    build = cache.add_parser(
+        "build", help="build a cache (or a cache set, also under torchrun) from a directory or a Python source spec"
+    )
+    build.add_argument("root", help="cache root; the cache (or set) is written to ROOT/NAME")
     build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
     build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
@@ -173,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--max-shard-bytes", type=int, default=64 * 1024 * 1024)
     build.add_argument("--verify", action="store_true", help="verify checksums after writing")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument(
+        "--parts", type=int, help="build a cache set of this many parts (under torchrun: default one per rank)"
+    )
     build.set_defaults(func=_cmd_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")
     info.add_argument("path")

@@ -22,6 +22,7 @@ __all__ = [
     "part_bounds",
     "part_name",
     "plan_parts",
+    "plan_ranges",
     "split_rows",
 ]
 
@@ -163,24 +164,42 @@ class PartPlan:
         return {"name": self.name, "rows": self.rows, "origin": self.origin}
 
 
+def _check_names(set_name: str, count: int) -> None:
+    validate_set_name(set_name)
+    if count < 1:
+        raise ValueError("a cache set build needs at least one input")
+    if len(last := part_name(set_name, count - 1)) > _MAX_NAME:
+        raise ValueError(f"part name {last!r} would be longer than {_MAX_NAME} characters: use a shorter set name")
+
+
+def _range_part(set_name: str, index: int, start: int, stop: int, rows: Iterable[Any] | None, fn: Convert) -> PartPlan:
+    origin = f"rows {start}-{stop - 1}" if stop > start else "no rows"
+    return PartPlan(index, part_name(set_name, index), start, stop - start, origin, rows, fn)
+
+
+def plan_ranges(set_name: str, bounds: Sequence[tuple[int, int]], fn: Convert) -> list[PartPlan]:
+    """The parts of ``set_name`` over row ranges whose rows are attached later (by the task that writes them).
+
+    Raises:
+        ValueError: for an invalid set name or no ranges.
+    """
+    _check_names(set_name, len(bounds))
+    return [_range_part(set_name, k, a, b, None, fn) for k, (a, b) in enumerate(bounds)]
+
+
 def plan_parts(set_name: str, inputs: Sequence[Any]) -> list[PartPlan]:
     """The parts of ``set_name``: one per input, which is a ``RowRange`` or a cache source.
 
     Raises:
         ValueError: for an invalid set name or no inputs.
+        TypeError: for an input that is neither.
     """
-    validate_set_name(set_name)
     inputs = list(inputs)
-    if not inputs:
-        raise ValueError("a cache set build needs at least one input")
-    if len(last := part_name(set_name, len(inputs) - 1)) > _MAX_NAME:
-        raise ValueError(f"part name {last!r} would be longer than {_MAX_NAME} characters: use a shorter set name")
+    _check_names(set_name, len(inputs))
     plan = []
     for k, item in enumerate(inputs):
         if isinstance(item, RowRange):
-            origin = f"rows {item.start}-{item.stop - 1}" if len(item) else "no rows"
-            convert = item.fn or ColumnsToInput()
-            plan.append(PartPlan(k, part_name(set_name, k), item.start, len(item), origin, item, convert))
+            plan.append(_range_part(set_name, k, item.start, item.stop, item, item.fn or ColumnsToInput()))
         elif hasattr(item, "__iter__"):
             rows = len(item) if hasattr(item, "__len__") else None
             origin = f"source {getattr(item, 'name', type(item).__name__)!s}"
