@@ -27,15 +27,15 @@ _ROWS_PER_CHUNK = 256  # Arrow rows turned into Python rows at a time
 
 
 class _RowCounter:
-    """The build's row count, as a Ray actor: tasks add to it, the driver reads it."""
+    """Rows done per part, as a Ray actor: tasks add to it, the driver reads it."""
 
     def __init__(self) -> None:
-        self.rows = 0
+        self.rows: dict[int, int] = {}
 
-    def add(self, n: int) -> None:
-        self.rows += n
+    def add(self, index: int, n: int) -> None:
+        self.rows[index] = self.rows.get(index, 0) + n
 
-    def total(self) -> int:
+    def counts(self) -> dict[int, int]:
         return self.rows
 
 
@@ -51,7 +51,9 @@ def _arrow_rows(block_refs: Sequence[Any]) -> Iterator[dict[str, Any]]:
 def _write_part_task(part: PartPlan, block_refs: list[Any], set_dir: Path, config: WriterConfig, counter: Any):
     """One Ray task: write one part from its blocks (runs on a worker)."""
     rows = _arrow_rows(block_refs)
-    return write_part(dataclasses.replace(part, input=rows), set_dir, config, lambda n: counter.add.remote(n))
+    return write_part(
+        dataclasses.replace(part, input=rows), set_dir, config, lambda n: counter.add.remote(part.index, n)
+    )
 
 
 def _materialize_in_order(dataset: Any) -> Any:
@@ -74,18 +76,20 @@ def _run_tasks(
     counter = ray.remote(num_cpus=0)(_RowCounter).remote()
     task = ray.remote(_write_part_task).options(**options)
     pending = {task.remote(p, splits[p.index].to_arrow_refs(), set_dir, config, counter): p for p in plan}
-    base, outcomes = bar.done, []
+    base, finished, outcomes = bar.done, {}, []
     try:
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=_POLL_SECONDS)
             for ref in ready:
                 part = pending.pop(ref)
+                finished[part.index] = part.rows or 0  # its counts may still be on their way to the counter
                 try:
                     outcomes.append(ray.get(ref))
                 except RayError as e:  # the task died (a killed worker, a lost node) and its retries ran out
                     reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
                     outcomes.append(PartOutcome(part.index, part.name, "failed", message=reason))
-            bar.set(base + ray.get(counter.total.remote()))
+            running = {i: n for i, n in ray.get(counter.counts.remote()).items() if i not in finished}
+            bar.set(base + sum(finished.values()) + sum(running.values()))
     finally:
         ray.kill(counter)
     return outcomes

@@ -100,7 +100,7 @@ class CacheSet:
             raise CacheCorruptError(
                 self.path / SET_MANIFEST_FILE, f"part {redact(location)!r} is remote; only local parts can be opened"
             )
-        return self.path / location
+        return Path(os.path.normpath(self.path / location))
 
 
 def validate_set_name(name: object) -> str:
@@ -233,17 +233,19 @@ def open_layouts(path: str | Path, *, verify: bool = False) -> list[CacheLayout]
 
 
 def _location(set_dir: Path, part_dir: Path) -> str:
-    try:
-        return part_dir.resolve().relative_to(set_dir.resolve()).as_posix()
-    except ValueError:
-        return str(part_dir.resolve())
+    """The part's path relative to the set when both lie under the set's root (the root can move), else absolute."""
+    part, root = part_dir.resolve(), set_dir.resolve().parent
+    if part.is_relative_to(root):
+        return Path(os.path.relpath(part, set_dir.resolve())).as_posix()
+    return str(part)
 
 
 def publish_cache_set(path: str | Path, parts: Sequence[str | Path]) -> CacheSet:
     """Publish a set of existing caches at ``path`` (created when missing); never overwrites a set.
 
     Each part is opened (structure), checked against the others (one schema, distinct cache ids) and recorded
-    by its path relative to the set directory when it lies inside it, else by its absolute path. The manifest is
+    by its path relative to the set directory when both lie under one root (``ROOT/set``, ``ROOT/part`` or
+    ``ROOT/set/part``), else by its absolute path. The manifest is
     written to a temporary file, synced, and linked into place in one step that fails when a set is already
     there.
 
