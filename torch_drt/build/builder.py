@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,15 @@ def build_cache_set(
     """
     config = writer_config or WriterConfig()
     plan = plan_parts(name, inputs)
-    from torch_drt.build._distributed import Ranks, build_on_ranks
+    if "torch.distributed" in sys.modules:  # else no process group can be initialized (and torch stays unloaded)
+        from torch_drt.build._distributed import Ranks, build_on_ranks
 
-    ranks = Ranks.current()
-    if ranks is not None:
-        try:
-            return build_on_ranks(ranks, plan, root, name, config, exist_ok)
-        finally:
-            ranks.close()
+        ranks = Ranks.current()
+        if ranks is not None:
+            try:
+                return build_on_ranks(ranks, plan, root, name, config, exist_ok)
+            finally:
+                ranks.close()
     start = start_build(root, name, plan, exist_ok=exist_ok, verify=config.validate_cache)
     if start.complete is not None:
         return start.complete
