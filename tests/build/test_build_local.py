@@ -11,6 +11,7 @@ from conftest import ListSource
 import torch_drt as drt
 from torch_drt.build import RowRange, build_cache_set, split_rows
 from torch_drt.build.plan import part_bounds
+from torch_drt.cache import publish_cache_set
 
 
 def test_part_bounds():
@@ -117,6 +118,12 @@ def test_an_existing_set_is_refused_or_reused_never_rewritten(tmp_path):
     assert again.ok and again.path == first.path and [p.status for p in again.parts] == ["reused"] * 3
     assert [p.sample_count for p in again.parts] == [p.sample_count for p in first.parts]
     assert (tmp_path / "s" / "cacheset.json").read_bytes() == manifest and manifest_inodes(tmp_path / "s") == inodes
+
+
+def test_exist_ok_refuses_a_set_this_plan_did_not_build(tmp_path, make_cache):
+    publish_cache_set(tmp_path / "other", [make_cache("x", n=3, root=tmp_path)])
+    with pytest.raises(ValueError, match=r"was not built by this plan: it has parts \['../x'\]"):
+        build_cache_set([ListSource("a", 2)], tmp_path, "other", writer_config=QUIET, exist_ok=True)
 
 
 def test_a_rerun_with_another_plan_is_refused(tmp_path):

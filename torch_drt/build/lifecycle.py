@@ -90,6 +90,8 @@ def _check_plan(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> None:
 def _existing(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> BuildReport:
     cache_set, layouts = open_cache_set(set_dir)
     by_name = {part.location: layout for part, layout in zip(cache_set.parts, layouts)}
+    if stray := sorted(set(by_name) - {p.name for p in plan}):
+        raise ValueError(f"the set at {set_dir} was not built by this plan: it has parts {stray}")
     outcomes = tuple(
         PartOutcome(p.index, p.name, "reused", set_dir / p.name, by_name[p.name].sample_count)
         if p.name in by_name
