@@ -45,11 +45,15 @@ class _DirectorySource:
     def __len__(self) -> int:
         return len(self.files)
 
-    def __iter__(self):
+    def __getitem__(self, i: int):
         from torch_drt.cache import CacheInput
 
-        for path in self.files:
-            yield CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+        path = self.files[i]
+        return CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+
+    def __iter__(self):
+        for i in range(len(self.files)):
+            yield self[i]
 
 
 def _load_spec(spec: str, name: str | None) -> Any:
@@ -84,7 +88,8 @@ def _build_source(args: argparse.Namespace) -> Any:
 
 
 def cmd_cache_build(args: argparse.Namespace) -> int:
-    """``torch-drt cache build``: write a cache from a directory of files or a Python source spec."""
+    """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
+    from torch_drt._cli_sets import build_set, under_torchrun
     from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
 
     root = Path(args.root)
@@ -97,6 +102,8 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
         validate_cache=args.verify,
     )
     source = _build_source(args)
+    if args.parts or under_torchrun():
+        return build_set(source, args.root, source.name, args.parts, config)
     target = root / str(source.name)
     plain = Path(str(source.name)).name == str(source.name)  # else the writer refuses the name itself
     if plain and (target.exists() or target.is_symlink()):  # said before any sample is written
@@ -111,8 +118,11 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
 
 def cmd_cache_info(args: argparse.Namespace) -> int:
     """``torch-drt cache info``: a cache's format, source, counts, shard sizes and schema."""
-    from torch_drt.cache import CacheCorruptError, open_cache
+    from torch_drt._cli_sets import set_info
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
+    if is_cache_set(args.path):
+        return set_info(args.path, args.json)
     try:
         layout = open_cache(existing_dir(args.path))
     except CacheCorruptError as e:
@@ -131,10 +141,14 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
 
 def cmd_cache_verify(args: argparse.Namespace) -> int:
     """``torch-drt cache verify``: every checksum of every cache given; 1 when any is corrupt or unreadable."""
-    from torch_drt.cache import CacheCorruptError, open_cache
+    from torch_drt._cli_sets import verify_set
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
     status = 0
     for path in args.paths:
+        if is_cache_set(path):
+            status |= verify_set(path)
+            continue
         try:
             layout = open_cache(existing_dir(path), verify=True)
         except CacheCorruptError as e:
@@ -156,7 +170,12 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     from torch_drt.cache import CacheCorruptError, open_cache
 
     root = existing_dir(args.root)
+    from torch_drt._cli_sets import ls_line
+
     for entry in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (line := ls_line(entry)) is not None:
+            print(line)
+            continue
         try:
             layout = open_cache(entry)
         except CacheCorruptError as e:
@@ -184,8 +203,10 @@ def _add_cache(sub: Any) -> None:
     cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(
         dest="cache_command", metavar="COMMAND", required=True
     )
-    build = cache.add_parser("build", help="build a cache from a directory of files or a Python source spec")
-    build.add_argument("root", help="cache root; the cache is written to ROOT/NAME")
+    build = cache.add_parser(
+        "build", help="build a cache (or a cache set, also under torchrun) from a directory or a Python source spec"
+    )
+    build.add_argument("root", help="cache root; the cache (or set) is written to ROOT/NAME")
     build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
     build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
@@ -193,6 +214,9 @@ def _add_cache(sub: Any) -> None:
     build.add_argument("--max-shard-bytes", type=positive_int, default=64 * 1024 * 1024)
     build.add_argument("--verify", action="store_true", help="verify checksums after writing")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.add_argument(
+        "--parts", type=positive_int, help="build a cache set of this many parts (under torchrun: default one per rank)"
+    )
     build.set_defaults(func=cmd_cache_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")
     info.add_argument("path")

@@ -1,5 +1,6 @@
 """The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
 
+from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set, publish_cache_set
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
@@ -23,6 +24,8 @@ __all__ = [
     "CacheInput",
     "CacheLayout",
     "CacheReader",
+    "CacheSet",
+    "CacheSetPart",
     "CacheSource",
     "CacheSourcesDatasetError",
     "CacheSourcesDatasetSuccess",
@@ -36,7 +39,10 @@ __all__ = [
     "ReaderConfig",
     "ShardCompression",
     "WriterConfig",
+    "is_cache_set",
     "load_cache",
     "open_cache",
+    "open_cache_set",
+    "publish_cache_set",
     "verify_checksums",
 ]
