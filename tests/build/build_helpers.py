@@ -79,8 +79,10 @@ def read_all(path: Path) -> list[tuple]:
 
 
 def set_parts(path: Path) -> list[dict]:
-    """The part entries of a published set's manifest."""
-    return json.loads((Path(path) / "cacheset.json").read_text())["parts"]
+    """The part entries of a published set's manifest, without the parts' manifest checksums (each cache has a
+    random identity of its own, so two builds of the same samples differ there and only there)."""
+    parts = json.loads((Path(path) / "cacheset.json").read_text())["parts"]
+    return [{k: v for k, v in p.items() if k != "manifest_sha256"} for p in parts]
 
 
 def manifest_inodes(set_dir: Path) -> dict[str, int]:

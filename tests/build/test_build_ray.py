@@ -88,7 +88,8 @@ def test_a_killed_task_is_retried_by_ray_within_the_build(tmp_path):
 def test_a_failing_row_is_reported_with_part_and_row_and_other_parts_publish(tmp_path):
     report = build_cache_set(rows_dataset(30), tmp_path, "s", fn=BadAt(17), rows_per_part=10, writer_config=QUIET)
     (failure,) = report.failures
-    assert (failure.name, failure.row, failure.message) == ("s-00001", 17, "ValueError: undecodable row 17")
+    assert (failure.name, failure.row) == ("s-00001", 17)
+    assert failure.message.startswith("ValueError: undecodable row 17 (raised at ")
     assert sorted(p.name for p in (tmp_path / "s").iterdir() if not p.name.startswith(".")) == ["s-00000", "s-00002"]
 
 

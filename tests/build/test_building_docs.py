@@ -36,6 +36,6 @@ def test_the_build_example(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == f"published set images at {tmp_path / 'images'}: 600 samples in 4 written parts"
-    assert lines[1] == "first run: part retry-00002, input row 321: ValueError: truncated JPEG"
+    assert lines[1].startswith("first run: part retry-00002, input row 321: ValueError: truncated JPEG (raised at ")
     assert lines[2] == "rerun: retry-00000 reused, retry-00001 reused, retry-00002 written, retry-00003 reused"
     assert lines[3] == "set images: 600 samples in 4 parts; first is (32, 32) label {'label': 0}"

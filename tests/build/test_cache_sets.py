@@ -149,7 +149,7 @@ def _manifest(tmp_path, parts, **changes):
         (lambda b: b["parts"][1].update(cache_id=b["parts"][0]["cache_id"]), "share cache id"),
         (lambda b: b["parts"][1].update(metadata_schema=[]), "all parts of a set must share one schema"),
         (lambda b: b["parts"][0].update(sample_count=3), "not the cache the set recorded"),
-        (lambda b: b["parts"][0].update(path="missing"), "not a directory"),
+        (lambda b: b["parts"][0].update(path="missing"), "part missing does not exist"),
     ],
 )
 def test_hostile_set_manifests_raise_cache_corrupt_error(runtime, tmp_path, parts, mutate, message):

@@ -205,7 +205,10 @@ def _load_parts(cache_set: CacheSet, verify: bool) -> list[tuple[CacheLayout, pa
     loaded = []
     for part in cache_set.parts:
         part_dir = cache_set.part_path(part)
-        layout, table = load_cache(part_dir, verify=verify)
+        try:
+            layout, table = load_cache(part_dir, verify=verify)
+        except FileNotFoundError:
+            raise CacheCorruptError(part_dir, f"part {part.location} does not exist") from None
         recorded = (part.cache_id, part.sample_count, part.schema)
         if (layout.cache_id, layout.sample_count, layout.schema) != recorded or (
             _manifest_sha256(part_dir) != part.manifest_sha256
