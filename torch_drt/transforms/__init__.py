@@ -4,15 +4,19 @@ Heavy work runs in Pillow's decoders and resamplers and in torch kernels, which 
 loader's worker threads decode and transform in parallel.
 """
 
-from torch_drt.transforms._image import Image
+from torch_drt.transforms._image import MAX_ALLOC, MAX_BATCH_ALLOC, MAX_SIDE, Image
 from torch_drt.transforms.base import Compose, Transform
 from torch_drt.transforms.collate import ImageBatch, ImageCollator
 from torch_drt.transforms.color import ToGray, ToRgb, ToRgba
 from torch_drt.transforms.decode import Decode
 from torch_drt.transforms.dtype import Normalize, ToChw, ToFloat, ToHwc
-from torch_drt.transforms.geometry import CenterCrop, Crop, HFlip, Pad, PadTo, Resize, Rotate90, VFlip
+from torch_drt.transforms.geometry import CenterCrop, Crop, HFlip, Pad, PadTo, Rotate90, VFlip
+from torch_drt.transforms.resize import Resize
 
 __all__ = [
+    "MAX_ALLOC",
+    "MAX_BATCH_ALLOC",
+    "MAX_SIDE",
     "CenterCrop",
     "Compose",
     "Crop",
