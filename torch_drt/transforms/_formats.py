@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-__all__ = ["JpegHeader", "PngHeader", "jpeg_header", "png_header", "tiff_deep_reason"]
+__all__ = ["JpegHeader", "PngHeader", "WebpHeader", "jpeg_header", "png_header", "tiff_deep_reason", "webp_header"]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -24,6 +24,13 @@ class JpegHeader(NamedTuple):
     components: int
     precision: int
     progressive: bool
+
+
+class WebpHeader(NamedTuple):
+    width: int
+    height: int
+    alpha: bool
+    animated: bool
 
 
 def png_header(data: bytes | bytearray | memoryview) -> PngHeader | None:
@@ -56,6 +63,26 @@ def jpeg_header(data: bytes | bytearray | memoryview) -> JpegHeader | None:
             progressive = marker in (0xC2, 0xC6, 0xCA, 0xCE)
             return JpegHeader(width, height, view[pos + 9], view[pos + 4], progressive)
         pos += 2 + ((view[pos + 2] << 8) | view[pos + 3])
+    return None
+
+
+def webp_header(data: bytes | bytearray | memoryview) -> WebpHeader | None:
+    """The canvas size and flags of a WebP from its first chunk (VP8, VP8L or VP8X), or None when unreadable."""
+    head = bytes(data[:30])
+    if len(head) < 30 or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    kind, body = head[12:16], head[20:30]
+    if kind == b"VP8 " and body[3:6] == b"\x9d\x01\x2a":
+        width, height = struct.unpack("<HH", body[6:10])
+        return WebpHeader(width & 0x3FFF, height & 0x3FFF, False, False)
+    if kind == b"VP8L" and body[0] == 0x2F:
+        bits = int.from_bytes(body[1:5], "little")
+        return WebpHeader((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, bool(bits >> 28 & 1), False)
+    if kind == b"VP8X":
+        flags = body[0]
+        width = int.from_bytes(body[4:7], "little") + 1
+        height = int.from_bytes(body[7:10], "little") + 1
+        return WebpHeader(width, height, bool(flags & 0x10), bool(flags & 0x02))
     return None
 
 

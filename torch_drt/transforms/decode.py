@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
-from torch_drt.transforms._formats import jpeg_header, png_header, tiff_deep_reason
+from torch_drt.transforms._formats import jpeg_header, png_header, tiff_deep_reason, webp_header
 from torch_drt.transforms._image import MAX_ALLOC, MAX_SIDE, Image, check_max_alloc, from_hwc
 from torch_drt.transforms.base import Transform
 
@@ -44,16 +44,16 @@ warnings.filterwarnings(
 
 def _pillow_peak(mode: str, target: str, fmt: str, pixels: int) -> int:
     """Bytes Pillow's path allocates at its peak: Pillow's own image (1 or 4 bytes a pixel), the converted image,
-    the output twice (``tobytes`` and the array), a byte of decoder buffers, and WebP's decoded canvas and frame."""
+    the output twice (``tobytes`` and the array), two bytes of decoder buffers, and WebP's canvas and frame."""
     own = 1 if mode in ("1", "L", "P") else 4
     channels = _CHANNELS[target]
     converted = 0 if target == mode else (1 if channels == 1 else 4)
-    return pixels * (own + converted + 2 * channels + 1 + (12 if fmt == "WEBP" else 0))
+    return pixels * (own + converted + 2 * channels + 2 + (12 if fmt == "WEBP" else 0))
 
 
 class Decode(Transform):
-    """Decode encoded image bytes: JPEG with libjpeg-turbo (torchvision.io, one call without the GIL), every
-    other format, PNG included, with Pillow.
+    """Decode encoded image bytes: JPEG and still WebP with libjpeg-turbo and libwebp (torchvision.io, one call
+    without the GIL), every other format, PNG included, with Pillow.
 
     The result is an ``Image`` (C, H, W) in HWC memory with the image's own channels: grey 1, grey + alpha 2, RGB
     3, RGBA 4; palette images become RGB, or RGBA when they carry transparency; CMYK and YCbCr become RGB. The size
@@ -108,9 +108,16 @@ class Decode(Transform):
                 pixels = jpeg.width * jpeg.height
                 bytes_per_pixel = jpeg.components * (3 if jpeg.progressive else 1) + 1  # + coefficients, buffers
                 self._check(jpeg.width, jpeg.height, pixels * bytes_per_pixel)
-                fast = _torchvision_jpeg(data)
+                fast = _torchvision(data, "JPEG")
                 if fast is not None:
                     return fast
+        webp = webp_header(data) if png is None and jpeg is None else None
+        if webp is not None and not webp.animated:
+            channels = 4 if webp.alpha else 3
+            self._check(webp.width, webp.height, webp.width * webp.height * (channels + 5))  # + libwebp's ARGB rows
+            fast = _torchvision(data, "WEBP")
+            if fast is not None:
+                return fast
         return self._pillow(data)
 
     def _pillow(self, data: bytes | bytearray | memoryview) -> Image:
@@ -144,16 +151,17 @@ class Decode(Transform):
         return from_hwc(torch.from_numpy(arr[:, :, None] if arr.ndim == 2 else arr))
 
 
-def _torchvision_jpeg(data: bytes | bytearray | memoryview) -> Image | None:
-    """libjpeg-turbo through torchvision (without the GIL), or None when torchvision has no image codecs."""
+def _torchvision(data: bytes | bytearray | memoryview, fmt: str) -> Image | None:
+    """libjpeg-turbo or libwebp through torchvision (without the GIL), or None when torchvision has no codecs."""
     try:
-        from torchvision.io import ImageReadMode, decode_jpeg
+        from torchvision.io import ImageReadMode, decode_jpeg, decode_webp
     except ImportError:
         return None
     encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    decode = decode_jpeg if fmt == "JPEG" else decode_webp
     try:
-        chw = decode_jpeg(encoded, mode=ImageReadMode.UNCHANGED)
+        chw = decode(encoded, mode=ImageReadMode.UNCHANGED)
     except RuntimeError as e:
         message = _TORCHVISION_ERROR_PREFIX.sub("", str(e).splitlines()[0])
-        raise ValueError(f"corrupt or truncated JPEG image: {message}") from None
-    return chw.as_subclass(Image)  # libjpeg's HWC buffer, seen as (C, H, W)
+        raise ValueError(f"corrupt or truncated {fmt} image: {message}") from None
+    return chw.as_subclass(Image)  # the decoder's HWC buffer, seen as (C, H, W)
