@@ -175,6 +175,14 @@ def test_mutated_png_sample_never_crashes(tmp_path):
     assert not bad and len(outcomes) == len(cases)
 
 
+def test_mutated_tiff_sample_gives_typed_errors(tmp_path):
+    # case 379 of this sweep made Pillow raise TypeError while loading (found by the slow sweep)
+    cases = mutations("TIFF", 400, seed=11)[360:]
+    outcomes = decode_in_children(cases, tmp_path)
+    bad = {i: o for i, o in outcomes.items() if o not in ("decoded", "refused")}
+    assert not bad and len(outcomes) == len(cases)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "n"), [("PNG", 4000), ("JPEG", 4000), ("WEBP", 1000), ("TIFF", 1000),
                                         ("BMP", 1000), ("GIF", 1000)])

@@ -127,8 +127,8 @@ class Decode(Transform):
                 im = PILImage.open(io.BytesIO(data), formats=_FORMATS)
         except PILImage.DecompressionBombError as e:
             raise ValueError(f"image refused before decoding: {e}") from None
-        except (PILImage.UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-            raise ValueError(f"not a decodable image ({len(data)} bytes): {e}") from None
+        except Exception as e:  # Pillow raises many types on corrupt headers (OSError, SyntaxError, TypeError...)
+            raise ValueError(f"not a decodable image ({len(data)} bytes): {type(e).__name__}: {e}") from None
         width, height = im.size
         deep = _DEEP_MODES.get(im.mode) or (tiff_deep_reason(im) if im.format == "TIFF" else None)
         if deep is not None:
@@ -142,8 +142,8 @@ class Decode(Transform):
         self._check(width, height, _pillow_peak(im.mode, target, im.format, width * height))
         try:
             im.load()
-        except (OSError, SyntaxError, ValueError, EOFError) as e:
-            raise ValueError(f"corrupt or truncated {im.format} image: {e}") from None
+        except Exception as e:  # as above, for corrupt image data
+            raise ValueError(f"corrupt or truncated {im.format} image: {type(e).__name__}: {e}") from None
         if target != im.mode:
             im = im.convert(target)
         arr = np.array(im)  # a writable copy
