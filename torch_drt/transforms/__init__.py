@@ -8,9 +8,14 @@ from torch_drt.transforms._image import MAX_ALLOC, MAX_BATCH_ALLOC, MAX_SIDE, Im
 from torch_drt.transforms.base import Compose, Transform
 from torch_drt.transforms.collate import ImageBatch, ImageCollator
 from torch_drt.transforms.color import ToGray, ToRgb, ToRgba
+from torch_drt.transforms.color_jitter import ColorJitter, RandomGrayscale
 from torch_drt.transforms.decode import Decode
 from torch_drt.transforms.dtype import Normalize, ToChw, ToFloat, ToHwc
+from torch_drt.transforms.erasing import RandomErasing
 from torch_drt.transforms.geometry import CenterCrop, Crop, HFlip, Pad, PadTo, Rotate90, VFlip
+from torch_drt.transforms.random_apply import RandomApply, RandomChoice
+from torch_drt.transforms.random_crop import RandomCrop, RandomResizedCrop
+from torch_drt.transforms.random_flip import RandomHorizontalFlip, RandomVerticalFlip
 from torch_drt.transforms.resize import Resize
 
 __all__ = [
@@ -18,6 +23,7 @@ __all__ = [
     "MAX_BATCH_ALLOC",
     "MAX_SIDE",
     "CenterCrop",
+    "ColorJitter",
     "Compose",
     "Crop",
     "Decode",
@@ -28,6 +34,14 @@ __all__ = [
     "Normalize",
     "Pad",
     "PadTo",
+    "RandomApply",
+    "RandomChoice",
+    "RandomCrop",
+    "RandomErasing",
+    "RandomGrayscale",
+    "RandomHorizontalFlip",
+    "RandomResizedCrop",
+    "RandomVerticalFlip",
     "Resize",
     "Rotate90",
     "ToChw",
