@@ -18,6 +18,7 @@ __all__ = [
     "from_chw",
     "from_hwc",
     "plain",
+    "to_uint8",
 ]
 
 MAX_SIDE = 16384
@@ -119,6 +120,12 @@ class Image(tv_tensors.Image):
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
         return f"Image(shape={tuple(self.shape)}, dtype={self.dtype}, memory_layout={self.memory_layout!r})"
+
+
+def to_uint8(t: torch.Tensor) -> torch.Tensor:
+    """``t.to(torch.uint8)`` for a float32 tensor of values in [0, 256): the same truncation, through numpy's
+    cast (several times faster than torch's on CPU, without the GIL), keeping the memory layout."""
+    return torch.from_numpy(t.numpy().astype(np.uint8))
 
 
 def plain(t: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ import torch
 from torchvision import tv_tensors
 
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain
+from torch_drt.transforms.dtype import Normalize
 
 __all__ = ["ImageBatch", "ImageCollator"]
 
@@ -96,6 +97,8 @@ class ImageCollator:
         dtype: ``"uint8"`` or ``"float32"`` to check the items' type; None accepts either (all alike).
         buffers: reuse up to this many buffers once no view of them is alive (never waits for one).
         max_alloc: the largest buffer, in bytes, it allocates.
+        normalize: ``(mean, std)``: ``ToFloat`` (uint8 items) then ``Normalize(mean, std)`` while collating, with
+            their values, written straight into a float32 batch (no float copy of each image is made).
 
     Raises:
         ValueError: when the images differ in shape or type, one is not of ``dtype``, or the batch is over
@@ -108,6 +111,7 @@ class ImageCollator:
         dtype: str | None = None,
         buffers: int = 0,
         max_alloc: int = MAX_BATCH_ALLOC,
+        normalize: tuple[Sequence[float], Sequence[float]] | None = None,
     ) -> None:
         if layout not in ("NCHW", "NHWC"):
             raise ValueError(f"{layout=} must be 'NCHW' or 'NHWC'")
@@ -117,6 +121,7 @@ class ImageCollator:
             raise ValueError(f"{buffers=} must be an int >= 0")
         self.layout, self.dtype, self.buffers = layout, dtype, buffers
         self.max_alloc = check_max_alloc(max_alloc)
+        self.normalize = None if normalize is None else Normalize(*normalize)
         self._pool = _BufferPool(buffers) if buffers else None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -131,7 +136,8 @@ class ImageCollator:
     def __repr__(self) -> str:
         return (
             f"ImageCollator(layout={self.layout!r}, dtype={self.dtype!r}, buffers={self.buffers}, "
-            f"max_alloc={self.max_alloc})"
+            f"max_alloc={self.max_alloc}" + ("" if self.normalize is None else
+                                             f", normalize=({self.normalize.mean}, {self.normalize.std})") + ")"
         )
 
     def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[ImageBatch, Any]:
@@ -149,17 +155,7 @@ class ImageCollator:
                     f"images of one batch must share shape and type: item 0 is {tuple(first.shape)} {first.dtype}, "
                     f"item {k} is {tuple(im.shape)} {im.dtype} (CHW)"
                 )
-        c, h, w = first.shape
-        n = len(images)
-        check_alloc(f"a batch of {n} x {tuple(first.shape)} {first.dtype}", n * first.numel() * first.element_size(),
-                    self.max_alloc)
-        shape = (n, c, h, w) if self.layout == "NCHW" else (n, h, w, c)
-        pool = self._pool
-        buffer = pool.take(shape, first.dtype) if pool is not None else torch.empty(shape, dtype=first.dtype)
-        nchw = buffer if self.layout == "NCHW" else buffer.permute(0, 3, 1, 2)
-        for k, im in enumerate(images):
-            nchw[k].copy_(im)
-        batch = nchw.as_subclass(ImageBatch)
+        batch = self._fill(images)
         if self._pool is not None:
             batch._pool = self._pool
         if not pairs:
@@ -167,3 +163,29 @@ class ImageCollator:
         from torch.utils.data import default_collate
 
         return batch, default_collate([i[1] for i in items])
+
+    def _fill(self, images: list[torch.Tensor]) -> ImageBatch:
+        """The batch buffer (from the pool, or new) with the images written in."""
+        first = images[0]
+        c, h, w = first.shape
+        n = len(images)
+        dtype = first.dtype if self.normalize is None else torch.float32
+        nbytes = n * first.numel() * dtype.itemsize
+        check_alloc(f"a batch of {n} x {tuple(first.shape)} {dtype}", nbytes, self.max_alloc)
+        shape = (n, c, h, w) if self.layout == "NCHW" else (n, h, w, c)
+        pool = self._pool
+        buffer = pool.take(shape, dtype) if pool is not None else torch.empty(shape, dtype=dtype)
+        nchw = buffer if self.layout == "NCHW" else buffer.permute(0, 3, 1, 2)
+        if self.normalize is None:
+            for k, im in enumerate(images):
+                nchw[k].copy_(im)
+        else:
+            if c != len(self.normalize.mean):
+                raise ValueError(f"normalize has {len(self.normalize.mean)} channel values, the images have {c}")
+            for k, im in enumerate(images):
+                if im.dtype == torch.uint8:
+                    torch.div(im, 255, out=nchw[k])  # ToFloat's float(x) / 255, converted as it is written
+                else:
+                    nchw[k].copy_(im)
+            nchw.sub_(self.normalize._mean).div_(self.normalize._std)  # Normalize's operations, once for the batch
+        return nchw.as_subclass(ImageBatch)

@@ -9,10 +9,13 @@ import torch
 
 from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
-from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
 
-__all__ = ["ColorJitter", "RandomGrayscale", "adjust_brightness", "adjust_contrast", "adjust_saturation", "grayscale"]
+__all__ = [
+    "ColorJitter", "RandomGrayscale", "adjust_brightness_", "adjust_contrast_", "adjust_hue_", "adjust_saturation_",
+    "grayscale",
+]
 
 Range = float | Sequence[float] | None
 
@@ -33,47 +36,63 @@ def _gray_float(chw: torch.Tensor) -> torch.Tensor:
     return r.mul(0.2989).add_(g, alpha=0.587).add_(b, alpha=0.114).unsqueeze(dim=-3)
 
 
-def _blend(a: torch.Tensor, b: torch.Tensor, ratio: float) -> torch.Tensor:
-    """torchvision's ``_blend``: ``a * ratio + b * (1 - ratio)``, clamped, in ``a``'s dtype."""
-    fp = a.is_floating_point()
-    out = a.mul(ratio).add_(b, alpha=1.0 - ratio).clamp_(0, 1.0 if fp else 255)
-    return out if fp else out.to(a.dtype)
+def _settle(x: torch.Tensor, integral: bool) -> torch.Tensor:
+    """Clamp to the value range, and truncate like torchvision's conversion back to uint8 for uint8 images."""
+    return x.clamp_(0, 255).floor_() if integral else x.clamp_(0, 1.0)  # floor: trunc for values >= 0, faster
 
 
-def adjust_brightness(chw: torch.Tensor, factor: float) -> torch.Tensor:
-    """``F.adjust_brightness`` on a plain grey or RGB (C, H, W) tensor."""
-    fp = chw.is_floating_point()
-    out = chw.mul(factor).clamp_(0, 1.0 if fp else 255)
-    return out if fp else out.to(chw.dtype)
+def _blend_(x: torch.Tensor, other: torch.Tensor, ratio: float, integral: bool) -> torch.Tensor:
+    """torchvision's ``_blend`` in place: ``x * ratio + other * (1 - ratio)``, clamped (and truncated)."""
+    return _settle(x.mul_(ratio).add_(other, alpha=1.0 - ratio), integral)
 
 
-def adjust_contrast(chw: torch.Tensor, factor: float) -> torch.Tensor:
-    """``F.adjust_contrast``: blend with the mean of the (floored, for uint8) luma."""
-    fp = chw.is_floating_point()
-    if chw.shape[-3] == 3:
-        gray = _gray_float(chw)
-        if not fp:
+def adjust_brightness_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
+    """``F.adjust_brightness`` in place on a float32 grey or RGB (C, H, W) tensor.
+
+    ``integral``: ``x`` holds a uint8 image's values; each step truncates as torchvision's uint8 result does, so
+    that a chain of steps on one float tensor gives torchvision's uint8 values without converting back and forth.
+    """
+    return _settle(x.mul_(factor), integral)
+
+
+def adjust_contrast_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
+    """``F.adjust_contrast`` in place: blend with the mean of the (floored, for uint8) luma."""
+    gray = x
+    if x.shape[-3] == 3:
+        gray = _gray_float(x)
+        if integral:
             gray.floor_()
-    else:
-        gray = chw if fp else chw.to(torch.float32)
-    return _blend(chw, torch.mean(gray, dim=(-3, -2, -1), keepdim=True), factor)
+    return _blend_(x, torch.mean(gray, dim=(-3, -2, -1), keepdim=True), factor, integral)
 
 
-def adjust_saturation(chw: torch.Tensor, factor: float) -> torch.Tensor:
-    """``F.adjust_saturation``: blend with the (floored, for uint8) luma; grey images are returned as they are."""
-    if chw.shape[-3] == 1:
-        return chw
-    gray = _gray_float(chw)
-    if not chw.is_floating_point():
+def adjust_saturation_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
+    """``F.adjust_saturation`` in place: blend with the (floored, for uint8) luma; grey images stay as they are."""
+    if x.shape[-3] == 1:
+        return x
+    gray = _gray_float(x)
+    if integral:
         gray.floor_()
-    return _blend(chw, gray, factor)
+    return _blend_(x, gray, factor, integral)
+
+
+def adjust_hue_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
+    """``F.adjust_hue`` (torchvision's kernel, on floats in [0, 1]); grey images stay as they are."""
+    if x.shape[-3] == 1:
+        return x
+    from torchvision.transforms.v2.functional import adjust_hue_image
+
+    if not integral:
+        return adjust_hue_image(x, hue_factor=factor)
+    out = adjust_hue_image(x.mul_(1.0 / 255), hue_factor=factor)  # torchvision's uint8 -> float32 conversion
+    return out.mul_(255 + 1.0 - 1e-3).floor_()  # and its float32 -> uint8 one (values >= 0: floor is trunc)
 
 
 def grayscale(chw: torch.Tensor, channels: int) -> torch.Tensor:
     """``F.rgb_to_grayscale(num_output_channels=channels)`` as a real (not expanded) tensor."""
     if chw.shape[-3] == 1:
         return chw.clone() if channels == 1 else chw.repeat(3, 1, 1)
-    gray = _gray_float(chw).to(chw.dtype)
+    gray = _gray_float(chw)  # in [0, 255): the weights sum to 0.9999
+    gray = gray if chw.is_floating_point() else to_uint8(gray)
     return gray if channels == 1 else gray.expand(3, -1, -1).contiguous()
 
 
@@ -130,22 +149,15 @@ class ColorJitter(Transform):
         if all(f is None for f in factors):
             return as_image(image)
         chw = _colour_image(image, "ColorJitter", self.max_alloc)
-        out = chw
+        integral = chw.dtype == torch.uint8
+        x = chw.to(torch.float32) if integral else chw.clone()  # one working copy, in the input's memory layout
         for fn_id in order:
-            factor = factors[fn_id]
-            if factor is None:
-                continue
-            if fn_id == 0:
-                out = adjust_brightness(out, factor)
-            elif fn_id == 1:
-                out = adjust_contrast(out, factor)
-            elif fn_id == 2:
-                out = adjust_saturation(out, factor)
-            elif out.shape[-3] == 3:
-                from torchvision.transforms.v2.functional import adjust_hue_image
+            if factors[fn_id] is not None:
+                x = _ADJUST[fn_id](x, factors[fn_id], integral)
+        return (to_uint8(x) if integral else x).as_subclass(Image)
 
-                out = adjust_hue_image(out, hue_factor=factor)
-        return out.as_subclass(Image) if out is not chw else as_image(image)
+
+_ADJUST = (adjust_brightness_, adjust_contrast_, adjust_saturation_, adjust_hue_)
 
 
 class RandomGrayscale(Transform):

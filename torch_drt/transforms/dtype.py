@@ -87,19 +87,22 @@ class ToHwc(_Relayout):
 class FloatNormalizeChw(Transform):
     """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence).
 
-    The values are the same, element for element: the uint8 data is converted and transposed in one pass into a
-    fresh CHW float32 tensor, then divided by 255 and normalised in place, plane by plane (a per-channel
-    broadcast over contiguous planes, much faster than over an innermost axis of 3).
+    The values are the same, element for element: the uint8 data is converted, divided by 255 and transposed in
+    one pass into a fresh CHW float32 tensor, then normalised in place, plane by plane (a per-channel broadcast
+    over contiguous planes, much faster than over an innermost axis of 3).
     """
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
         self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
 
-    def _values(self, x: torch.Tensor) -> torch.Tensor:
-        """ToFloat then Normalize, in place, on a float32 CHW tensor (the same element operations)."""
+    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """ToFloat then Normalize of ``src`` into the float32 CHW tensor ``out`` (the same element operations:
+        ``float(x) / 255``, ``- mean``, ``/ std``)."""
         if self.to_float.scale:
-            x.div_(255)
-        return x.sub_(self.normalize._mean).div_(self.normalize._std)
+            torch.div(src, 255, out=out)
+        else:
+            out.copy_(src)
+        return out.sub_(self.normalize._mean).div_(self.normalize._std)
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
@@ -114,14 +117,10 @@ class FloatNormalizeChw(Transform):
         oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
         if not any(ltrb):
-            out = torch.empty((c, h, w), dtype=torch.float32)
-            out.copy_(chw)
-            return self._values(out).as_subclass(Image)
+            return self._values(chw, torch.empty((c, h, w), dtype=torch.float32)).as_subclass(Image)
         # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
         # pixel, and only the image's own pixels are converted.
-        fill = self._values(torch.full((c, 1, 1), float(np.uint8(pad.fill)), dtype=torch.float32))
-        out = fill.expand(c, oh, ow).contiguous()
-        region = out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w]
-        region.copy_(chw)
-        self._values(region)
+        fill = torch.full((c, 1, 1), np.uint8(pad.fill), dtype=torch.uint8)
+        out = self._values(fill, torch.empty((c, 1, 1), dtype=torch.float32)).expand(c, oh, ow).contiguous()
+        self._values(chw, out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w])
         return out.as_subclass(Image)

@@ -9,10 +9,10 @@ import torch
 
 from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
-from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 from torch_drt.transforms.geometry import PadMode, check_pad_mode, crop_hwc, out_like, pad_hwc, pair, parse_padding
-from torch_drt.transforms.resize import Interpolation, check_interpolation, resize_hwc
+from torch_drt.transforms.resize import Interpolation, check_interpolation, resize_chw
 
 __all__ = ["RandomCrop", "RandomResizedCrop"]
 
@@ -60,13 +60,13 @@ class RandomResizedCrop(Transform):
         image = as_image(image)
         if image.dtype != torch.uint8:
             raise ValueError(f"RandomResizedCrop takes uint8 images, got {image.dtype}: crop before ToFloat")
-        hwc = image.hwc
-        top, left, h, w = self.draw(hwc.shape[0], hwc.shape[1], item_generator())
-        crop = hwc[top : top + h, left : left + w]
+        chw = plain(image)
+        top, left, h, w = self.draw(chw.shape[1], chw.shape[2], item_generator())
+        crop = chw[:, top : top + h, left : left + w]
         oh, ow = self.size
         if (oh, ow) == (h, w):
-            return out_like(crop, image)
-        return out_like(resize_hwc(crop, oh, ow, self.interpolation, self.antialias, self.max_alloc), image)
+            return out_like(crop.permute(1, 2, 0), image)
+        return resize_chw(crop, oh, ow, self.interpolation, self.antialias, self.max_alloc).as_subclass(Image)
 
 
 class RandomCrop(Transform):

@@ -9,11 +9,11 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
-from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
-from torch_drt.transforms.geometry import out_like, pair
+from torch_drt.transforms.geometry import pair
 
-__all__ = ["INTERPOLATIONS", "Resize", "resize_hwc"]
+__all__ = ["INTERPOLATIONS", "Resize", "resize_chw"]
 
 Interpolation = Literal["bilinear", "nearest", "bicubic", "lanczos3"]
 _FILTERS = {
@@ -42,28 +42,30 @@ def _peak(h: int, w: int, c: int, oh: int, ow: int, torch_kernel: bool, antialia
     return per_pixel * (h * w + max(h * ow, oh * w) + oh * ow) + 2 * c * oh * ow
 
 
-def resize_hwc(
-    hwc: torch.Tensor, oh: int, ow: int, interpolation: str, antialias: bool, max_alloc: int
+def resize_chw(
+    chw: torch.Tensor, oh: int, ow: int, interpolation: str, antialias: bool, max_alloc: int
 ) -> torch.Tensor:
-    """Resize a plain uint8 HWC tensor to (oh, ow) with Resize's values, checking its peak memory first."""
-    h, w, c = hwc.shape
+    """Resize a plain uint8 (C, H, W) tensor (any memory layout) to (oh, ow) with Resize's values, checking its
+    peak memory first. The result's memory layout is the one torchvision's resize gives for the torch kernels
+    (contiguous), HWC for Pillow's."""
+    c, h, w = chw.shape
     torch_kernel = interpolation in ("bilinear", "bicubic") and (c in (1, 3) or not antialias)
     check_alloc(f"resizing {w}x{h}x{c} to {ow}x{oh}", _peak(h, w, c, oh, ow, torch_kernel, antialias), max_alloc)
     if torch_kernel and not antialias:
-        x = hwc.permute(2, 0, 1).unsqueeze(0).float()
+        x = chw.unsqueeze(0).float()
         y = torch.nn.functional.interpolate(x, size=(oh, ow), mode=interpolation, align_corners=False, antialias=False)
-        return y[0].permute(1, 2, 0).round_().clamp_(0, 255).to(torch.uint8)
+        return to_uint8(y[0].round_().clamp_(0, 255))
     if torch_kernel:
-        # torch's antialiased uint8 kernels (channels-last, without the GIL): torchvision's tensor values, within 1
-        # level of Pillow for bilinear and 2 for bicubic. Images with alpha go to Pillow, which resamples them
-        # premultiplied.
-        x = hwc.permute(2, 0, 1).unsqueeze(0)
+        # torch's antialiased uint8 kernels (without the GIL), called as torchvision calls them: torchvision's tensor
+        # values, within 1 level of Pillow for bilinear and 2 for bicubic. Images with alpha go to Pillow, which
+        # resamples them premultiplied.
+        x = chw.reshape(-1, c, h, w)
         y = torch.nn.functional.interpolate(x, size=(oh, ow), mode=interpolation, antialias=True, align_corners=False)
-        return y[0].permute(1, 2, 0)
-    arr = np.ascontiguousarray(hwc.numpy())
+        return y.reshape(c, oh, ow)
+    arr = np.ascontiguousarray(chw.permute(1, 2, 0).numpy())
     pil = PILImage.fromarray(arr[:, :, 0] if c == 1 else arr, _PIL_MODE[c])
-    out = np.array(pil.resize((ow, oh), _FILTERS[interpolation]))
-    return torch.from_numpy(out[:, :, None] if out.ndim == 2 else out)
+    out = torch.from_numpy(np.array(pil.resize((ow, oh), _FILTERS[interpolation])))
+    return out.unsqueeze(0) if out.dim() == 2 else out.permute(2, 0, 1)
 
 
 class Resize(Transform):
@@ -73,7 +75,8 @@ class Resize(Transform):
     ``size``: an int matches the shorter side (keeping the aspect ratio, as torchvision computes it), a pair is
     (height, width). ``max_size`` caps the longer side of an int ``size``. With ``antialias=False`` the
     bilinear and bicubic kernels are torch's (torchvision's tensor path) instead. ``max_alloc`` bounds the bytes
-    one resize allocates, intermediates included (a 1 x 16384 image resized to 224 would need gigabytes).
+    one resize allocates, intermediates included (a 1 x 16384 image resized to 224 would need gigabytes). The
+    result is in CHW memory (as torchvision's resize gives it) from torch's kernels, HWC memory from Pillow.
     """
 
     def __init__(
@@ -109,8 +112,8 @@ class Resize(Transform):
         image = as_image(image)
         if image.dtype != torch.uint8:
             raise ValueError(f"Resize takes uint8 images, got {image.dtype}: resize before ToFloat")
-        hwc = image.hwc
-        oh, ow = self.output_size(*hwc.shape[:2])
-        if (oh, ow) == tuple(hwc.shape[:2]):
+        chw = plain(image)
+        oh, ow = self.output_size(*chw.shape[1:])
+        if (oh, ow) == tuple(chw.shape[1:]):
             return image
-        return out_like(resize_hwc(hwc, oh, ow, self.interpolation, self.antialias, self.max_alloc), image)
+        return resize_chw(chw, oh, ow, self.interpolation, self.antialias, self.max_alloc).as_subclass(Image)
