@@ -68,6 +68,10 @@ def test_pairs_give_batch_and_collated_targets():
     assert batch.shape == (3, 3, 4, 5) and labels.dtype == torch.int64 and labels.tolist() == [0, 1, 0]
     batch, extras = ImageCollator()([(im, {"i": k, "name": f"n{k}"}) for k, im in enumerate(images(3))])
     assert extras["i"].tolist() == [0, 1, 2] and extras["name"] == ["n0", "n1", "n2"]
+    batch, labels, weights = ImageCollator()([(im, k, k / 2) for k, im in enumerate(images(3))])
+    assert labels.tolist() == [0, 1, 2] and weights.dtype == torch.float64 and weights.tolist() == [0, 0.5, 1]
+    with pytest.raises(ValueError, match="all be 2-tuples"):
+        ImageCollator()([(images(1)[0], 1), images(1)[0]])
 
 
 @pytest.mark.parametrize(("items", "kwargs", "message"), [

@@ -89,8 +89,8 @@ class _BufferPool:
 class ImageCollator:
     """Collate images (``Image``, tensors as CHW, numpy arrays as HWC) into one ``ImageBatch``.
 
-    Items that are ``(image, target)`` pairs give ``(batch, targets)``, the targets collated by torch's
-    ``default_collate`` (ints become an int64 tensor, dicts a dict of batches).
+    Items that are ``(image, target, ...)`` tuples give ``(batch, targets, ...)``, each further field collated by
+    torch's ``default_collate`` (ints become an int64 tensor, dicts a dict of batches).
 
     Args:
         layout: ``"NCHW"`` or ``"NHWC"``: the buffer's memory order (the batch's shape is (N, C, H, W) either way).
@@ -140,11 +140,13 @@ class ImageCollator:
                                              f", normalize=({self.normalize.mean}, {self.normalize.std})") + ")"
         )
 
-    def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[ImageBatch, Any]:
+    def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[Any, ...]:
         if not items:
             raise ValueError("ImageCollator got an empty batch")
-        pairs = isinstance(items[0], tuple) and len(items[0]) == 2
-        images = [plain(as_image(i[0] if pairs else i)) for i in items]
+        fields = len(items[0]) if isinstance(items[0], tuple) else 0
+        if fields and any(not isinstance(i, tuple) or len(i) != fields for i in items):
+            raise ValueError(f"the items of one batch must all be {fields}-tuples or all images")
+        images = [plain(as_image(i[0] if fields else i)) for i in items]
         first = images[0]
         want = _DTYPES[self.dtype]
         if want is not None and first.dtype != want:
@@ -158,11 +160,11 @@ class ImageCollator:
         batch = self._fill(images)
         if self._pool is not None:
             batch._pool = self._pool
-        if not pairs:
+        if not fields:
             return batch
         from torch.utils.data import default_collate
 
-        return batch, default_collate([i[1] for i in items])
+        return (batch, *(default_collate([i[k] for i in items]) for k in range(1, fields)))
 
     def _fill(self, images: list[torch.Tensor]) -> ImageBatch:
         """The batch buffer (from the pool, or new) with the images written in."""
