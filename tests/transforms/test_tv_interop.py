@@ -74,6 +74,17 @@ def test_image_label_items_through_the_loader_hook():
     assert torch.allclose(plain(images)[1, 1, 3, 3], torch.tensor((1 / 255 - 0.5) / 0.25))
 
 
+def test_a_torchvision_pipeline_inside_compose_in_the_loader():
+    # torchvision's Compose would take the loader's (index, item) for a sample of two; inside a torch_drt Compose
+    # it gets the image of each (image, label) item only
+    theirs = v2.Compose([v2.RandomHorizontalFlip(p=1.0), v2.ToDtype(torch.float32, scale=True)])
+    loader = StatefulDataLoader([(png(i), i) for i in range(6)], batch_size=3, collate_fn=ImageCollator(),
+                                transform=T.Compose([T.Decode(), theirs]))
+    (images, labels), _ = list(loader)
+    assert images.dtype == torch.float32 and labels.tolist() == [0, 1, 2]
+    assert float(images[0, 0, 0, -1]) == 1.0 and float(images[0, 1, 0, -1]) == 0.0  # the red corner, mirrored
+
+
 def test_a_batch_sent_to_another_process_gives_its_buffer_up():
     collate = ImageCollator(buffers=1)
     images = [T.Image.from_array(np.full((4, 5, 3), i, np.uint8)) for i in range(2)]
