@@ -169,6 +169,11 @@ def test_each_allocating_transform_checks_its_limit():
         (T.ToHwc(max_alloc=5_000), T.ToChw()(floats)), (T.ToGray(max_alloc=1_000), image),
         (T.Compose([T.ToFloat(max_alloc=5_000), T.Normalize([0.0] * 3, [1.0] * 3), T.ToChw()]), image),
         (T.Decode(max_alloc=1_000), encoded(np.zeros((20, 30, 3), np.uint8), "PNG")),
+        (T.RandomResizedCrop(64, max_alloc=10_000), image), (T.RandomCrop(40, padding=20, max_alloc=4_000), image),
+        (T.RandomCrop(40, padding=20, padding_mode="edge", max_alloc=5_000), image),
+        (T.RandomHorizontalFlip(1.0, max_alloc=1_000), image), (T.RandomVerticalFlip(1.0, max_alloc=1_000), image),
+        (T.ColorJitter(0.5, max_alloc=10_000), image), (T.RandomGrayscale(1.0, max_alloc=10_000), image),
+        (T.RandomErasing(1.0, max_alloc=1_000), image),
     ]
     for transform, inp in refused:
         with pytest.raises(ValueError, match="max_alloc"):
