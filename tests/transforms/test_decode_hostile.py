@@ -160,27 +160,24 @@ def structural_png_faults() -> dict[str, bytes]:
     }
 
 
-def test_png_with_corrupt_image_data_is_refused_not_crashed(tmp_path):
-    faults = structural_png_faults()
-    outcomes = decode_in_children(list(faults.values()), tmp_path)
-    got = {name: outcomes.get(i) for i, name in enumerate(faults)}
-    assert got == dict.fromkeys(faults, "refused")
-
-
-def test_mutated_png_sample_never_crashes(tmp_path):
-    # 60 mutations of the PNG seeds; before the fix about one in three crashed torchvision's decoder (SIGSEGV).
-    cases = mutations("PNG", 60, seed=1)
-    outcomes = decode_in_children(cases, tmp_path)
+def typed(outcomes: dict[int, str], n: int) -> dict[int, str]:
+    """The cases of ``outcomes`` that were neither decoded nor refused with ValueError (plus any not reached)."""
     bad = {i: o for i, o in outcomes.items() if o not in ("decoded", "refused")}
-    assert not bad and len(outcomes) == len(cases)
+    return bad | {i: "not reached" for i in range(n) if i not in outcomes}
 
 
-def test_mutated_tiff_sample_gives_typed_errors(tmp_path):
+def test_png_with_corrupt_image_data_is_refused_not_crashed(sample):
+    assert sample["faults"] == dict.fromkeys(range(len(structural_png_faults())), "refused")
+
+
+def test_mutated_png_sample_never_crashes(sample):
+    # 60 mutations of the PNG seeds; before the fix about one in three crashed torchvision's decoder (SIGSEGV)
+    assert not typed(sample["png"], 60)
+
+
+def test_mutated_tiff_sample_gives_typed_errors(sample):
     # case 379 of this sweep made Pillow raise TypeError while loading (found by the slow sweep)
-    cases = mutations("TIFF", 400, seed=11)[360:]
-    outcomes = decode_in_children(cases, tmp_path)
-    bad = {i: o for i, o in outcomes.items() if o not in ("decoded", "refused")}
-    assert not bad and len(outcomes) == len(cases)
+    assert not typed(sample["tiff"], 40)
 
 
 @pytest.mark.slow
@@ -188,9 +185,7 @@ def test_mutated_tiff_sample_gives_typed_errors(tmp_path):
                                         ("BMP", 1000), ("GIF", 1000)])
 def test_mutation_sweep_never_crashes(tmp_path, fmt, n):
     cases = mutations(fmt, n, seed=11)
-    outcomes = decode_in_children(cases, tmp_path)
-    bad = {i: o for i, o in outcomes.items() if o not in ("decoded", "refused")}
-    assert not bad and len(outcomes) == len(cases)
+    assert not typed(decode_in_children(cases, tmp_path), len(cases))
 
 
 # --- deep images: 16-bit and float samples are refused through every decode path ---
@@ -265,9 +260,8 @@ DEEP = {
 }
 
 
-def test_deep_images_are_refused(tmp_path):
-    outcomes = decode_in_children(list(DEEP.values()), tmp_path)
-    assert {name: outcomes.get(i) for i, name in enumerate(DEEP)} == dict.fromkeys(DEEP, "refused")
+def test_deep_images_are_refused(sample):
+    assert {name: sample["deep"].get(i) for i, name in enumerate(DEEP)} == dict.fromkeys(DEEP, "refused")
     for name, data in DEEP.items():  # refused before decoding, so safe in this process
         with pytest.raises(ValueError, match=r"(16|12)-bit .*refused|float samples refused") as e:
             T.Decode()(data)
@@ -280,3 +274,17 @@ def test_pillow_would_have_cut_16bit_rgb_to_8_bits():
         im = P.open(io.BytesIO(DEEP[name]))
         im.load()
         assert im.mode in ("RGB", "RGBA", "LA"), (name, im.mode)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> dict[str, dict[int, str]]:
+    """The default suite's cases decoded in one child process (restarted after any crash): a child costs seconds
+    to start."""
+    groups = {"faults": list(structural_png_faults().values()), "png": mutations("PNG", 60, seed=1),
+              "tiff": mutations("TIFF", 400, seed=11)[360:], "deep": list(DEEP.values())}
+    outcomes = decode_in_children([c for cases in groups.values() for c in cases], tmp_path_factory.mktemp("decode"))
+    out, start = {}, 0
+    for name, cases in groups.items():
+        out[name] = {i: outcomes[start + i] for i in range(len(cases)) if start + i in outcomes}
+        start += len(cases)
+    return out

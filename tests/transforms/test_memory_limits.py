@@ -87,46 +87,66 @@ def encoded(arr: np.ndarray, fmt: str, **kwargs) -> bytes:
     return buf.getvalue()
 
 
-def test_hostile_inputs_are_refused_before_allocating(tmp_path):
+def hostile_cases() -> list[tuple[object, object, object]]:
     tall = flat_png(1, 16384)
     assert len(tall) < 200
-    small = flat_png(3, 40)
     small_webp = encoded(np.zeros((20, 30, 3), np.uint8), "WEBP", lossless=True)
     decode_resize = T.Compose([T.Decode(), T.Resize(224)])
-    cases = [
-        (small, tall, decode_resize),  # 224 x 3,670,016 x 3: 2.4 GB, 4.9 GB peak before the fix
-        (small_webp, WEBP_BOMB, T.Decode()),  # 8000 x 8000: about 1.3 GB peak in Pillow before the fix
+    return [
+        (flat_png(3, 40), tall, decode_resize),  # 224 x 3,670,016 x 3: 2.4 GB, 4.9 GB peak before the fix
+        (small_webp, WEBP_BOMB, T.Decode()),  # 8000 x 8000: 1.2 GB peak in Pillow before the fix
         (small_webp, WEBP_BOMB, decode_resize),
     ]
-    results = measure(cases, tmp_path)
-    for outcome, peak in results:
-        assert outcome.startswith("ValueError") and "max_alloc" in outcome, outcome
-        assert peak < 64 * MiB, (outcome, peak)
 
 
-def test_absurd_parameters_are_refused_before_allocating(tmp_path):
+def absurd_cases() -> list[tuple[object, object, object]]:
     image = T.Image.from_array(np.full((4, 6, 3), 7, np.uint8))
+    warmup = T.Image.from_array(np.zeros((2, 2, 3), np.uint8))
     pipelines = [T.Pad(20_000), T.PadTo(30_000, 30_000), T.PadTo(30_000, 30_000, fill=3, anchor="center"),
                  T.Crop(-5, -5, 20_000, 20_000), T.CenterCrop(20_000), T.Resize((20_000, 20_000)),
                  T.Resize(20_000, interpolation="lanczos3"), T.Resize((20_000, 20_000), antialias=False),
-                 T.Compose([T.PadTo(30_000, 30_000), T.ToFloat(), T.Normalize([0.5] * 3, [0.5] * 3), T.ToChw()])]
-    results = measure([(T.Image.from_array(np.zeros((2, 2, 3), np.uint8)), image, p) for p in pipelines], tmp_path)
-    for (outcome, peak), pipeline in zip(results, pipelines):
-        assert outcome.startswith("ValueError") and "max_alloc" in outcome, (pipeline, outcome)
-        assert peak < 64 * MiB, (pipeline, outcome, peak)
+                 T.Compose([T.PadTo(30_000, 30_000), T.ToFloat(), T.Normalize([0.5] * 3, [0.5] * 3), T.ToChw()]),
+                 T.RandomCrop(20_000, pad_if_needed=True), T.RandomResizedCrop(20_000)]
+    return [(warmup, image, p) for p in pipelines]
 
 
-def test_ordinary_images_fit_the_default_limits(tmp_path):
+def ordinary_cases() -> list[tuple[object, object, object]]:
     rng = np.random.default_rng(0)
     photo = np.kron(rng.integers(0, 256, (63, 48, 3), dtype=np.uint8), np.ones((48, 63, 1), np.uint8))  # 3024x3024
     small = encoded(photo[:64, :64], "JPEG")
     train = T.Compose([T.Decode(), T.Resize(256), T.CenterCrop(224), T.ToFloat(), T.Normalize([0.5] * 3, [0.5] * 3)])
-    cases = [(small, encoded(photo, "JPEG", quality=90), train),
-             (small, encoded(photo, "JPEG", quality=90, progressive=True), train),
-             (encoded(photo[:64, :64], "PNG"), encoded(photo[:2160, :2880], "PNG"), train),  # 6 MP PNG
-             (encoded(photo[:64, :64], "WEBP"), encoded(photo[:3000, :3000], "WEBP"), train)]  # 9 MP WebP
-    results = measure(cases, tmp_path)
-    assert [o for o, _ in results] == ["ok (3, 224, 224)"] * len(cases)
+    return [(small, encoded(photo, "JPEG", quality=90), train),
+            (small, encoded(photo, "JPEG", quality=90, progressive=True), train),
+            (encoded(photo[:64, :64], "PNG"), encoded(photo[:2160, :2880], "PNG"), train),  # 6 MP PNG
+            (encoded(photo[:64, :64], "WEBP"), encoded(photo[:3000, :3000], "WEBP"), train)]  # 9 MP WebP
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict[str, list[tuple[str, int]]]:
+    """Every case of this module measured in one child process (a child costs seconds to start)."""
+    groups = {"hostile": hostile_cases(), "absurd": absurd_cases(), "ordinary": ordinary_cases()}
+    results = measure([c for cases in groups.values() for c in cases], tmp_path_factory.mktemp("memory"))
+    out, start = {}, 0
+    for name, cases in groups.items():
+        out[name], start = results[start : start + len(cases)], start + len(cases)
+    return out
+
+
+def test_hostile_inputs_are_refused_before_allocating(measured):
+    for outcome, peak in measured["hostile"]:
+        assert outcome.startswith("ValueError") and "max_alloc" in outcome, outcome
+        assert peak < 64 * MiB, (outcome, peak)
+
+
+def test_absurd_parameters_are_refused_before_allocating(measured):
+    for outcome, peak in measured["absurd"]:
+        assert outcome.startswith("ValueError") and "max_alloc" in outcome, outcome
+        assert peak < 64 * MiB, (outcome, peak)
+
+
+def test_ordinary_images_fit_the_default_limits(measured):
+    results = measured["ordinary"]
+    assert [o for o, _ in results] == ["ok (3, 224, 224)"] * len(results)
     assert all(peak < T.MAX_ALLOC for _, peak in results), results
 
 
