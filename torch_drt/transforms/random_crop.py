@@ -9,9 +9,9 @@ import torch
 
 from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
+from torch_drt.transforms._hwc import PadMode, check_pad_mode, crop_hwc, out_like, pad_hwc, pair, parse_padding
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
-from torch_drt.transforms.geometry import PadMode, check_pad_mode, crop_hwc, out_like, pad_hwc, pair, parse_padding
 from torch_drt.transforms.resize import Interpolation, check_interpolation, resize_chw
 
 __all__ = ["RandomCrop", "RandomResizedCrop"]

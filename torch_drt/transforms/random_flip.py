@@ -8,9 +8,9 @@ import torch
 
 from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
+from torch_drt.transforms._hwc import out_like
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
 from torch_drt.transforms.base import Transform
-from torch_drt.transforms.geometry import out_like
 
 __all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
 

@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
+from torch_drt.transforms._hwc import pair
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
-from torch_drt.transforms.geometry import pair
 
 __all__ = ["INTERPOLATIONS", "Resize", "resize_chw"]
 
