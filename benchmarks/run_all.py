@@ -240,9 +240,28 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
                 f"| {name} | {fmt(f['drt_2'])} | {fmt(f['drt_0'])} | {fmt(f['torch_2'])} | "
                 f"{ratio(f['drt_2'], f['torch_2'])} | {ratio(f['drt_2'], f['drt_0'])} |"
             )
+        if "png_decode" in tr:
+            d = tr["png_decode"]
+            lines += [
+                "",
+                f"PNG decode, one thread: Decode (Pillow, crash-safe) {d['pillow']:.0f} us per image, torchvision's "
+                f"decode_png (libpng, crashes on corrupt data) {d['libpng']:.0f} us "
+                f"({d['pillow'] / d['libpng']:.2f}x).",
+            ]
         if plot:
             lines += ["", f"![PNG throughput by worker count]({plot})"]
         lines.append("")
+    if (au := results.get("bench_augment.py")) is not None:
+        lines += [
+            "## Augmentation pipeline: decode, RandomResizedCrop 224, flip, ColorJitter, normalize (images/s)",
+            "",
+            "| torch_drt, 2 threads | torchvision v2 on torch DataLoader, 2 processes | ratio (target >= 1.5x) |",
+            "|---|---|---|",
+            f"| {fmt(au['torch_drt'])} | {fmt(au['torchvision'])} | {au['ratio']:.2f}x |",
+            "",
+            f"Values equal to torchvision v2's from the same seed within {au['max_difference']:.1e}.",
+            "",
+        ]
     if (fe := results.get("bench_fetch.py")) is not None:
         rs = fe.get("dataloader-rs", {})
         lines += [
@@ -304,6 +323,7 @@ def main() -> None:
         ("bench_cache_loader.py", ["--repeats", repeats] + (["--skip-memory"] if args.quick else [])),
         ("bench_loader.py", ["--repeats", repeats]),
         ("bench_transforms.py", ["--repeats", repeats, "--scaling"] + (["--images", "500"] if args.quick else [])),
+        ("bench_augment.py", ["--repeats", repeats] + (["--images", "500"] if args.quick else [])),
         ("bench_fetch.py", ["--repeats", repeats]),
         ("bench_packing.py", ["--repeats", repeats] + (["--resume-tokens", "20000000"] if args.quick else [])),
         ("bench_build.py", ["--repeats", repeats] + (["--samples", "2000", "--parts", "20"] if args.quick else [])),
