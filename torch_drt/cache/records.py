@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
@@ -17,12 +16,14 @@ __all__ = [
     "CacheInput",
     "CacheSource",
     "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
     "CacheSourcesDatasetSuccess",
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",
     "CachedSample",
     "MetadataValue",
+    "SizedTorchIterableDataset",
     "make_samples",
 ]
 
@@ -86,17 +87,15 @@ class CacheSource(Protocol):
     def __iter__(self) -> Iterator[CacheInput]: ...
 
 
-@dataclass(frozen=True)
-class CacheWriteSuccess:
-    """The cache of ``source_name`` is complete at ``path`` (written now or reused)."""
+class CacheWriteSuccess(NamedTuple):
+    """The cache of ``source_name`` is complete at ``path`` (written now or reused); a named tuple, as in dataset-rt."""
 
     source_name: str
     path: Path
 
 
-@dataclass(frozen=True)
-class CacheWriteError:
-    """The cache of ``source_name`` could not be written; nothing was published for it."""
+class CacheWriteError(NamedTuple):
+    """The cache of ``source_name`` could not be written; nothing was published for it (a named tuple)."""
 
     source_name: str
     message: str
@@ -105,17 +104,27 @@ class CacheWriteError:
 CacheWriteResult = CacheWriteSuccess | CacheWriteError
 
 
-@dataclass(frozen=True)
-class CacheSourcesDatasetSuccess:
-    """Every source has a complete cache, loaded as ``dataset``."""
+class CacheSourcesDatasetSuccess(NamedTuple):
+    """Every written or reused cache, loaded as ``dataset`` (``results`` has each source's outcome)."""
 
     dataset: CachedDataset
     results: list[CacheWriteResult]
 
 
-@dataclass(frozen=True)
-class CacheSourcesDatasetError:
-    """At least one source failed (see ``results``), or the caches could not be loaded together."""
+class CacheSourcesDatasetError(NamedTuple):
+    """No source has a cache (see ``results``), or the caches could not be loaded together."""
 
     results: list[CacheWriteResult]
     message: str
+
+
+CacheSourcesDatasetResult = CacheSourcesDatasetSuccess | CacheSourcesDatasetError
+
+
+@runtime_checkable
+class SizedTorchIterableDataset(Protocol):
+    """What ``CachedDataset.to_torch_iterable_dataset`` returns: a sized torch ``IterableDataset``."""
+
+    def __iter__(self) -> Iterator[CachedSample]: ...
+
+    def __len__(self) -> int: ...
