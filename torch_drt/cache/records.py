@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
 __all__ = [
+    "AbsentManifestTarget",
     "CacheInput",
     "CacheSource",
     "CacheSourcesDatasetError",
@@ -22,7 +24,13 @@ __all__ = [
     "CacheWriteResult",
     "CacheWriteSuccess",
     "CachedSample",
+    "Err",
+    "ManifestUpdateEntry",
+    "ManifestUpdateError",
+    "ManifestUpdateReport",
     "MetadataValue",
+    "Ok",
+    "Result",
     "SizedTorchIterableDataset",
     "make_samples",
 ]
@@ -128,3 +136,56 @@ class SizedTorchIterableDataset(Protocol):
     def __iter__(self) -> Iterator[CachedSample]: ...
 
     def __len__(self) -> int: ...
+
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Ok(Generic[T]):
+    """A successful outcome (dataset-rt's ``Ok``), narrowed with ``match``."""
+
+    value: T
+
+
+@dataclass(frozen=True)
+class Err(Generic[E]):
+    """An expected failure (dataset-rt's ``Err``), narrowed with ``match``."""
+
+    error: E
+
+
+Result = Ok[T] | Err[E]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateEntry:
+    """One cache's manifest after ``CachedDataset.update_manifests``."""
+
+    path: Path
+    cache_id: int
+    status: Literal["updated", "unchanged", "durability_unknown"]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateReport:
+    """One entry per cache, in cache order."""
+
+    entries: tuple[ManifestUpdateEntry, ...]
+
+
+@dataclass(frozen=True)
+class AbsentManifestTarget:
+    """A refused request names no manifest: why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ManifestUpdateError:
+    """A refused or failed manifest update, with the entries completed before it."""
+
+    path: Path | AbsentManifestTarget
+    message: str
+    entries: tuple[ManifestUpdateEntry, ...] = ()
