@@ -80,8 +80,14 @@ def test_quick_start_program(tmp_path):
 
     def make():
         return PyDataloader(
-            Images(paths), batch_size=4, shuffle=True, seed=0, num_workers=4, prefetch_depth=4,
-            collate_fn=np.stack, drop_last=True,
+            Images(paths),
+            batch_size=4,
+            shuffle=True,
+            seed=0,
+            num_workers=4,
+            prefetch_depth=4,
+            collate_fn=np.stack,
+            drop_last=True,
         )
 
     loader = make()
@@ -202,7 +208,10 @@ def test_item_concurrency_fetches_the_items_of_a_batch_at_once():
 
     assert list(PyDataloader(Together(), batch_size=4, item_concurrency=4)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert list(PyDataloader(Together(), batch_size=2, num_workers=2, item_concurrency=2)) == [
-        [0, 1], [2, 3], [4, 5], [6, 7]
+        [0, 1],
+        [2, 3],
+        [4, 5],
+        [6, 7],
     ]
 
 
@@ -484,7 +493,11 @@ def test_the_readmes_rust_transforms_and_image_collator(tmp_path):
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     tiles = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(8, 8), T.ToFloat(), T.Normalize(mean, std), T.ToChw()])
     loader = PyDataloader(
-        FileDataset(paths), batch_size=3, num_workers=2, item_concurrency=2, transform=tiles,
+        FileDataset(paths),
+        batch_size=3,
+        num_workers=2,
+        item_concurrency=2,
+        transform=tiles,
         collate_fn=ImageCollator(buffers=2),
     )
     (batch,) = list(loader)
@@ -519,4 +532,3 @@ def test_no_warnings_on_a_plain_program():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert list(PyDataloader(Rows(table(2)), batch_size=2, num_workers=1)) != []
-
