@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
 import warnings
@@ -446,6 +447,11 @@ def test_the_readmes_async_dataset_with_aiohttp(server):
     assert closed == []
     loader.close()
     assert closed == [True]
+    dropped = PyDataloader(Tiles(urls[:2]), batch_size=2)
+    assert next(iter(dropped)) == [b"\x00" * 3, b"\x01" * 3]
+    del dropped  # dropping the loader awaits aclose() too
+    gc.collect()
+    assert closed == [True, True]
 
 
 def test_async_getitems_is_used_when_item_concurrency_is_one():
