@@ -53,16 +53,6 @@ def _flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-class _ItemOnly:
-    """A one-argument transform called as ``transform(index, item)``."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, index: int, item: Any) -> Any:
-        return self.fn(item)
-
-
 def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
     """``transform`` as ``f(index, item)``: one that takes only one argument is wrapped, as dataloader-rs does."""
     if transform is None:
@@ -78,7 +68,7 @@ def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
             signature.bind(*args)
         except TypeError:
             continue
-        return transform if len(args) == 2 else _ItemOnly(transform)
+        return transform if len(args) == 2 else lambda index, item: transform(item)
     return transform
 
 

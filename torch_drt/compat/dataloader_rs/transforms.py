@@ -1,47 +1,7 @@
 """dataloader-rs's ``transforms`` module: torch_drt's transforms, with the same names and values."""
 
-from torch_drt.transforms import (
-    CenterCrop,
-    Compose,
-    Crop,
-    Decode,
-    HFlip,
-    Image,
-    ImageBatch,
-    ImageCollator,
-    Normalize,
-    Pad,
-    PadTo,
-    Resize,
-    Rotate90,
-    ToChw,
-    ToFloat,
-    ToGray,
-    ToHwc,
-    ToRgb,
-    ToRgba,
-    VFlip,
-)
+from torch_drt import transforms as _transforms
 
-__all__ = [
-    "CenterCrop",
-    "Compose",
-    "Crop",
-    "Decode",
-    "HFlip",
-    "Image",
-    "ImageBatch",
-    "ImageCollator",
-    "Normalize",
-    "Pad",
-    "PadTo",
-    "Resize",
-    "Rotate90",
-    "ToChw",
-    "ToFloat",
-    "ToGray",
-    "ToHwc",
-    "ToRgb",
-    "ToRgba",
-    "VFlip",
-]
+__all__ = sorted(name for name in _transforms.__all__ if name != "Transform")  # dataloader-rs has no base class
+
+globals().update({name: getattr(_transforms, name) for name in __all__})
