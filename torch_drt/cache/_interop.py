@@ -4,7 +4,7 @@ its aliases, the torch iterable view, configuration export and the manifest upda
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import pyarrow as pa
 
@@ -21,7 +21,12 @@ from torch_drt.cache.records import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from torch_drt.cache.dataset import CachedDataset
+    from torch_drt.cache.layout import CacheLayout
+    from torch_drt.cache.records import CachedSample
+    from torch_drt.cache.runtime import DatasetRuntime
 
 __all__ = ["METADATA_BACKENDS", "DatasetInterop", "MetadataBackend", "as_backend"]
 
@@ -55,20 +60,34 @@ class DatasetInterop:
 
     metadata_backend: ClassVar[MetadataBackend] = "arrow"
 
+    if TYPE_CHECKING:  # what CachedDataset provides
+        _runtime: DatasetRuntime
+        layouts: tuple[CacheLayout, ...]
+
+        def get_metadata(self, backend: MetadataBackend | None = None) -> Any: ...
+
+        def update_metadata(self, table: Any) -> None: ...
+
+        def set_epoch_len(self, n: int) -> None: ...
+
+        def __len__(self) -> int: ...
+
+        def __iter__(self) -> Iterator[CachedSample]: ...
+
     @property
-    def runtime_num_workers(self: CachedDataset) -> int:
+    def runtime_num_workers(self) -> int:
         """The worker count of the runtime this dataset reads with (saved by ``dump_config``)."""
         return self._runtime.num_workers
 
-    def samples_metadata(self: CachedDataset, backend: MetadataBackend | None = None) -> Any:
+    def samples_metadata(self, backend: MetadataBackend | None = None) -> Any:
         """dataset-rt's alias of ``get_metadata``."""
         return self.get_metadata(backend)
 
-    def set_samples_metadata(self: CachedDataset, metadata: Any) -> None:
+    def set_samples_metadata(self, metadata: Any) -> None:
         """dataset-rt's alias of ``update_metadata``."""
         self.update_metadata(metadata)
 
-    def to_torch_iterable_dataset(self: CachedDataset) -> SizedTorchIterableDataset:
+    def to_torch_iterable_dataset(self) -> SizedTorchIterableDataset:
         """This dataset as a sized torch ``IterableDataset``, for a torch ``DataLoader`` with ``num_workers=0``.
 
         It yields what iterating the dataset yields, and ``len()`` is the dataset's current epoch length. In a
@@ -76,9 +95,9 @@ class DatasetInterop:
         """
         from torch_drt.cache.torch_iterable import CachedIterableDataset
 
-        return CachedIterableDataset(self)
+        return CachedIterableDataset(cast("CachedDataset", self))
 
-    def dump_config(self: CachedDataset, path: str | Path) -> Path:
+    def dump_config(self, path: str | Path) -> Path:
         """Save the cache paths, reader settings, worker count, active table and epoch length into ``path``.
 
         ``path`` must be an existing directory without an export; returns the ``dataset.json`` written there
@@ -90,7 +109,7 @@ class DatasetInterop:
         """
         from torch_drt.cache.export import dump_config
 
-        return dump_config(self, path)
+        return dump_config(cast("CachedDataset", self), path)
 
     @classmethod
     def from_config(cls, path: str | Path) -> CachedDataset:
@@ -108,13 +127,13 @@ class DatasetInterop:
 
         config, table = load_config(path)
         runtime = DatasetRuntime(config.num_workers)
-        runtime.dataset_class = cls
+        runtime.dataset_class = cast("type[CachedDataset]", cls)
         dataset = runtime.cached_dataset(list(config.cache_paths), reader_config=config.reader_config)
         dataset.update_metadata(table)
         dataset.set_epoch_len(config.epoch_len)
         return dataset
 
-    def update_manifests(self: CachedDataset, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
+    def update_manifests(self, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
         """dataset-rt's migration of its v2 manifests to v3; here every manifest already stores its cache id.
 
         Returns:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["CONFIG_NAME", "METADATA_NAME", "DatasetConfiguration", "dump_config", "load_config"]
 
 CONFIG_NAME = "dataset.json"
-METADATA_NAME = "metadata.arrow"
+METADATA_NAME: Literal["metadata.arrow"] = "metadata.arrow"
 _DIRECTORY: TypeAdapter[Path] = TypeAdapter(DirectoryPath)
 _FILE: TypeAdapter[Path] = TypeAdapter(FilePath)
 

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
@@ -47,7 +47,7 @@ class DatasetRuntime:
         num_workers: threads of the pool (sources written at once; reader threads of its datasets).
     """
 
-    dataset_class: ClassVar[type[CachedDataset]] = CachedDataset  # what cached_dataset builds
+    dataset_class: type[CachedDataset] = CachedDataset  # what cached_dataset builds
 
     def __init__(self, num_workers: int = 2) -> None:
         if not isinstance(num_workers, int) or num_workers < 1:

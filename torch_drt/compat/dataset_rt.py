@@ -68,4 +68,4 @@ class CachedDataset(_CachedDataset):
 class DatasetRuntime(_DatasetRuntime):
     """``torch_drt.DatasetRuntime`` whose datasets are this module's ``CachedDataset``."""
 
-    dataset_class = CachedDataset
+    dataset_class: type[_CachedDataset] = CachedDataset

@@ -24,8 +24,8 @@ import os
 import secrets
 import threading
 import warnings
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sized
+from typing import Any, cast
 
 import numpy as np
 
@@ -217,7 +217,7 @@ class PyDataloader:
         if self.sampler is not None:
             if not hasattr(self.sampler, "__len__"):
                 raise TypeError(f"object of type '{type(self.sampler).__name__}' has no len(): len(loader) needs it")
-            return self._batches(len(self.sampler))
+            return self._batches(len(cast("Sized", self.sampler)))
         return self._batches(len(self.dataset))
 
     def _epoch_indices(self, epoch: int, n: int) -> np.ndarray | None:
@@ -225,7 +225,7 @@ class PyDataloader:
         if self.sampler is not None:
             return _checked_indices(list(iter(self.sampler)), n)
         if self.shuffle:
-            return KeyedPermutation(n, self.seed, epoch)(np.arange(n, dtype=np.int64)) if n else np.arange(0)
+            return KeyedPermutation(n, cast(int, self.seed), epoch)(np.arange(n, dtype=np.int64)) if n else np.arange(0)
         return None
 
     def _take(self, n: int, sequential: bool) -> _Inner:
