@@ -308,6 +308,24 @@ class Sleepy(Numbers):
     """A source that does not finish in time (module level: it is pickled into the writer processes)."""
 
 
+class Dying(Numbers):
+    """A source whose writer process dies mid-write."""
+
+    def __iter__(self):
+        yield from list(super().__iter__())[:3]
+        os._exit(3)
+
+
+def test_a_writer_process_that_dies_fails_its_sources_and_leaves_no_staging(tmp_path):
+    config = drt.WriterConfig(show_progress=False, num_processes=1)
+    results = drt.DatasetRuntime(num_workers=1).write_cache(
+        [Dying("dies", 9), Numbers("next", 2)], tmp_path, writer_config=config
+    )
+    message = "writer process exited with code 3"  # the pool stops: the next source is not tried either
+    assert [(r.source_name, r.message) for r in results] == [("dies", message), ("next", message)]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == []  # its staging was removed
+
+
 def test_process_timeout_stops_the_writers_and_reports_the_unfinished_sources(tmp_path):
     config = drt.WriterConfig(show_progress=False, num_processes=1, process_timeout_seconds=1)
     runtime = drt.DatasetRuntime(num_workers=1)
