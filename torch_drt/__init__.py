@@ -9,14 +9,19 @@ from torch_drt.cache import (
     CachedDataset,
     CachedSample,
     CacheInput,
+    CacheSource,
     CacheSourcesDatasetError,
+    CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
     CacheWriteError,
+    CacheWriteResult,
     CacheWriteSuccess,
     DatasetRuntime,
     ReaderConfig,
     ShardCompression,
+    SizedTorchIterableDataset,
     WriterConfig,
+    WriterProfilerConfig,
 )
 
 __version__ = "0.1.0"
@@ -51,9 +56,12 @@ def __getattr__(name: str):
 __all__ = [
     "CacheCorruptError",
     "CacheInput",
+    "CacheSource",
     "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
     "CacheSourcesDatasetSuccess",
     "CacheWriteError",
+    "CacheWriteResult",
     "CacheWriteSuccess",
     "CachedBatch",
     "CachedDataset",
@@ -65,7 +73,9 @@ __all__ = [
     "ObjectStoreDataset",
     "ReaderConfig",
     "ShardCompression",
+    "SizedTorchIterableDataset",
     "StatefulDataLoader",
     "WriterConfig",
+    "WriterProfilerConfig",
     "__version__",
 ]

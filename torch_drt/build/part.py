@@ -7,7 +7,6 @@ part removes.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -128,7 +127,7 @@ def write_part(
     try:
         if not rows.peek():
             return PartOutcome(part.index, part.name, "empty")
-        result = write_source(rows, parts_root, dataclasses.replace(config, show_progress=False), mode="reuse")
+        result = write_source(rows, parts_root, config.model_copy(update={"show_progress": False}), mode="reuse")
         message = "" if isinstance(result, CacheWriteSuccess) else result.message
     except Exception as e:  # the first row failed while peeking
         message = f"{type(e).__name__}: {e}"

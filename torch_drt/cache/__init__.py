@@ -1,7 +1,7 @@
 """The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
 
 from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set, publish_cache_set
-from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig
+from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
@@ -11,10 +11,12 @@ from torch_drt.cache.records import (
     CacheInput,
     CacheSource,
     CacheSourcesDatasetError,
+    CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
     CacheWriteError,
     CacheWriteResult,
     CacheWriteSuccess,
+    SizedTorchIterableDataset,
 )
 from torch_drt.cache.runtime import DatasetRuntime
 from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
@@ -28,6 +30,7 @@ __all__ = [
     "CacheSetPart",
     "CacheSource",
     "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
     "CacheSourcesDatasetSuccess",
     "CacheWriteError",
     "CacheWriteResult",
@@ -38,7 +41,9 @@ __all__ = [
     "DatasetRuntime",
     "ReaderConfig",
     "ShardCompression",
+    "SizedTorchIterableDataset",
     "WriterConfig",
+    "WriterProfilerConfig",
     "is_cache_set",
     "load_cache",
     "open_cache",

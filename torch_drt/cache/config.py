@@ -1,19 +1,28 @@
-"""Reader and writer settings: frozen dataclasses whose unknown fields are errors."""
+"""Reader and writer settings: frozen pydantic models with dataset-rt's fields, whose unknown fields are errors.
+
+They behave like dataset-rt 0.4's models where user code touches them: keyword construction, ``model_validate``,
+``model_dump``, ``model_copy(update=...)``, a ``pydantic.ValidationError`` (a ``ValueError``) for a bad or unknown
+field, and pydantic's lax coercion (``"3"`` and ``3.0`` are ``3``). ``dataclasses.replace`` does not apply: use
+``model_copy(update=...)``.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-__all__ = ["ReaderConfig", "ShardCompression", "WriterConfig"]
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = ["CompressionAlgo", "ReaderConfig", "ShardCompression", "WriterConfig", "WriterProfilerConfig"]
 
 CompressionAlgo = Literal["none", "lz4", "zstd"]
-_ALGOS = ("none", "lz4", "zstd")
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 
-@dataclass(frozen=True)
-class ShardCompression:
+class ShardCompression(BaseModel):
     """How payloads are compressed: each record on its own, so any sample stays randomly readable.
+
+    ``ShardCompression("zstd")`` (the algorithm as the one positional argument) works too.
 
     Args:
         algo: ``"none"``, ``"lz4"`` (LZ4 block with its size prepended) or ``"zstd"`` (one zstd frame).
@@ -21,69 +30,96 @@ class ShardCompression:
         level: compression level for zstd (1-22); ignored otherwise.
     """
 
+    model_config = _FROZEN
+
     algo: CompressionAlgo = "none"
-    ratio: float = 1.0
-    level: int = 3
+    ratio: float = Field(default=1.0, gt=0.0)
+    level: int = Field(default=3, ge=1, le=22)
 
-    def __post_init__(self) -> None:
-        if self.algo not in _ALGOS:
-            raise ValueError(f"{self.algo=} must be one of {_ALGOS}")
+    def __init__(self, algo: Any = "none", /, **data: Any) -> None:
+        super().__init__(**({"algo": algo} | data))
+
+    @model_validator(mode="after")
+    def _ratio_of_none(self) -> ShardCompression:
         if self.algo == "none" and self.ratio != 1.0:
-            raise ValueError(f"{self.ratio=} must be 1.0 when algo is 'none'")
-        if not self.ratio > 0:
-            raise ValueError(f"{self.ratio=} must be > 0")
-        if not 1 <= self.level <= 22:
-            raise ValueError(f"{self.level=} must be in [1, 22]")
+            raise ValueError(f"ratio={self.ratio} must be 1.0 when algo is 'none'")
+        return self
 
 
-@dataclass(frozen=True)
-class WriterConfig:
-    """Settings of ``DatasetRuntime.write_cache``.
+class WriterProfilerConfig(BaseModel):
+    """Where ``write_cache`` writes its JSON timing profile, when enabled (dataset-rt's shape).
 
     Args:
-        max_shard_bytes: a shard is closed once it holds this many bytes (a record never spans shards).
-        shard_compression: per-record compression of payloads.
-        num_processes: 0 writes sources on the runtime's threads; n > 0 writes them in n spawned processes
-            (sources must then be picklable).
-        show_progress: show a tqdm progress bar per source.
-        validate_cache: re-read and verify every checksum of a cache after writing it (and before reusing it).
+        enabled: time every writer stage of every source and write the profile after the call (also after
+            a source failed or the call was interrupted).
+        path: the JSON file (parent directories are created).
     """
 
-    max_shard_bytes: int = 64 * 1024 * 1024
-    shard_compression: ShardCompression = field(default_factory=ShardCompression)
-    num_processes: int = 0
+    model_config = _FROZEN
+
+    enabled: bool = False
+    path: Path = Path("dataset_rt_profile.json")
+
+
+class WriterConfig(BaseModel):
+    """Settings of ``DatasetRuntime.write_cache`` and ``from_cache_sources``.
+
+    Args:
+        num_processes: 0 writes sources on the runtime's threads; n > 0 writes them in n spawned processes
+            (sources must then be picklable). With the profiler enabled, sources are written on threads.
+        process_timeout_seconds: with processes, the deadline of a child's start and of each source it writes
+            (its unpickling included); when one passes, the children are stopped and every unfinished source
+            is a ``CacheWriteError`` (nothing is retried).
+        prefetch_size: at most this many samples are read from a source ahead of the shard writer (torch_drt's
+            writer writes each sample before reading the next, so it holds one).
+        max_shard_bytes: a shard is closed once it holds this many bytes (a record never spans shards).
+        shard_compression: per-record compression of payloads (or its algorithm's name).
+        show_progress: show a tqdm progress bar per source.
+        validate_cache: re-read and verify every checksum of a cache after writing it (and before reusing it).
+        profiler: the writer's JSON timing profile.
+    """
+
+    model_config = _FROZEN
+
+    num_processes: int = Field(default=0, ge=0)
+    process_timeout_seconds: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    prefetch_size: int = Field(default=64, gt=0)
+    max_shard_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    shard_compression: ShardCompression = ShardCompression()
     show_progress: bool = True
     validate_cache: bool = False
+    profiler: WriterProfilerConfig = WriterProfilerConfig()
 
-    def __post_init__(self) -> None:
-        if isinstance(self.shard_compression, str):
-            object.__setattr__(self, "shard_compression", ShardCompression(self.shard_compression))
-        if not isinstance(self.shard_compression, ShardCompression):
-            raise TypeError(f"{self.shard_compression=} must be a ShardCompression")
-        if not isinstance(self.max_shard_bytes, int) or self.max_shard_bytes < 1:
-            raise ValueError(f"{self.max_shard_bytes=} must be an int >= 1")
-        if not isinstance(self.num_processes, int) or self.num_processes < 0:
-            raise ValueError(f"{self.num_processes=} must be an int >= 0")
+    @field_validator("shard_compression", mode="before")
+    @classmethod
+    def _algo_name(cls, value: Any) -> Any:
+        return ShardCompression(value) if isinstance(value, str) else value
 
 
-@dataclass(frozen=True)
-class ReaderConfig:
+class ReaderConfig(BaseModel):
     """Settings of a loaded ``CachedDataset``.
 
     Args:
-        seed: seed of the shuffled (weighted) draw stream.
-        shuffle: draw by weight with replacement (True) or walk the table cyclically (False).
+        seed: seed of the shuffled (weighted) draw stream. Any int is a valid setting, as in dataset-rt; loading
+            a dataset needs one in ``[0, 2**64)`` (else ``OverflowError``, as dataset-rt raises).
         prefetch_size: samples read ahead per batch gather when iterating sample by sample.
+        shuffle: draw by weight with replacement (True) or walk the table cyclically (False).
         validate_cache: verify every checksum while loading (otherwise structure only).
     """
 
+    model_config = _FROZEN
+
     seed: int
+    prefetch_size: int = Field(default=64, gt=0)
     shuffle: bool = True
-    prefetch_size: int = 64
     validate_cache: bool = False
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"{self.seed=} must be an int >= 0")
-        if not isinstance(self.prefetch_size, int) or self.prefetch_size < 1:
-            raise ValueError(f"{self.prefetch_size=} must be an int >= 1")
+    def check_seed(self) -> int:
+        """The seed, if a dataset can read with it.
+
+        Raises:
+            OverflowError: when it is outside ``[0, 2**64)``, as dataset-rt raises when loading.
+        """
+        if not 0 <= self.seed < 1 << 64:
+            raise OverflowError(f"ReaderConfig.seed={self.seed} must be in [0, 2**64) to read a dataset")
+        return self.seed

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.reader import CacheReader
@@ -49,7 +50,7 @@ class CachedBatch:
         return make_samples(self.data, self.metadata, self.cache_id, self.sample_id)
 
 
-class CachedDataset:
+class CachedDataset(DatasetInterop):
     """An immutable set of caches read through one editable metadata table.
 
     Iterating yields ``epoch_len`` samples (the table's row count unless ``set_epoch_len`` changed it).
@@ -109,9 +110,14 @@ class CachedDataset:
         """The current snapshot of the active table (immutable)."""
         return self._active
 
-    def get_metadata(self) -> pa.Table:
-        """The active table: ``cache_id``, ``sample_id``, stored columns, ``weight`` and any extra columns."""
-        return self._active.table
+    def get_metadata(self, backend: MetadataBackend | None = None) -> Any:
+        """The active table: ``cache_id``, ``sample_id``, stored columns, ``weight`` and any extra columns.
+
+        Args:
+            backend: ``"arrow"`` (a ``pyarrow.Table``) or ``"polars"`` (a ``polars.DataFrame``, as dataset-rt
+                returns); default ``metadata_backend`` (``"arrow"``; ``"polars"`` via ``torch_drt.compat``).
+        """
+        return as_backend(self._active.table, backend or self.metadata_backend)
 
     def update_metadata(self, table: Any) -> None:
         """Replace the active table after validating it whole; the cache on disk is never rewritten.

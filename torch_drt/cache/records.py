@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -14,15 +14,24 @@ if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
 __all__ = [
+    "AbsentManifestTarget",
     "CacheInput",
     "CacheSource",
     "CacheSourcesDatasetError",
+    "CacheSourcesDatasetResult",
     "CacheSourcesDatasetSuccess",
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",
     "CachedSample",
+    "Err",
+    "ManifestUpdateEntry",
+    "ManifestUpdateError",
+    "ManifestUpdateReport",
     "MetadataValue",
+    "Ok",
+    "Result",
+    "SizedTorchIterableDataset",
     "make_samples",
 ]
 
@@ -86,17 +95,15 @@ class CacheSource(Protocol):
     def __iter__(self) -> Iterator[CacheInput]: ...
 
 
-@dataclass(frozen=True)
-class CacheWriteSuccess:
-    """The cache of ``source_name`` is complete at ``path`` (written now or reused)."""
+class CacheWriteSuccess(NamedTuple):
+    """The cache of ``source_name`` is complete at ``path`` (written now or reused); a named tuple, as in dataset-rt."""
 
     source_name: str
     path: Path
 
 
-@dataclass(frozen=True)
-class CacheWriteError:
-    """The cache of ``source_name`` could not be written; nothing was published for it."""
+class CacheWriteError(NamedTuple):
+    """The cache of ``source_name`` could not be written; nothing was published for it (a named tuple)."""
 
     source_name: str
     message: str
@@ -105,17 +112,80 @@ class CacheWriteError:
 CacheWriteResult = CacheWriteSuccess | CacheWriteError
 
 
-@dataclass(frozen=True)
-class CacheSourcesDatasetSuccess:
-    """Every source has a complete cache, loaded as ``dataset``."""
+class CacheSourcesDatasetSuccess(NamedTuple):
+    """Every written or reused cache, loaded as ``dataset`` (``results`` has each source's outcome)."""
 
     dataset: CachedDataset
     results: list[CacheWriteResult]
 
 
-@dataclass(frozen=True)
-class CacheSourcesDatasetError:
-    """At least one source failed (see ``results``), or the caches could not be loaded together."""
+class CacheSourcesDatasetError(NamedTuple):
+    """No source has a cache (see ``results``), or the caches could not be loaded together."""
 
     results: list[CacheWriteResult]
     message: str
+
+
+CacheSourcesDatasetResult = CacheSourcesDatasetSuccess | CacheSourcesDatasetError
+
+
+@runtime_checkable
+class SizedTorchIterableDataset(Protocol):
+    """What ``CachedDataset.to_torch_iterable_dataset`` returns: a sized torch ``IterableDataset``."""
+
+    def __iter__(self) -> Iterator[CachedSample]: ...
+
+    def __len__(self) -> int: ...
+
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Ok(Generic[T]):
+    """A successful outcome (dataset-rt's ``Ok``), narrowed with ``match``."""
+
+    value: T
+
+
+@dataclass(frozen=True)
+class Err(Generic[E]):
+    """An expected failure (dataset-rt's ``Err``), narrowed with ``match``."""
+
+    error: E
+
+
+Result = Ok[T] | Err[E]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateEntry:
+    """One cache's manifest after ``CachedDataset.update_manifests``."""
+
+    path: Path
+    cache_id: int
+    status: Literal["updated", "unchanged", "durability_unknown"]
+
+
+@dataclass(frozen=True)
+class ManifestUpdateReport:
+    """One entry per cache, in cache order."""
+
+    entries: tuple[ManifestUpdateEntry, ...]
+
+
+@dataclass(frozen=True)
+class AbsentManifestTarget:
+    """A refused request names no manifest: why."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class ManifestUpdateError:
+    """A refused or failed manifest update, with the entries completed before it."""
+
+    path: Path | AbsentManifestTarget
+    message: str
+    entries: tuple[ManifestUpdateEntry, ...] = ()

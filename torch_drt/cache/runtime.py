@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt.cache._process_writer import write_in_processes
+from torch_drt.cache._profile import WriterProfile
 from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
@@ -31,12 +32,22 @@ def _as_list(sources: Any) -> list[Any]:
     return list(sources)
 
 
+def _refuse_duplicates(sources: list[Any], root: Path) -> None:
+    names = Counter(name for s in sources if isinstance(name := getattr(s, "name", None), str))
+    duplicated = [name for name, count in names.items() if count > 1]
+    if duplicated:
+        name = duplicated[0]
+        raise ValueError(f"duplicate generated cache path: {root / name} (two sources named {name!r})")
+
+
 class DatasetRuntime:
     """Owns one worker pool, reused by every write and by the datasets it loads.
 
     Args:
         num_workers: threads of the pool (sources written at once; reader threads of its datasets).
     """
+
+    dataset_class: type[CachedDataset] = CachedDataset  # what cached_dataset builds
 
     def __init__(self, num_workers: int = 2) -> None:
         if not isinstance(num_workers, int) or num_workers < 1:
@@ -55,35 +66,25 @@ class DatasetRuntime:
         self.close()
 
     def _write(self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode) -> list[CacheWriteResult]:
-        names = Counter(getattr(s, "name", None) for s in sources)
-        results: list[CacheWriteResult | None] = [None] * len(sources)
-        todo = []
-        for i, source in enumerate(sources):
-            name = getattr(source, "name", None)
-            if names[name] > 1:
-                results[i] = CacheWriteError(str(name), f"duplicate source name {name!r} in one call")
-            else:
-                todo.append(i)
-        executor: Executor = self.pool
-        owned = None
-        if config.num_processes > 0:
-            owned = executor = ProcessPoolExecutor(
-                config.num_processes, mp_context=multiprocessing.get_context("spawn")
-            )
+        _refuse_duplicates(sources, root)
+        profile = WriterProfile(config.profiler) if config.profiler.enabled else None
         try:
-            futures = {
-                i: executor.submit(write_source, sources[i], root, config, mode=mode, position=pos)
-                for pos, i in enumerate(todo)
-            }
-            for i, future in futures.items():
+            if config.num_processes > 0 and profile is None:  # a profile is taken on threads, as in dataset-rt
+                return write_in_processes(sources, root, config, mode)
+            futures = [
+                self.pool.submit(write_source, source, root, config, mode=mode, position=pos, profile=profile)
+                for pos, source in enumerate(sources)
+            ]
+            results: list[CacheWriteResult] = []
+            for source, future in zip(sources, futures):
                 try:
-                    results[i] = future.result()
-                except Exception as e:  # e.g. an unpicklable source with num_processes > 0
-                    results[i] = CacheWriteError(str(getattr(sources[i], "name", i)), f"{type(e).__name__}: {e}")
+                    results.append(future.result())
+                except Exception as e:
+                    results.append(CacheWriteError(str(getattr(source, "name", None)), f"{type(e).__name__}: {e}"))
+            return results
         finally:
-            if owned is not None:
-                owned.shutdown(wait=True)
-        return [r for r in results if r is not None]
+            if profile is not None:
+                profile.write()
 
     def write_cache(
         self, sources: Any, root: str | Path, *, writer_config: WriterConfig | None = None
@@ -98,6 +99,9 @@ class DatasetRuntime:
         Returns:
             One ``CacheWriteSuccess`` / ``CacheWriteError`` per source, in input order. A failing source
             never stops the others.
+
+        Raises:
+            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
         """
         return self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "create")
 
@@ -112,12 +116,14 @@ class DatasetRuntime:
             FileNotFoundError: when a path does not exist.
             CacheCorruptError: naming the file of the first cache that fails validation.
             ValueError: when the caches do not share one schema or repeat a cache id.
+            OverflowError: when ``reader_config.seed`` is outside ``[0, 2**64)``, as in dataset-rt.
         """
+        reader_config.check_seed()
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
         loaded = [pair for p in paths for pair in load_caches(p, verify=reader_config.validate_cache)]
         if not loaded:
             raise ValueError("cached_dataset needs at least one cache path")
-        return CachedDataset(self, [lay for lay, _ in loaded], reader_config, tables=[t for _, t in loaded])
+        return self.dataset_class(self, [lay for lay, _ in loaded], reader_config, tables=[t for _, t in loaded])
 
     def from_cache_sources(
         self,
@@ -136,7 +142,11 @@ class DatasetRuntime:
         Returns:
             ``CacheSourcesDatasetSuccess(dataset, results)`` when at least one source has a cache (check
             ``results`` for the others), else ``CacheSourcesDatasetError(results, message)``.
+
+        Raises:
+            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
         """
+        reader_config.check_seed()
         results = self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "reuse")
         paths = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
         failures = [r for r in results if isinstance(r, CacheWriteError)]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import traceback
 import uuid
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from torch_drt.cache._format import (
     validate_column_name,
     validate_source_name,
 )
+from torch_drt.cache._profile import SourceStages, WriterProfile
 from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
@@ -47,6 +49,11 @@ logger = logging.getLogger("torch_drt.cache")
 WriteMode = Literal["create", "reuse"]
 _PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
 _PROGRESS_EVERY = 256
+
+
+@contextlib.contextmanager
+def _untimed(name: str) -> Iterator[None]:
+    yield
 
 
 class _BadInput(Exception):
@@ -143,7 +150,9 @@ def _file_entry(path: Path) -> dict[str, Any]:
     return {"byte_len": len(data), "sha256": sha256_file(path), "xxh3_128": xxh3_128_hex(data)}
 
 
-def _write_records(source: Any, staging: Path, config: WriterConfig, position: int) -> dict[str, Any]:
+def _write_records(
+    source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
+) -> dict[str, Any]:
     """Stream the source into shards, index and metadata under ``staging``; return the manifest body."""
     from tqdm.auto import tqdm
 
@@ -157,10 +166,16 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
     raw_bytes = max_record = count = 0
+    items, payload, append = iter(source), columns.payload, shards.append
+    if stages is not None:  # the same steps, each timed
+        items, payload = stages.iterate("python_next", items), stages.timed("python_extract", payload, "result")
+        compress = None if compress is None else stages.timed("compression", compress, "first")
+        append = stages.timed("disk_write", append, "first")
+        checksum = stages.timed("record_checksum", checksum, "first")
+    timed = stages.stage if stages is not None else _untimed
     try:
-        append = shards.append
-        for i, item in enumerate(iter(source)):
-            data = columns.payload(i, item)
+        for i, item in enumerate(items):
+            data = payload(i, item)
             raw_bytes += len(data)
             max_record = max(max_record, len(data))
             if compress is not None:
@@ -173,13 +188,16 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
         bar.update(count % _PROGRESS_EVERY)
     finally:
         bar.close()
-        shards.close()
+        with timed("shard_flush"):
+            shards.close()
     if count == 0:
         raise _BadInput("cache source yielded no samples")
-    fsync_dir(staging / SHARD_DIR)
-    np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
+    with timed("finish_index"):
+        fsync_dir(staging / SHARD_DIR)
+        np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
     uid = uuid.uuid4().hex
-    columns.write(staging / METADATA_FILE, uid)
+    with timed("finish_metadata"):
+        columns.write(staging / METADATA_FILE, uid)
     compression = {"algo": comp.algo, "ratio": comp.ratio}
     return {
         "format": FORMAT_NAME,
@@ -235,7 +253,13 @@ def _describe(e: BaseException) -> str:
 
 
 def write_source(
-    source: Any, root: Path, config: WriterConfig, *, mode: WriteMode = "create", position: int = 0
+    source: Any,
+    root: Path,
+    config: WriterConfig,
+    *,
+    mode: WriteMode = "create",
+    position: int = 0,
+    profile: WriterProfile | None = None,
 ) -> CacheWriteResult:
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
@@ -246,6 +270,7 @@ def write_source(
         mode: ``"create"`` fails when the target exists; ``"reuse"`` accepts a complete cache already there
             (one published concurrently by another process included) and moves an incomplete one aside.
         position: line of the progress bar, for several sources at once.
+        profile: the call's timing profile; a source written (not reused) adds its stages to it.
 
     Returns:
         ``CacheWriteSuccess`` once the cache is published, else ``CacheWriteError`` naming what went wrong
@@ -261,12 +286,17 @@ def write_source(
     try:
         if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
             return reused
+        stages = profile.source(name) if profile is not None else None
+        timed = stages.stage if stages is not None else _untimed
         with StagingDir(root, name) as staging:
-            manifest = _write_records(source, staging.path, config, position)
-            write_json_atomic(staging.path / MANIFEST_FILE, manifest)
+            manifest = _write_records(source, staging.path, config, position, stages)
+            with timed("finish_manifest"):
+                write_json_atomic(staging.path / MANIFEST_FILE, manifest)
             if config.validate_cache:
-                open_cache(staging.path, verify=True)
-            return _publish(staging, mode, config.validate_cache)
+                with timed("validate"):
+                    open_cache(staging.path, verify=True)
+            with timed("publish"):
+                return _publish(staging, mode, config.validate_cache)
     except _BadInput as e:
         return CacheWriteError(name, str(e))
     except Exception as e:  # a source that raises, a full disk: the source fails, the others go on
