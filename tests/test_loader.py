@@ -310,7 +310,10 @@ def test_settings_mismatch_warns_and_random_seed_adopts_the_checkpoint():
     ({"batch_size": 0}, ValueError, "batch_size=0 must be an int > 0"),
     ({"prefetch_depth": 0}, ValueError, "prefetch_depth=0 must be"),
     ({"item_concurrency": 0}, ValueError, "item_concurrency=0 must be"),
-    ({"seed": 3}, ValueError, "seed=3 is only allowed with shuffle=True"),
+    ({"seed": -3}, ValueError, r"seed=-3 must be an int in \[0, 2\*\*64\)"),
+    ({"seed": True}, ValueError, "seed=True must be an int"),
+    ({"num_workers": 1 << 32}, ValueError, r"num_workers=4294967296 must be an int in \[0, 1024\]"),
+    ({"timeout": float("nan")}, ValueError, "timeout=nan must be a finite number"),
     ({"shuffle": True, "sampler": [0, 1]}, ValueError, "shuffle=True cannot be combined with a sampler"),
     ({"rank": 2, "world_size": 2}, ValueError, r"rank=2 must be in \[0, world_size=2\)"),
     ({"batch_size": 4, "world_size": 2, "rank": 0, "drop_last": True}, ValueError, "fewer than one global batch"),
@@ -329,7 +332,7 @@ def test_sampler_is_read_each_epoch_and_validated():
     loader = StatefulDataLoader(R(10), batch_size=2, sampler=[9, 0, 3], collate_fn=list)
     assert batches(loader) == [[9, 0], [3]] and len(loader) == 2
     with pytest.raises(ValueError, match="sampler item 1 is 10"):
-        iter(StatefulDataLoader(R(10), sampler=[1, 10]))
+        next(iter(StatefulDataLoader(R(10), sampler=[1, 10])))  # read lazily
     with pytest.raises(TypeError, match="sampler must be an iterable"):
         StatefulDataLoader(R(10), sampler=5)
 

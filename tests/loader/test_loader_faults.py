@@ -26,18 +26,18 @@ PROCESS = {"worker_method": "process", "multiprocessing_context": "fork"}
 
 
 class Hangs:
-    """Item ``stuck`` never returns (until ``release`` is set); the others are their index."""
+    """Item ``stuck`` does not return while the file ``flag`` exists; the others are their index."""
 
-    def __init__(self, n: int, stuck: int) -> None:
-        self.n, self.stuck = n, stuck
-        self.release = threading.Event()
+    def __init__(self, n: int, stuck: int, flag) -> None:
+        self.n, self.stuck, self.flag = n, stuck, str(flag)
+        open(self.flag, "w").close()
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> int:
-        if i == self.stuck:
-            self.release.wait(600)
+        while i == self.stuck and os.path.exists(self.flag):
+            time.sleep(0.05)
         return i
 
 
@@ -76,8 +76,8 @@ def test_ctrl_c_without_workers_loses_no_batch():
 
 
 @pytest.mark.parametrize("kwargs", [{}, PROCESS], ids=["threads", "processes"])
-def test_a_stuck_batch_times_out_once_and_the_epoch_goes_on(kwargs):
-    ds = Hangs(10, stuck=2)
+def test_a_stuck_batch_times_out_once_and_the_epoch_goes_on(kwargs, tmp_path):
+    ds = Hangs(10, stuck=2, flag=tmp_path / "stuck")
     loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, timeout=0.5, collate_fn=list, **kwargs)
     it = iter(loader)
     assert next(it) == [0, 1]
@@ -86,7 +86,7 @@ def test_a_stuck_batch_times_out_once_and_the_epoch_goes_on(kwargs):
     assert loader.state_dict()["observation_offset"] == 4  # the stuck batch was abandoned, like a failed one
     assert [next(it) for _ in range(3)] == [[4, 5], [6, 7], [8, 9]]
     assert loader.state_dict()["epoch"] == 1
-    ds.release.set()
+    os.unlink(ds.flag)
     loader.close()
 
 

@@ -118,7 +118,7 @@ def _set(state: dict, path: tuple[str, ...], value) -> dict:
     return state
 
 
-SAMPLER = ("node_state", "source", "source", "source")
+SAMPLER = ("node_state", "source", "source")  # batcher -> reader -> sampler
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,300 @@
+"""Worker processes for OrderedMapper: per-worker pipes, death detection, restarts, abandon on time-out.
+
+Each worker has its own task pipe and result pipe, so the pool knows which tasks a worker holds (in order) and
+a dead worker never leaves a shared lock taken. The consumer polls the result pipes and the workers' sentinels
+while it waits: a worker that dies fails the task it was running once (``BrokenProcessPool``), is replaced, and
+its other tasks go to the replacement; a task abandoned after a time-out has its worker killed the same way.
+Workers ignore SIGINT (Ctrl-C is the consumer's) and are daemons, so they never keep the interpreter alive.
+Large tensors of results travel through the worker's shared-memory ring (``SharedMemoryTransport``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import pickle
+import queue
+import signal
+import threading
+import traceback
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_ready
+from time import monotonic
+from typing import Any
+
+from torch_drt.nodes.transport import RingReader, RingWriter, SharedMemoryTransport, ring_prefix, unlink_rings
+
+__all__ = ["ProcessPool"]
+
+
+def _portable(error: BaseException) -> BaseException:
+    """The error as it can travel to the consumer: itself with the worker's traceback as a note, or a copy."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error} (in a worker process)\n{text}")
+    error.add_note(f"in a worker process:\n{text}")
+    return error
+
+
+def _receive_all(tasks: Connection, inbox: queue.SimpleQueue) -> None:
+    """Read tasks as they come, so the consumer never blocks sending one (the worker may be sending a result)."""
+    while True:
+        try:
+            msg = tasks.recv()
+        except (EOFError, OSError):
+            msg = None
+        inbox.put(msg)
+        if msg is None:
+            return
+
+
+def _send(results: Connection, msg: tuple) -> None:
+    try:
+        results.send(msg)
+    except (BrokenPipeError, EOFError, OSError):
+        raise
+    except Exception as e:  # the batch does not pickle
+        results.send((msg[0], False, _portable(TypeError(f"the batch cannot be sent from the worker: {e}")), False))
+
+
+def _worker_main(payload: bytes, tasks: Connection, results: Connection, ring: tuple | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    fn = pickle.loads(payload)
+    writer = None if ring is None else RingWriter(*ring)
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_receive_all, args=(tasks, inbox), daemon=True).start()
+    while (msg := inbox.get()) is not None:
+        task_id, item, slot = msg
+        try:
+            value = fn(item)
+            value, packed = (value, False) if writer is None else writer.pack(value, slot)
+            reply = (task_id, True, value, packed)
+        except BaseException as e:
+            reply = (task_id, False, _portable(e), False)
+        msg = item = value = None
+        try:
+            _send(results, reply)  # sent whole before the next task starts: a death loses no finished result
+        except (BrokenPipeError, EOFError, OSError):
+            return
+        reply = None
+
+
+class Task:
+    """One submitted item: where it went and, once received, its outcome."""
+
+    __slots__ = ("done", "dropped", "id", "item", "ok", "packed", "slot", "strikes", "value", "worker")
+
+    def __init__(self, task_id: int, item: Any) -> None:
+        self.id, self.item = task_id, item
+        self.strikes = 0
+        self.done = self.dropped = self.ok = self.packed = False
+        self.slot: int | None = None
+        self.value: Any = None
+        self.worker: _Worker | None = None
+
+
+class _Worker:
+    __slots__ = ("free_slots", "process", "queued", "results", "tasks", "uid")
+
+
+class ProcessPool:
+    """``num_workers`` daemon processes running ``fn(item)``; created by the owner's ``reset()``.
+
+    Args:
+        fn: the picklable function (pickled once, installed in each worker).
+        num_workers: processes.
+        context: multiprocessing start method (spawn, fork, forkserver; None: the default).
+        transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        num_workers: int,
+        context: str | None = None,
+        transport: SharedMemoryTransport | None = None,
+    ) -> None:
+        self.pid = os.getpid()
+        self._ctx = multiprocessing.get_context(context)
+        self._payload = pickle.dumps(fn)
+        self._transport = transport if transport is not None and transport.available else None
+        self._reader = RingReader(pin=transport.pin) if transport is not None else None
+        self._uids = itertools.count()
+        self._ids = itertools.count()
+        self._turn = itertools.count()
+        self._workers = [self._spawn() for _ in range(num_workers)]
+
+    def _spawn(self) -> _Worker:
+        w = _Worker()
+        w.uid = next(self._uids)
+        tasks_r, w.tasks = self._ctx.Pipe(duplex=False)
+        w.results, results_w = self._ctx.Pipe(duplex=False)
+        ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
+        w.process = self._ctx.Process(
+            target=_worker_main,
+            args=(self._payload, tasks_r, results_w, ring),
+            name=f"torch_drt-worker-{w.uid}",
+            daemon=True,
+        )
+        w.process.start()
+        tasks_r.close()
+        results_w.close()
+        w.queued = deque()
+        w.free_slots = list(range(self._transport.slots)) if self._transport is not None else []
+        return w
+
+    def _send(self, w: _Worker, task: Task) -> None:
+        task.worker = w
+        task.slot = w.free_slots.pop() if w.free_slots else None
+        w.queued.append(task)
+        w.tasks.send((task.id, task.item, task.slot))
+
+    def submit(self, item: Any, affinity: int | None = None) -> Task:
+        """Queue ``fn(item)`` on worker ``affinity % num_workers``, or on the least busy worker."""
+        task = Task(next(self._ids), item)
+        if affinity is not None:
+            w = self._workers[affinity % len(self._workers)]
+        else:
+            turn = next(self._turn)
+            n = len(self._workers)
+            w = min((self._workers[(turn + k) % n] for k in range(n)), key=lambda w: len(w.queued))
+        self._send(w, task)
+        return task
+
+    def _receive(self, w: _Worker) -> None:
+        while w.queued and w.results.poll():
+            task = w.queued.popleft()
+            try:
+                _, task.ok, task.value, task.packed = w.results.recv()
+            except (EOFError, OSError):
+                w.queued.appendleft(task)
+                return
+            except Exception as e:  # the result does not unpickle here
+                task.ok, task.value, task.packed = False, RuntimeError(f"cannot receive a worker's result: {e}"), False
+            self._settle(w, task)
+
+    def _settle(self, w: _Worker, task: Task) -> None:
+        task.done = True
+        task.item = None
+        if task.dropped:
+            self._free(w, task)
+
+    def _free(self, w: _Worker, task: Task) -> None:
+        if task.slot is not None:
+            w.free_slots.append(task.slot)
+            task.slot = None
+        task.value = None
+
+    def _replace(self, index: int, culprit: Task | None, error: BaseException) -> None:
+        """Retire worker ``index``: fail ``culprit``, resend its other tasks to a new worker.
+
+        Without a named culprit (the worker died), its oldest task is suspected: a task suspected twice fails.
+        (Once is not enough: a worker's last results may have been lost with it, and a worker killed from
+        outside is not its task's fault.)
+        """
+        w = self._workers[index]
+        self._receive(w)
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+        for conn in (w.tasks, w.results):
+            conn.close()
+        unlink_rings(ring_prefix(self.pid, w.uid))
+        new = self._workers[index] = self._spawn()
+        if culprit is None:
+            suspect = next((task for task in w.queued if not task.dropped), None)
+            if suspect is not None:
+                suspect.strikes += 1
+                culprit = suspect if suspect.strikes >= 2 else None
+        for task in w.queued:
+            if task is culprit or task.dropped:
+                task.slot = None
+                task.ok, task.value = False, error
+                self._settle(w, task)
+            else:
+                self._send(new, task)
+
+    def _poll(self, timeout: float) -> None:
+        by_conn = {w.results: w for w in self._workers}
+        for ready in wait_ready([*by_conn, *(w.process.sentinel for w in self._workers)], timeout):
+            if ready in by_conn:
+                self._receive(by_conn[ready])
+        for index in range(len(self._workers)):
+            w = self._workers[index]
+            if not w.process.is_alive():
+                code = w.process.exitcode
+                self._replace(
+                    index,
+                    None,
+                    BrokenProcessPool(
+                        f"a worker process terminated abruptly (exit code {code}) while loading this batch; "
+                        "the worker was replaced and loading goes on"
+                    ),
+                )
+
+    def wait(self, task: Task, timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
+        deadline = monotonic() + timeout
+        while not task.done:
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                return False
+            self._poll(remaining)
+        return True
+
+    def result(self, task: Task) -> Any:
+        """The task's result (its large tensors copied out of the ring), or its error with its own type."""
+        value, ok, packed = task.value, task.ok, task.packed
+        try:
+            if ok and self._reader is not None:
+                value = self._reader.unpack(value, packed)
+        finally:
+            self._free(task.worker, task)
+        if not ok:
+            raise value
+        return value
+
+    def drop(self, task: Task) -> None:
+        """The result is no longer wanted: it is discarded (and its slot freed) when it arrives."""
+        task.dropped = True
+
+    def abandon(self, task: Task) -> None:
+        """Give up on a stuck task: its worker is killed and replaced; its other tasks go to the replacement."""
+        if not task.done and task.worker in self._workers:
+            self._replace(self._workers.index(task.worker), task, TimeoutError("abandoned after a time-out"))
+
+    def close(self) -> None:
+        """Stop the workers: idle ones exit, busy ones are killed; their ring files are removed."""
+        if self.pid != os.getpid():  # a forked child must not stop its parent's workers
+            self._workers = []
+            return
+        for w in self._workers:
+            try:
+                if w.queued:
+                    w.process.kill()
+                else:
+                    w.tasks.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self._workers:
+            w.process.join(1.0)
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            for conn in (w.tasks, w.results):
+                conn.close()
+            unlink_rings(ring_prefix(self.pid, w.uid))
+        self._workers = []
+        if self._reader is not None:
+            self._reader.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown multiprocessing stops daemon workers itself
+            self.close()
