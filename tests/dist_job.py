@@ -53,7 +53,7 @@ def cache_budget(rank: int, world_size: int, port: int, out: str, cache: str, dr
         sizes = list(loader)
         gathered = [None] * world_size
         warned = [str(w.message) for w in caught if "samples_per_epoch adjusted" in str(w.message)]
-        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.dataset.seed})
+        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.seed})
         if rank == 0:
             Path(out).write_text(json.dumps(gathered))
     finally:

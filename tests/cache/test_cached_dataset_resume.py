@@ -29,26 +29,24 @@ def load(runtime, cache, shuffle):
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
-@pytest.mark.parametrize("taken", [0, 3, 9, 10])
+@pytest.mark.parametrize("taken", [0, 3, 6, 7])
 def test_a_state_taken_mid_iteration_resumes_after_the_delivered_samples(runtime, cache, shuffle, taken):
     reference = load(runtime, cache, shuffle)
     reference.set_epoch_len(7)
     full = [ids(reference), ids(reference), ids(reference)]
-    flat = [x for epoch in full for x in epoch]
 
     ds = load(runtime, cache, shuffle)
     ds.set_epoch_len(7)
     first = ids(ds)  # epoch 0 whole
     it = iter(ds)
-    head = [next(it).sample_id for _ in range(min(taken, 7))]
+    head = [next(it).sample_id for _ in range(taken)]
     state = json.loads(json.dumps(ds.state_dict()))
     resumed = load(runtime, cache, shuffle)
     resumed.load_state_dict(state)
-    rest = ids(resumed)  # the rest of the interrupted epoch ...
-    after = ids(resumed)  # ... then the next one, whole
-    assert first + head + rest == flat[: 7 + len(head) + len(rest)]
-    assert len(head) + len(rest) == 7
-    assert after == full[2]
+    if taken < 7:
+        rest = ids(resumed)  # the rest of the interrupted epoch ...
+        assert first + head + rest == full[0] + full[1]
+    assert ids(resumed) == full[2]  # ... then the next one, whole (after a whole epoch: at once)
 
 
 def test_a_finished_iterator_and_a_fresh_one(runtime, cache):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from torch_drt.loader._device import move_to_device
+from torch_drt.loader.device import move_to_device
 
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader

@@ -64,20 +64,28 @@ def _send(results: Connection, msg: tuple) -> None:
         results.send((msg[0], False, _portable(TypeError(f"the batch cannot be sent from the worker: {e}")), False))
 
 
-def _worker_main(payload: bytes, tasks: Connection, results: Connection, ring: tuple | None) -> None:
+def _worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    fn = pickle.loads(payload)
+    fn, initializer = pickle.loads(payload)
+    failed: BaseException | None = None
+    if initializer is not None:
+        try:
+            initializer(index)
+        except BaseException as e:  # every task of this worker reports it
+            failed = _portable(e)
     writer = None if ring is None else RingWriter(*ring)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_receive_all, args=(tasks, inbox), daemon=True).start()
     while (msg := inbox.get()) is not None:
         task_id, item, slot = msg
         try:
+            if failed is not None:
+                raise failed
             value = fn(item)
             value, packed = (value, False) if writer is None else writer.pack(value, slot)
             reply = (task_id, True, value, packed)
         except BaseException as e:
-            reply = (task_id, False, _portable(e), False)
+            reply = (task_id, False, e if e is failed else _portable(e), False)
         msg = item = value = None
         try:
             _send(results, reply)  # sent whole before the next task starts: a death loses no finished result
@@ -112,6 +120,7 @@ class ProcessPool:
         num_workers: processes.
         context: multiprocessing start method (spawn, fork, forkserver; None: the default).
         transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
+        initializer: called as ``initializer(worker_index)`` in each worker process when it starts.
     """
 
     def __init__(
@@ -120,18 +129,19 @@ class ProcessPool:
         num_workers: int,
         context: str | None = None,
         transport: SharedMemoryTransport | None = None,
+        initializer: Callable[[int], None] | None = None,
     ) -> None:
         self.pid = os.getpid()
         self._ctx = multiprocessing.get_context(context)
-        self._payload = pickle.dumps(fn)
+        self._payload = pickle.dumps((fn, initializer))
         self._transport = transport if transport is not None and transport.available else None
         self._reader = RingReader(pin=transport.pin) if transport is not None else None
         self._uids = itertools.count()
         self._ids = itertools.count()
         self._turn = itertools.count()
-        self._workers = [self._spawn() for _ in range(num_workers)]
+        self._workers = [self._spawn(i) for i in range(num_workers)]
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self, index: int) -> _Worker:
         w = _Worker()
         w.uid = next(self._uids)
         tasks_r, w.tasks = self._ctx.Pipe(duplex=False)
@@ -139,7 +149,7 @@ class ProcessPool:
         ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
         w.process = self._ctx.Process(
             target=_worker_main,
-            args=(self._payload, tasks_r, results_w, ring),
+            args=(self._payload, index, tasks_r, results_w, ring),
             name=f"torch_drt-worker-{w.uid}",
             daemon=True,
         )
@@ -207,7 +217,7 @@ class ProcessPool:
         for conn in (w.tasks, w.results):
             conn.close()
         unlink_rings(ring_prefix(self.pid, w.uid))
-        new = self._workers[index] = self._spawn()
+        new = self._workers[index] = self._spawn(index)
         if culprit is None:
             suspect = next((task for task in w.queued if not task.dropped), None)
             if suspect is not None:
@@ -260,6 +270,10 @@ class ProcessPool:
         if not ok:
             raise value
         return value
+
+    def pids(self) -> list[int]:
+        """The worker processes' pids."""
+        return [w.process.pid for w in self._workers]
 
     def drop(self, task: Task) -> None:
         """The result is no longer wanted: it is discarded (and its slot freed) when it arrives."""

@@ -68,6 +68,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         adaptive: map cheap items inline (threads only).
         inline_below_s: the mean ``map_fn`` time under which items are mapped inline.
         transport: how process workers hand large tensors over (default: shared-memory rings).
+        worker_init: called as ``worker_init(worker_index)`` in each worker process when it starts.
     """
 
     SOURCE_KEY = "source"
@@ -86,6 +87,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         adaptive: bool = True,
         inline_below_s: float = 100e-6,
         transport: SharedMemoryTransport | None = None,
+        worker_init: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -108,6 +110,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         if transport.slots is None:  # more than one worker's results in flight, plus the one being unpacked
             transport = dataclasses.replace(transport, slots=-(-in_flight // max(1, num_workers)) + 2)
         self.transport = transport
+        self.worker_init = worker_init
         self._pool: ThreadPool | ProcessPool | None = None
         self._pending: deque[tuple[dict[str, Any], Any]] = deque()
         self._exhausted = False
@@ -120,7 +123,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     def _make_pool(self) -> ThreadPool | ProcessPool:
         if self.method == "thread":
             return ThreadPool(_Timed(self.map_fn) if self.adaptive else self.map_fn, self.num_workers)
-        return ProcessPool(self.map_fn, self.num_workers, self.multiprocessing_context, self.transport)
+        return ProcessPool(
+            self.map_fn, self.num_workers, self.multiprocessing_context, self.transport, self.worker_init
+        )
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -215,6 +220,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         if self._held is not None and hasattr(self.source, "state_before"):
             return {self.SOURCE_KEY: self.source.state_before(self._held[0])}
         return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}
+
+    def worker_pids(self) -> list[int]:
+        """The worker processes' pids (none for threads or before the first ``reset()``)."""
+        return self._pool.pids() if isinstance(self._pool, ProcessPool) else []
 
     def close(self) -> None:
         """Drop pending items and stop the workers (a later ``reset()`` starts new ones)."""
