@@ -6,7 +6,6 @@ import pickle
 import warnings
 
 import numpy as np
-
 import pytest
 import torch
 from conftest import ListSource

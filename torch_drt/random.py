@@ -33,7 +33,7 @@ import contextvars
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling import derive_key
 
 if TYPE_CHECKING:
     import numpy as np

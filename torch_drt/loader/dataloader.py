@@ -10,11 +10,11 @@ from typing import Any, Literal
 import torch
 from torchdata.nodes import BaseNode
 
-from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.loader._fetch import default_collate
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader.base import PipelineLoader
+from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.sampling.topology import resolve_topology
 
 __all__ = ["MAX_WORKERS", "StatefulDataLoader"]

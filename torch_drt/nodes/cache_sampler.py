@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling import derive_key
 from torch_drt.sampling.stride import stride_positions
 from torch_drt.sampling.topology import resolve_topology
 from torch_drt.sampling.weighted import WeightedDraws

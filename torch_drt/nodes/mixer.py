@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_drt.sampling._counter import derive_key, uniform
+from torch_drt.sampling import derive_key, uniform
 from torch_drt.sampling.stride import owns
 from torch_drt.sampling.topology import resolve_topology
 
