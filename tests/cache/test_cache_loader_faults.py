@@ -6,13 +6,9 @@ arithmetic, so huge ``samples_per_epoch`` costs nothing and absurd worker counts
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 from conftest import ListSource
+from script_runner import run_script
 
 import torch_drt as drt
 
@@ -106,15 +102,6 @@ def test_a_state_of_another_topology_or_budget_is_refused(dataset):
     other.load_state_dict(state)  # the same settings resume
     rest = list(other)
     assert len(rest) == 7
-
-
-def run_script(body: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    try:
-        return subprocess.run([sys.executable, "-c", textwrap.dedent(body)], capture_output=True, text=True,
-                              timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"did not finish within {timeout}s: {e.stdout!r} {e.stderr!r}")
 
 
 def test_budgets_are_arithmetic_and_absurd_worker_counts_are_refused(dataset):

@@ -19,6 +19,7 @@ import weakref
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
+from script_runner import run_script, script_env
 
 from torch_drt import StatefulDataLoader
 
@@ -90,17 +91,6 @@ def test_a_stuck_batch_times_out_once_and_the_epoch_goes_on(kwargs, tmp_path):
     loader.close()
 
 
-def run_script(body: str, timeout: float = 120, **popen) -> subprocess.CompletedProcess:
-    """Run ``body`` in a fresh interpreter (this tree first on sys.path); it must exit within ``timeout``."""
-    script = textwrap.dedent(body)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
-    try:
-        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
-                              env=env, **popen)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"the interpreter did not exit within {timeout}s; output: {e.stdout!r} {e.stderr!r}")
-
-
 HANGS = """
     import threading, time
     class Hangs:
@@ -144,9 +134,8 @@ def test_ctrl_c_exits_while_a_worker_is_inside_a_slow_getitem(method):
         for batch in loader:
             print(batch, flush=True)
     """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+                            text=True, env=script_env(), start_new_session=True)
     try:
         assert proc.stdout.readline().strip() == "[0, 1]"
         time.sleep(0.5)  # the main thread now waits on the stuck batch
