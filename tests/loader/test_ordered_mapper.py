@@ -146,3 +146,24 @@ def test_worker_init_runs_in_each_process_and_items_keep_their_worker():
     assert [x for _, x in out] == list(range(10))
     assert all(w == str(x % 2) for w, x in out)
     mapper.close()
+
+
+def torch_op(x: int) -> int:
+    import torch
+
+    return int(torch.full((200_000,), x, dtype=torch.int64).sum())  # large enough for torch's parallel_for
+
+
+def test_forked_process_workers_run_torch_ops_after_the_parent_ran_them_on_threads():
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch_op(1)  # the parent's OpenMP pool is now running: a forked child using it would hang
+        mapper = OrderedMapper(IterableWrapper(range(4)), torch_op, num_workers=2, method="process",
+                               multiprocessing_context="fork", timeout=60)
+        assert list(Loader(mapper)) == [200_000 * x for x in range(4)]
+        mapper.close()
+    finally:
+        torch.set_num_threads(threads)

@@ -4,7 +4,8 @@ Each worker has its own task pipe and result pipe, so the pool knows which tasks
 a dead worker never leaves a shared lock taken. The consumer polls the result pipes and the workers' sentinels
 while it waits: a worker that dies fails the task it was running once (``BrokenProcessPool``), is replaced, and
 its other tasks go to the replacement; a task abandoned after a time-out has its worker killed the same way.
-Workers ignore SIGINT (Ctrl-C is the consumer's) and are daemons, so they never keep the interpreter alive.
+Workers ignore SIGINT (Ctrl-C is the consumer's), are daemons, so they never keep the interpreter alive, and run
+torch with one thread (as torch's loader workers do: ``worker_init`` may raise it).
 Large tensors of results travel through the worker's shared-memory ring (``SharedMemoryTransport``).
 """
 
@@ -26,6 +27,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from time import monotonic
 from typing import Any
+
+import torch
 
 from torch_drt.nodes.transport import RingReader, RingWriter, SharedMemoryTransport, ring_prefix, unlink_rings
 
@@ -66,6 +69,7 @@ def _send(results: Connection, msg: tuple) -> None:
 
 def _worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)  # as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
     fn, initializer = pickle.loads(payload)
     failed: BaseException | None = None
     if initializer is not None:
