@@ -234,15 +234,18 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
     loader.close()
 
 
-def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing():
+@pytest.mark.parametrize("workers", [0, 1])  # 0: the batch loads in the calling thread, which Ctrl-C interrupts
+def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing(workers):
     ds = Gate(10, open_from=2)
-    loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=workers, collate_fn=list)
     it = iter(loader)
     assert next(it) == [0, 1]
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         next(it)
+    timer.join()
+    assert loader.state_dict()["observation_offset"] == 2
     ds.event.set()
     assert next(it) == [2, 3]
     assert loader.state_dict()["observation_offset"] == 4

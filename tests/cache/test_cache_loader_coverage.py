@@ -95,3 +95,22 @@ def test_real_loaders_read_every_row_once(table, rows, batch, workers):
         batches = list(loader)
         assert sorted(x for b in batches for x in b) == list(range(rows))
         assert sum(len(b) != batch for b in batches) <= 1  # one tail batch at most
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_two_real_ranks_read_every_row_once(tmp_path, workers):
+    import json
+    import socket
+
+    import torch.multiprocessing as mp
+    from dist_job import cache_cover
+
+    (res,) = drt.DatasetRuntime(1).write_cache([ListSource("ranks", 2000)], tmp_path,
+                                                writer_config=drt.WriterConfig(show_progress=False))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "cover.json"
+    mp.spawn(cache_cover, args=(2, port, str(out), str(res.path), workers), nprocs=2, join=True)
+    ranks = json.loads(out.read_text())
+    assert sorted(ranks[0] + ranks[1]) == list(range(2000))  # 2,000 distinct rows of 2,000, none twice

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import weakref
 from concurrent.futures.process import BrokenProcessPool
@@ -40,40 +39,6 @@ class Hangs:
         while i == self.stuck and os.path.exists(self.flag):
             time.sleep(0.05)
         return i
-
-
-class InterruptedOnce:
-    """Item 2 waits in the calling thread until a SIGINT arrives (once); then it loads normally."""
-
-    def __init__(self) -> None:
-        self.interrupted = False
-
-    def __len__(self) -> int:
-        return 10
-
-    def __getitem__(self, i: int) -> int:
-        while i == 2 and not self.interrupted:
-            try:
-                time.sleep(0.01)
-            except KeyboardInterrupt:
-                self.interrupted = True
-                raise
-        return i
-
-
-def test_ctrl_c_without_workers_loses_no_batch():
-    ds = InterruptedOnce()
-    loader = StatefulDataLoader(ds, batch_size=2, collate_fn=list)
-    it = iter(loader)
-    assert next(it) == [0, 1]
-    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        next(it)
-    timer.join()
-    assert loader.state_dict()["observation_offset"] == 2
-    assert next(it) == [2, 3]  # the interrupted batch comes next, nothing is skipped
-    assert loader.state_dict()["observation_offset"] == 4
 
 
 @pytest.mark.parametrize("kwargs", [{}, PROCESS], ids=["threads", "processes"])

@@ -178,16 +178,10 @@ def to_torch_dataloader(
     samples = len(dataset) if samples_per_epoch is None else samples_per_epoch
     seed_given = seed not in (None, "random")
     seed = _common_seed(world_size) if seed == "random" else dataset.reader_config.seed if seed is None else seed
-    plans = consumer_plans(
-        len(dataset.active),
-        samples=samples,
-        batch_size=batch_size,
-        workers=num_workers,
-        world_size=world_size,
-        rank=rank,
-        partition=partition,
-        drop_last=drop_last,
-    )
+    # fmt: off
+    plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=num_workers,
+                           world_size=world_size, rank=rank, partition=partition, drop_last=drop_last)
+    # fmt: on
     persistent = True if persistent_workers is None else bool(persistent_workers)
     if num_workers and not persistent:
         warnings.warn(

@@ -16,10 +16,26 @@ from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.item_batcher import ItemBatch
+from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
+from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "pin_batch"]
+__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "pin_batch"]
+
+
+def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
+    """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch depth and time-out."""
+    return OrderedMapper(
+        source,
+        fetch,
+        num_workers=loader.num_workers,
+        in_flight=loader.num_workers + loader.prefetch_depth,
+        method=loader.worker_method,
+        multiprocessing_context=loader.multiprocessing_context,
+        timeout=loader.timeout,
+        transport=SharedMemoryTransport(pin=loader.pin_memory),
+    )
 
 
 def default_collate(batch: list[Any]) -> Any:

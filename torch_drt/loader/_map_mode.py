@@ -6,13 +6,12 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt.loader._fetch import BatchFetcher
+from torch_drt.loader._fetch import BatchFetcher, fetch_stage
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int, state_seed
 from torch_drt.nodes.batch_plan import BatchPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
-from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
 
@@ -61,16 +60,7 @@ class MapMode(LoaderMode):
             seed=self.seed,
             item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
         )
-        self.mapper = OrderedMapper(
-            self.planner,
-            self.fetcher,
-            num_workers=loader.num_workers,
-            in_flight=loader.num_workers + loader.prefetch_depth,
-            method=loader.worker_method,
-            multiprocessing_context=loader.multiprocessing_context,
-            timeout=loader.timeout,
-            transport=SharedMemoryTransport(pin=loader.pin_memory),
-        )
+        self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
     def _partition(self) -> Partition:
         if self.sampler.n is None:
@@ -96,10 +86,7 @@ class MapMode(LoaderMode):
         return self._partition().num_batches(0)
 
     def items_per_epoch(self) -> int:
-        part = self._partition()
-        return (
-            part.num_batches(0) * part.batch_size if self.drop_last else len(range(self.rank, part.n, self.world_size))
-        )
+        return self._partition().items()
 
     def epoch_indices(self, epoch: int) -> Iterable[int]:
         if isinstance(self.sampler, IndexListSampler):

@@ -6,13 +6,12 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_drt.loader._fetch import ItemBatchFetcher
+from torch_drt.loader._fetch import ItemBatchFetcher, fetch_stage
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.ordered_map import OrderedMapper
-from torch_drt.nodes.transport import SharedMemoryTransport
 
 __all__ = ["NodeMode"]
 
@@ -39,16 +38,7 @@ class NodeMode(LoaderMode):
         fetcher = ItemBatchFetcher(
             loader.transform, loader.collate_fn, pin=loader.pin_memory and threads, seed=loader.seed
         )
-        self.mapper = OrderedMapper(
-            self.batcher,
-            fetcher,
-            num_workers=loader.num_workers,
-            in_flight=loader.num_workers + loader.prefetch_depth,
-            method=loader.worker_method,
-            multiprocessing_context=loader.multiprocessing_context,
-            timeout=loader.timeout,
-            transport=SharedMemoryTransport(pin=loader.pin_memory),
-        )
+        self.mapper = fetch_stage(loader, self.batcher, fetcher)
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
         self.batcher.epoch = epoch

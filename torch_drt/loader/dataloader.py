@@ -15,6 +15,7 @@ from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
+from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.topology import resolve_topology
 
 __all__ = ["MAX_WORKERS", "StatefulDataLoader"]
@@ -131,7 +132,8 @@ class StatefulDataLoader(PipelineLoader):
         if node_mode and (shuffle or sampler is not None):
             raise ValueError("a node yields its own order: shuffle and sampler apply to map-style datasets")
         self.rank, self.world_size = resolve_topology(rank, world_size)
-        if drop_last and sampler is None and not node_mode and len(dataset) < batch_size * self.world_size:
+        whole = Partition(0 if node_mode else len(dataset), batch_size, self.world_size, self.rank, drop_last)
+        if drop_last and sampler is None and not node_mode and whole.num_batches() == 0:
             raise ValueError(
                 f"the dataset has {len(dataset)} samples, fewer than one global batch "
                 f"(batch_size={batch_size} x world_size={self.world_size}) and drop_last=True leaves nothing"
@@ -160,7 +162,7 @@ class StatefulDataLoader(PipelineLoader):
     @property
     def global_batch_size(self) -> int:
         """``batch_size * world_size``: samples per step over all ranks."""
-        return self.batch_size * self.world_size
+        return Partition(0, self.batch_size, self.world_size, self.rank).global_batch_size
 
     @classmethod
     def from_storage(cls, storage: Any, collate_fn: Callable[[list[Any]], Any], **kwargs: Any) -> StatefulDataLoader:

@@ -215,12 +215,7 @@ class ProcessPool:
         """
         w = self._workers[index]
         self._receive(w)
-        if w.process.is_alive():
-            w.process.kill()
-        w.process.join()
-        for conn in (w.tasks, w.results):
-            conn.close()
-        unlink_rings(ring_prefix(self.pid, w.uid))
+        self._retire(w, grace=0)
         new = self._workers[index] = self._spawn(index)
         if culprit is None:
             suspect = next((task for task in w.queued if not task.dropped), None)
@@ -234,6 +229,17 @@ class ProcessPool:
                 self._settle(w, task)
             else:
                 self._send(new, task)
+
+    def _retire(self, w: _Worker, grace: float) -> None:
+        """Let ``w`` exit within ``grace`` seconds, else kill it; close its pipes and remove its ring files."""
+        if grace:
+            w.process.join(grace)
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+        for conn in (w.tasks, w.results):
+            conn.close()
+        unlink_rings(ring_prefix(self.pid, w.uid))
 
     def _poll(self, timeout: float) -> None:
         by_conn = {w.results: w for w in self._workers}
@@ -302,13 +308,7 @@ class ProcessPool:
             except (BrokenPipeError, OSError):
                 pass
         for w in self._workers:
-            w.process.join(1.0)
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join()
-            for conn in (w.tasks, w.results):
-                conn.close()
-            unlink_rings(ring_prefix(self.pid, w.uid))
+            self._retire(w, grace=1.0)
         self._workers = []
         if self._reader is not None:
             self._reader.close()

@@ -8,7 +8,7 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.sampling import derive_key
-from torch_drt.sampling.stride import stride_positions
+from torch_drt.sampling.stride import rank_share, stride_positions
 from torch_drt.sampling.topology import resolve_topology
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -59,7 +59,7 @@ class CacheSampler(BaseNode[int]):
         self.active = source.active
         self.shuffle = source.reader_config.shuffle if shuffle is None else shuffle
         self.seed = source.reader_config.seed if seed is None else seed
-        self.num_samples = -(-len(source) // self.world_size) if num_samples is None else num_samples
+        self.num_samples = rank_share(len(source), world_size=self.world_size) if num_samples is None else num_samples
         if self.num_samples < 1:
             raise ValueError(f"num_samples={self.num_samples} must be > 0")
         self._draws = (

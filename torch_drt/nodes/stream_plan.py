@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
-from torch_drt.sampling.budget import ConsumerPlan, batch_counts, interleave
+from torch_drt.sampling.budget import ConsumerPlan, batch_counts, first_positions, interleave
 
 __all__ = ["StreamBatch", "StreamPlanner"]
 
@@ -55,11 +55,7 @@ class StreamPlanner(BaseNode[StreamBatch]):
         self.plans, self.batch_size, self.continue_streams = plans, batch_size, continue_streams
         self.counts = batch_counts(plans, batch_size)
         self.total = sum(self.counts)
-        local = sum(plan.sample_count for plan in plans)
-        starts = [0]
-        for plan in plans:
-            starts.append(starts[-1] + plan.sample_count)
-        self._bases = [plans[0].rank * local + s for s in starts] if plans else []
+        self._bases = first_positions(plans)
         self.epoch = 0
         self.done = 0
         self._order: Iterator[tuple[int, int]] = iter(())

@@ -23,6 +23,7 @@ __all__ = [
     "RowSpan",
     "batch_counts",
     "consumer_plans",
+    "first_positions",
     "interleave",
     "rank_budget",
     "row_span",
@@ -144,6 +145,17 @@ def consumer_plans(
 def batch_counts(plans: tuple[ConsumerPlan, ...], batch_size: int) -> list[int]:
     """Batches each consumer yields per pass (its last may be short)."""
     return [-(-plan.sample_count // batch_size) for plan in plans]
+
+
+def first_positions(plans: tuple[ConsumerPlan, ...]) -> list[int]:
+    """Each consumer's first position in a pass, counted over all ranks' consumers (a rank's items are contiguous:
+    every rank takes the same budget)."""
+    local = sum(plan.sample_count for plan in plans)
+    out, position = [], plans[0].rank * local if plans else 0
+    for plan in plans:
+        out.append(position)
+        position += plan.sample_count
+    return out
 
 
 def interleave(counts: list[int], done: int = 0) -> Iterator[tuple[int, int]]:

@@ -67,6 +67,12 @@ class Partition:
         starts = offset + self.global_batch_size * np.arange(count, dtype=np.int64)
         return starts[:, None] + self.rank + self.world_size * np.arange(self.batch_size, dtype=np.int64)
 
+    def items(self) -> int:
+        """Items this rank takes per epoch (padding removed)."""
+        if self.drop_last:
+            return self.num_batches(0) * self.batch_size
+        return len(range(self.rank, self.n, self.world_size))
+
     def rank_positions(self, offset: int) -> range:
         """This rank's positions in the global batch at ``offset``, padding removed."""
         return range(offset + self.rank, min(self.n, offset + self.global_batch_size), self.world_size)

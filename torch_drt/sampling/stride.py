@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["owns", "stride_positions"]
+__all__ = ["owns", "rank_share", "stride_positions"]
 
 
 def stride_positions(start: int, count: int, *, rank: int, world_size: int) -> np.ndarray:
@@ -19,3 +19,8 @@ def stride_positions(start: int, count: int, *, rank: int, world_size: int) -> n
 def owns(k: int, *, rank: int, world_size: int) -> bool:
     """Whether item ``k`` of a stream belongs to ``rank``."""
     return k % world_size == rank
+
+
+def rank_share(count: int, *, world_size: int) -> int:
+    """Items per rank when ``count`` items are strided over ``world_size`` ranks (the largest share)."""
+    return -(-count // world_size)
