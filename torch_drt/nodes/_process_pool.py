@@ -2,8 +2,9 @@
 
 Each worker has its own task pipe and result pipe, so the pool knows which tasks a worker holds (in order) and
 a dead worker never leaves a shared lock taken. The consumer polls the result pipes and the workers' sentinels
-while it waits: a worker that dies fails the task it was running once (``BrokenProcessPool``), is replaced, and
-its other tasks go to the replacement; a task abandoned after a time-out has its worker killed the same way.
+while it waits: a worker that dies is replaced and its tasks go to the replacement, except a task that was running
+in two dead workers, which fails once (``BrokenProcessPool``); a task abandoned after a time-out has its worker
+killed and replaced the same way.
 Workers ignore SIGINT (Ctrl-C is the consumer's), are daemons, so they never keep the interpreter alive, and run
 torch with one thread (as torch's loader workers do: ``worker_init`` may raise it).
 Large tensors of results travel through the worker's shared-memory ring (``SharedMemoryTransport``).
@@ -16,86 +17,17 @@ import itertools
 import multiprocessing
 import os
 import pickle
-import queue
-import signal
-import threading
-import traceback
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
-from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_ready
 from time import monotonic
 from typing import Any
 
-import torch
-
-from torch_drt.nodes.transport import RingReader, RingWriter, SharedMemoryTransport, ring_prefix, unlink_rings
+from torch_drt.nodes._process_worker import worker_main
+from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
 
 __all__ = ["ProcessPool"]
-
-
-def _portable(error: BaseException) -> BaseException:
-    """The error as it can travel to the consumer: itself with the worker's traceback as a note, or a copy."""
-    text = "".join(traceback.format_exception(error))
-    try:
-        pickle.loads(pickle.dumps(error))
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error} (in a worker process)\n{text}")
-    error.add_note(f"in a worker process:\n{text}")
-    return error
-
-
-def _receive_all(tasks: Connection, inbox: queue.SimpleQueue) -> None:
-    """Read tasks as they come, so the consumer never blocks sending one (the worker may be sending a result)."""
-    while True:
-        try:
-            msg = tasks.recv()
-        except (EOFError, OSError):
-            msg = None
-        inbox.put(msg)
-        if msg is None:
-            return
-
-
-def _send(results: Connection, msg: tuple) -> None:
-    try:
-        results.send(msg)
-    except (BrokenPipeError, EOFError, OSError):
-        raise
-    except Exception as e:  # the batch does not pickle
-        results.send((msg[0], False, _portable(TypeError(f"the batch cannot be sent from the worker: {e}")), False))
-
-
-def _worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)  # as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
-    fn, initializer = pickle.loads(payload)
-    failed: BaseException | None = None
-    if initializer is not None:
-        try:
-            initializer(index)
-        except BaseException as e:  # every task of this worker reports it
-            failed = _portable(e)
-    writer = None if ring is None else RingWriter(*ring)
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_receive_all, args=(tasks, inbox), daemon=True).start()
-    while (msg := inbox.get()) is not None:
-        task_id, item, slot = msg
-        try:
-            if failed is not None:
-                raise failed
-            value = fn(item)
-            value, packed = (value, False) if writer is None else writer.pack(value, slot)
-            reply = (task_id, True, value, packed)
-        except BaseException as e:
-            reply = (task_id, False, e if e is failed else _portable(e), False)
-        msg = item = value = None
-        try:
-            _send(results, reply)  # sent whole before the next task starts: a death loses no finished result
-        except (BrokenPipeError, EOFError, OSError):
-            return
-        reply = None
 
 
 class Task:
@@ -152,7 +84,7 @@ class ProcessPool:
         w.results, results_w = self._ctx.Pipe(duplex=False)
         ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
         w.process = self._ctx.Process(
-            target=_worker_main,
+            target=worker_main,
             args=(self._payload, index, tasks_r, results_w, ring),
             name=f"torch_drt-worker-{w.uid}",
             daemon=True,
