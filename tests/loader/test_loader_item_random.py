@@ -33,7 +33,8 @@ def test_an_items_draws_do_not_depend_on_the_topology():
     reference = draws(batch_size=4, seed=5)
     assert len(set(reference.values())) == 30
     assert draws(batch_size=7, seed=5, num_workers=2) == reference
-    assert draws(batch_size=3, seed=5, num_workers=2, worker_method="process", multiprocessing_context="fork") == reference
+    processes = {"worker_method": "process", "multiprocessing_context": "fork"}
+    assert draws(batch_size=3, seed=5, num_workers=2, **processes) == reference
     ranks = [draws(batch_size=2, seed=5, rank=r, world_size=3) for r in range(3)]
     assert {k: v for r in ranks for k, v in r.items()} == reference
     assert draws(batch_size=4, seed=6) != reference  # another seed, other draws
