@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ITEM_DOMAIN",
+    "BatchSlot",
     "batch_scope",
+    "batch_slot",
     "enter_batch",
     "exit_batch",
     "item_generator",
@@ -96,12 +98,37 @@ class _Batch:
         return gen
 
 
-_batch: contextvars.ContextVar[_Batch | list | None] = contextvars.ContextVar("torch_drt_batch", default=None)
+_batch: contextvars.ContextVar[Any] = contextvars.ContextVar("torch_drt_batch", default=None)
 _item: contextvars.ContextVar[int | None] = contextvars.ContextVar("torch_drt_item", default=None)
+
+
+class BatchSlot:
+    """A loader thread's batch slot: ``slot.batch = [seed, epoch, indices, positions]`` opens the batch's scope and
+    ``slot.batch = None`` closes it, with no context-variable write per batch (see ``batch_slot``)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self) -> None:
+        self.batch: list | None = None
+
+
+def batch_slot() -> BatchSlot | None:
+    """This context's batch slot, made on first use (once per thread); None inside a ``batch_scope``, where a loader
+    uses ``enter_batch`` instead."""
+    value = _batch.get()
+    if type(value) is BatchSlot:
+        return value
+    if value is not None:
+        return None
+    slot = BatchSlot()
+    _batch.set(slot)
+    return slot
 
 
 def _current() -> _Batch | None:
     batch = _batch.get()
+    if type(batch) is BatchSlot:
+        batch = batch.batch
     if type(batch) is list:  # entered by enter_batch: set up on first use, then kept for the batch
         if len(batch) == 4:
             batch.append(_Batch(*batch))

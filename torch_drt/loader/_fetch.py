@@ -19,7 +19,7 @@ from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
-from torch_drt.random import enter_batch, exit_batch, map_items
+from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
 __all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "pin_batch"]
 
@@ -120,9 +120,18 @@ class BatchFetcher:
         self.event_loop: EventLoopThread | None = EventLoopThread() if self.is_async else None
         self.item_pool: ThreadPool | None = None
         self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
+        self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
+        self._getitem = getattr(dataset, "__getitem__", None)
+        self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "item_pool": None, "event_loop": EventLoopThread() if self.is_async else None}
+        state = {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None}
+        return state | {"event_loop": EventLoopThread() if self.is_async else None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
+        self._getitem = getattr(self.dataset, "__getitem__", None)
 
     def _pool(self) -> ThreadPool:
         pool = self.item_pool
@@ -143,15 +152,14 @@ class BatchFetcher:
 
     def _items(self, plan: BatchPlan) -> list[Any]:
         indices = plan.indices
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if getitems is not None and self.item_concurrency == 1:
-            items = list(getitems(indices))
+        if self._getitems is not None:
+            items = list(self._getitems(indices))
             if len(items) != len(indices):
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         elif self.item_concurrency > 1 and len(indices) > 1:
             return self._pool().map([(plan.epoch, i, p) for i, p in zip(indices, plan.positions)])
         else:
-            items = list(map(self.dataset.__getitem__, indices))
+            items = list(map(self._getitem, indices))
             if not self._checked:
                 _no_coroutines(self.dataset, items)
                 self._checked = bool(items)
@@ -189,13 +197,30 @@ class BatchFetcher:
         return items if self.transform is None else map_items(self.transform, plan.indices, items, plan.positions)
 
     def __call__(self, plan: BatchPlan) -> Fetched:
-        token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
+        slot = batch_slot()
+        if slot is None:  # inside a user's batch_scope: a scope of our own
+            token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
+            try:
+                return self._load(plan)
+            finally:
+                exit_batch(token)
+        slot.batch = [self.seed, plan.epoch, plan.indices, plan.positions]
         try:
-            items = self._async_items(plan) if self.is_async else self._items(plan)
-            batch = self.collate_fn(items)
+            if self._checked and self._plain:  # the common case, inline: this costs a few attribute reads
+                batch = self.collate_fn(list(map(self._getitem, plan.indices)))
+            else:
+                return self._load(plan)
         finally:
-            exit_batch(token)
-        return Fetched(pin_batch(batch) if self.pin else batch, plan.indices, plan.last)
+            slot.batch = None
+        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+
+    def _load(self, plan: BatchPlan) -> Fetched:
+        items = self._async_items(plan) if self.is_async else self._items(plan)
+        batch = self.collate_fn(items)
+        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+
+
+_fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per batch
 
 
 def _awaitable(get: Any) -> bool:

@@ -41,6 +41,8 @@ class LoaderIterator:
         self._generation = generation
         self._lock = threading.Lock()
         self._done = False
+        self._next = loader._mode.mapper.next  # reset by iter(loader): no BaseNode.__next__ check
+        self._device, self._with_indices = loader._device, loader.return_indices
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -60,22 +62,20 @@ class LoaderIterator:
         try:
             if self._done:
                 raise StopIteration
-            if self._stale():
+            if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader)")
-            loader = self._loader
             try:
-                fetched = loader._mode.mapper.next()  # reset by iter(loader): no BaseNode.__next__ check
+                batch, indices, last = self._next()
             except StopIteration:
                 self._done = True
-                loader._position.finish_epoch()
+                self._loader._position.finish_epoch()
                 raise
-            if fetched.last:  # roll over now, so a checkpoint taken after this batch starts the next epoch
+            if last:  # roll over now, so a checkpoint taken after this batch starts the next epoch
                 self._done = True
-                loader._position.finish_epoch()
-            batch = fetched.batch
-            if loader._device is not None:
-                batch = move_to_device(batch, loader._device)
-            return (batch, fetched.indices) if loader.return_indices else batch
+                self._loader._position.finish_epoch()
+            if self._device is not None:
+                batch = move_to_device(batch, self._device)
+            return (batch, indices) if self._with_indices else batch
         finally:
             self._lock.release()
 

@@ -62,7 +62,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
         )
         self.epoch = 0
         self.offset = 0
-        self._chunk: list[list[int]] = []
+        self._chunk: list[BatchPlan] = []
         self._chunk_pos = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -91,25 +91,30 @@ class BatchPlanner(BaseNode[BatchPlan]):
         valid = positions < part.n
         flat = self.source.indices(self.epoch, positions[valid])
         if valid.all():
-            self._chunk = flat.reshape(count, part.batch_size).tolist()
+            lists = flat.reshape(count, part.batch_size).tolist()
         else:
             values = flat.tolist()
             ends = valid.sum(axis=1).cumsum().tolist()
-            self._chunk = [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+            lists = [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        offsets = range(self.offset, self.offset + count * part.global_batch_size, part.global_batch_size)
+        epoch, new = self.epoch, tuple.__new__  # plans built here, a chunk at a time: next() only hands them out
+        self._chunk = [
+            new(BatchPlan, (epoch, o, idx, part.rank_positions(o), part.is_last(o))) for o, idx in zip(offsets, lists)
+        ]
         self._chunk_pos = 0
 
     def next(self) -> BatchPlan:
-        if self._chunk_pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
+        pos = self._chunk_pos
+        if pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
             if self.offset >= self.partition.end_offset:
                 raise StopIteration
             self._plan_chunk()
             if not self._chunk:
                 raise StopIteration
-        part, offset = self.partition, self.offset
-        indices = self._chunk[self._chunk_pos]
-        self._chunk_pos += 1
-        self.offset += part.global_batch_size
-        return BatchPlan(self.epoch, offset, indices, part.rank_positions(offset), part.is_last(offset))
+            pos = 0
+        self._chunk_pos = pos + 1
+        self.offset += self.partition.global_batch_size
+        return self._chunk[pos]
 
     def get_state(self) -> dict[str, Any]:
         return {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: self.offset}

@@ -21,6 +21,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _POLL_S = 0.1  # a waiting next() wakes this often, so Ctrl-C interrupts it promptly
+_NOTHING = object()
 
 
 class _Timed:
@@ -115,7 +116,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._pending: deque[tuple[dict[str, Any], Any]] = deque()
         self._exhausted = False
         self._delivered: dict[str, Any] | None = None
-        self._held: tuple[T] | None = None  # an inline item whose mapping was interrupted
+        self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
         self._inline = num_workers == 0
         self._mean: float | None = None
         self._samples = 0
@@ -132,7 +133,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._drop_pending()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._delivered = None
-        self._held = None
+        self._held = _NOTHING
         self._exhausted = False
         if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
@@ -164,10 +165,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._pending.append((self.source.state_dict(), task))
 
     def _next_inline(self) -> R:
-        if self._held is None:
-            self._held = (self.source.next(),)  # reset() initialised the source: skip BaseNode.__next__'s check
+        item = self._held
+        if item is _NOTHING:
+            item = self._held = self.source.next()  # reset() initialised the source: skip BaseNode.__next__'s check
             self._delivered = None  # nothing in flight: the source's own state is the delivered one
-        item = self._held[0]
         try:
             if not self.adaptive:
                 result = self.map_fn(item)
@@ -176,9 +177,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 result = self.map_fn(item)
                 self._observe(time.perf_counter() - t0)
         except Exception:
-            self._held = None  # a failed item counts as delivered
+            self._held = _NOTHING  # a failed item counts as delivered
             raise
-        self._held = None  # (a KeyboardInterrupt keeps it: the same item comes next)
+        self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
         return result
 
     def _wait(self, task: Any) -> bool:
@@ -193,7 +194,17 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     def next(self) -> R:
         if self._inline and not self._pending:
-            return self._next_inline()
+            if self.adaptive or self._held is not _NOTHING:
+                return self._next_inline()
+            item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
+            self._delivered = None
+            try:
+                result = self.map_fn(item)
+            except Exception:
+                self._held = _NOTHING  # a failed item counts as delivered
+                raise
+            self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
+            return result
         if not self._inline:
             self._submit()
         if not self._pending:
@@ -217,8 +228,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        if self._held is not None and hasattr(self.source, "state_before"):
-            return {self.SOURCE_KEY: self.source.state_before(self._held[0])}
+        if self._held is not _NOTHING and hasattr(self.source, "state_before"):
+            return {self.SOURCE_KEY: self.source.state_before(self._held)}
         return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}
 
     def worker_pids(self) -> list[int]:
