@@ -167,3 +167,24 @@ def test_forked_process_workers_run_torch_ops_after_the_parent_ran_them_on_threa
         mapper.close()
     finally:
         torch.set_num_threads(threads)
+
+
+def test_big_tasks_and_big_results_do_not_deadlock():
+    from script_runner import run_script
+
+    proc = run_script("""
+    from torchdata.nodes import IterableWrapper, Loader
+    from torch_drt.nodes import OrderedMapper
+
+    def echo(item):
+        return item + b"!"  # a large result that is no tensor: it travels through the pipe itself
+
+    if __name__ == "__main__":
+        items = [bytes([i]) * 300_000 for i in range(24)]  # each task and each result fills a pipe four times
+        mapper = OrderedMapper(IterableWrapper(items), echo, num_workers=1, in_flight=8, method="process",
+                               multiprocessing_context="fork")
+        out = list(Loader(mapper))
+        print(len(out), all(o == i + b"!" for o, i in zip(out, items)))
+    """, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "24 True"

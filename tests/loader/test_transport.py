@@ -35,39 +35,48 @@ def test_large_tensors_travel_as_descriptors_and_come_back_equal():
     assert was_packed
     assert isinstance(packed["x"], SharedTensor) and isinstance(packed["pair"].image, SharedTensor)
     assert isinstance(packed["small"], torch.Tensor) and packed["name"] == "b0"  # small ones travel as they are
-    out = r.unpack(packed, was_packed)
+    released = []
+    out = r.unpack(packed, was_packed, lambda: released.append(1))
     assert torch.equal(out["x"], batch["x"]) and torch.equal(out["pair"].image, batch["pair"].image)
     assert isinstance(out["pair"], Pair) and out["pair"].label == 5
     assert not glob.glob(glob.escape(ring_prefix(os.getpid(), 900)) + "*")  # the receiver unlinked the ring
     r.close()
 
 
-def test_a_slot_is_only_rewritten_when_named_again():
+def test_a_slot_is_released_when_the_last_view_of_its_batch_is_freed():
     w, r = writer(uid=1), RingReader()
-    first, _ = w.pack(torch.full((1024,), 1.0), slot=0)
-    second, _ = w.pack(torch.full((1024,), 2.0), slot=1)
-    a = r.unpack(first, True)
-    w.pack(torch.full((1024,), 3.0), slot=0)  # slot 0 was released by unpacking it
-    assert float(a[0]) == 1.0  # the unpacked tensor has memory of its own
-    assert float(r.unpack(second, True)[0]) == 2.0
+    packed, _ = w.pack({"a": torch.full((1024,), 1.0), "b": torch.full((2048,), 2.0)}, slot=0)
+    released = []
+    out = r.unpack(packed, True, lambda: released.append(0))
+    first = out["a"][:10]  # a view outlives its batch
+    del out
+    assert released == []  # "b" is gone, but a view of "a" still reads the slot
+    assert float(first.sum()) == 10.0
+    del first
+    assert released == [0]  # now the worker may write slot 0 again
     r.close()
 
 
-def test_no_slot_or_no_large_tensor_means_the_ordinary_way():
-    w = writer(uid=2)
+def test_pinned_or_plain_batches_release_their_slot_at_once():
+    w, r = writer(uid=2), RingReader()
     t = torch.zeros(1024)
     assert w.pack(t, slot=None) == (t, False)
     assert w.pack([1, 2, 3], slot=0) == ([1, 2, 3], False)
-    assert RingReader().unpack([1, 2], False) == [1, 2]
+    released = []
+    assert r.unpack([1, 2], False, lambda: released.append(1)) == [1, 2]
+    assert released == [1]
 
 
 def test_a_growing_ring_keeps_earlier_batches_readable():
     w, r = writer(uid=3), RingReader()
     small, _ = w.pack(torch.full((1024,), 4.0), slot=0)
+    a = r.unpack(small, True, lambda: None)
     big, _ = w.pack(torch.full((1 << 16,), 5.0), slot=1)  # a new, larger ring file
     assert small.path != big.path
-    assert float(r.unpack(small, True)[0]) == 4.0 and float(r.unpack(big, True)[-1]) == 5.0
+    b = r.unpack(big, True, lambda: None)
+    assert float(a[0]) == 4.0 and float(b[-1]) == 5.0  # the older mapping lives as long as its tensors
     r.close()
+    assert float(a[-1]) == 4.0
 
 
 def test_unlink_rings_removes_a_dead_workers_files():

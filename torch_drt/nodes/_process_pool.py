@@ -13,10 +13,12 @@ Large tensors of results travel through the worker's shared-memory ring (``Share
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import multiprocessing
 import os
 import pickle
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
@@ -28,6 +30,13 @@ from torch_drt.nodes._process_worker import worker_main
 from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
 
 __all__ = ["ProcessPool"]
+
+
+def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
+    """A batch's tensors are gone: its slot may be written again (nothing to do once the pool is gone)."""
+    owner = pool()
+    if owner is not None:
+        owner._free(worker, task)
 
 
 class Task:
@@ -193,6 +202,9 @@ class ProcessPool:
 
     def wait(self, task: Task, timeout: float) -> bool:
         """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
+        w = task.worker
+        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
+            self._receive(w)
         deadline = monotonic() + timeout
         while not task.done:
             remaining = deadline - monotonic()
@@ -203,15 +215,14 @@ class ProcessPool:
 
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
-        value, ok, packed = task.value, task.ok, task.packed
-        try:
-            if ok and self._reader is not None:
-                value = self._reader.unpack(value, packed)
-        finally:
-            self._free(task.worker, task)
-        if not ok:
-            raise value
-        return value
+        value, ok, packed, worker = task.value, task.ok, task.packed, task.worker
+        task.value = None
+        if not ok or self._reader is None:
+            self._free(worker, task)
+            if not ok:
+                raise value
+            return value
+        return self._reader.unpack(value, packed, functools.partial(_release_slot, weakref.ref(self), worker, task))
 
     def pids(self) -> list[int]:
         """The worker processes' pids."""

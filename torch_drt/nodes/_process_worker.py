@@ -1,17 +1,22 @@
 """The inside of a worker process of ``ProcessPool``: receive tasks, run them, send results whole, in order.
 
-A reader thread takes tasks as they come, so the pool never blocks sending one while the worker is sending a
-result; a result is sent whole before the next task starts, so a worker that dies loses no finished result.
+One thread does everything. A result is written whole before the next task starts, so a worker that dies loses
+no finished result; while the result pipe is full the worker keeps reading the tasks that arrive, so the pool
+never blocks sending a task while this worker waits to send a result (no deadlock, whatever their sizes).
 """
 
 from __future__ import annotations
 
+import os
 import pickle
-import queue
+import select
 import signal
-import threading
+import struct
 import traceback
+from collections import deque
 from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
 
 import torch
 
@@ -31,25 +36,34 @@ def portable(error: BaseException) -> BaseException:
     return error
 
 
-def _receive_all(tasks: Connection, inbox: queue.SimpleQueue) -> None:
-    """Read tasks as they come, so the consumer never blocks sending one (the worker may be sending a result)."""
-    while True:
-        try:
-            msg = tasks.recv()
-        except (EOFError, OSError):
-            msg = None
-        inbox.put(msg)
-        if msg is None:
-            return
-
-
-def _send(results: Connection, msg: tuple) -> None:
+def _message(reply: tuple) -> bytes:
+    """``reply`` framed as ``Connection.recv_bytes`` reads it (a result that does not pickle becomes an error)."""
     try:
-        results.send(msg)
-    except (BrokenPipeError, EOFError, OSError):
-        raise
-    except Exception as e:  # the batch does not pickle
-        results.send((msg[0], False, portable(TypeError(f"the batch cannot be sent from the worker: {e}")), False))
+        body = bytes(ForkingPickler.dumps(reply))
+    except Exception as e:
+        error = portable(TypeError(f"the batch cannot be sent from the worker: {e}"))
+        body = bytes(ForkingPickler.dumps((reply[0], False, error, False)))
+    n = len(body)
+    return (struct.pack("!i", n) if n < 0x7FFFFFFF else struct.pack("!iQ", -1, n)) + body
+
+
+def _write(results: Connection, tasks: Connection, data: bytes, inbox: deque) -> None:
+    """Write ``data`` whole; while the pipe is full, take the tasks that arrive into ``inbox``."""
+    out, view = results.fileno(), memoryview(data)
+    while view:
+        try:
+            view = view[os.write(out, view) :]
+        except BlockingIOError:
+            readable, _, _ = select.select([tasks.fileno()], [out], [])
+            if readable:
+                inbox.append(_receive(tasks))
+
+
+def _receive(tasks: Connection) -> Any:
+    try:
+        return tasks.recv()
+    except (EOFError, OSError):
+        return None
 
 
 def worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
@@ -63,9 +77,9 @@ def worker_main(payload: bytes, index: int, tasks: Connection, results: Connecti
         except BaseException as e:  # every task of this worker reports it
             failed = portable(e)
     writer = None if ring is None else RingWriter(*ring)
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_receive_all, args=(tasks, inbox), daemon=True).start()
-    while (msg := inbox.get()) is not None:
+    os.set_blocking(results.fileno(), False)
+    inbox: deque = deque()
+    while (msg := inbox.popleft() if inbox else _receive(tasks)) is not None:
         task_id, item, slot = msg
         try:
             if failed is not None:
@@ -77,7 +91,7 @@ def worker_main(payload: bytes, index: int, tasks: Connection, results: Connecti
             reply = (task_id, False, e if e is failed else portable(e), False)
         msg = item = value = None
         try:
-            _send(results, reply)  # sent whole before the next task starts: a death loses no finished result
-        except (BrokenPipeError, EOFError, OSError):
+            _write(results, tasks, _message(reply), inbox)
+        except OSError:  # the pool is gone
             return
         reply = None

@@ -19,10 +19,13 @@ import contextlib
 import glob
 import mmap
 import os
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.util import Finalize
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["RingReader", "RingWriter", "SharedMemoryTransport", "SharedTensor", "ring_prefix"]
@@ -118,6 +121,8 @@ class RingWriter:
         return True
 
     def _large(self, obj: Any, out: list[torch.Tensor]) -> None:
+        if _is_leaf_sequence(obj):
+            return
         if isinstance(obj, torch.Tensor):
             if (
                 obj.device.type == "cpu"
@@ -151,8 +156,18 @@ class RingWriter:
         return _replace(batch, lambda x: placed.get(id(x), x) if isinstance(x, torch.Tensor) else x), True
 
 
+_SCALARS = (int, float, str, bytes, bool, type(None))
+
+
+def _is_leaf_sequence(obj: Any) -> bool:
+    """A list or tuple that starts with a scalar (indices, labels) is not searched for tensors: it travels as it is."""
+    return isinstance(obj, list | tuple) and bool(obj) and isinstance(obj[0], _SCALARS)
+
+
 def _replace(obj: Any, leaf: Any) -> Any:
     """``obj`` with ``leaf`` applied to every leaf of its lists, tuples (named too) and dicts."""
+    if _is_leaf_sequence(obj):
+        return obj
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         return type(obj)(*(_replace(x, leaf) for x in obj))
     if isinstance(obj, list | tuple):
@@ -163,7 +178,13 @@ def _replace(obj: Any, leaf: Any) -> Any:
 
 
 class RingReader:
-    """The receiving side: ``unpack(batch)`` gives every ``SharedTensor`` a tensor of its own."""
+    """The receiving side: ``unpack(batch, packed, release)`` turns descriptors back into tensors.
+
+    Without pinning a tensor is a view of its slot (no copy): the slot is released (``release()``) when the last
+    tensor of the batch, and every view of it, is freed, so a training loop that drops each batch hands its slot
+    back at once, while batches that are kept keep theirs (later batches then travel the ordinary way). With
+    ``pin`` the tensors are copied into pinned memory and the slot is released at once.
+    """
 
     def __init__(self, pin: bool = False) -> None:
         self.pin = pin
@@ -174,37 +195,82 @@ class RingReader:
         if m is None:
             prefix = path.rsplit("_", 1)[0]
             for old in [p for p in self._maps if p.rsplit("_", 1)[0] == prefix]:
-                self._maps.pop(old).close()  # the worker grew its ring: the older one holds no unread batch
-            fd = os.open(path, os.O_RDONLY)
+                del self._maps[old]  # the worker grew its ring; tensors still viewing the old one keep it mapped
+            fd = os.open(path, os.O_RDWR)
             try:
-                m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+                m = mmap.mmap(fd, 0)
             finally:
                 os.close(fd)
             _unlink_quietly(path)  # the worker keeps its mapping; nothing is left behind in /dev/shm
             self._maps[path] = m
         return m
 
-    def _load(self, d: SharedTensor) -> torch.Tensor:
-        out = torch.empty(d.shape, dtype=d.dtype, pin_memory=self.pin)  # the slot is reused: copy out
-        nbytes = out.numel() * out.element_size()
-        if nbytes:
-            src = memoryview(self._mapping(d.path))[d.offset : d.offset + nbytes]
-            out.view(-1).view(torch.uint8).numpy()[:] = src
-        return out
+    def _view(self, d: SharedTensor, lease: _Lease) -> torch.Tensor:
+        dtype = _NUMPY.get(d.dtype)
+        if self.pin or dtype is None:
+            out = torch.empty(d.shape, dtype=d.dtype, pin_memory=self.pin)
+            nbytes = out.numel() * out.element_size()
+            if nbytes:
+                src = memoryview(self._mapping(d.path))[d.offset : d.offset + nbytes]
+                out.view(-1).view(torch.uint8).numpy()[:] = src
+            return out
+        array = np.ndarray(d.shape, dtype=dtype, buffer=self._mapping(d.path), offset=d.offset)
+        lease.hold(array)  # the tensor's storage keeps the array alive: its death frees the slot
+        return torch.from_numpy(array)
 
-    def _leaf(self, x: Any) -> Any:
-        if isinstance(x, SharedTensor):
-            return self._load(x)
-        if self.pin and isinstance(x, torch.Tensor) and x.device.type == "cpu":
-            return x.pin_memory()
-        return x
-
-    def unpack(self, batch: Any, packed: bool) -> Any:
+    def unpack(self, batch: Any, packed: bool, release: Callable[[], None]) -> Any:
         """The batch with descriptors replaced by tensors (pinned when asked) and other tensors pinned."""
-        return _replace(batch, self._leaf) if packed or self.pin else batch
+        if not packed:
+            release()
+            return _replace(batch, _pinned) if self.pin else batch
+        lease = _Lease(release)
+        try:
+            return _replace(
+                batch, lambda x: self._view(x, lease) if isinstance(x, SharedTensor) else _pinned(x) if self.pin else x
+            )
+        finally:
+            lease.seal()
 
     def close(self) -> None:
-        """Unmap every ring."""
-        for m in self._maps.values():
-            m.close()
+        """Forget every ring (tensors still viewing one keep it mapped until they are freed)."""
         self._maps.clear()
+
+
+def _pinned(x: Any) -> Any:
+    return x.pin_memory() if isinstance(x, torch.Tensor) and x.device.type == "cpu" else x
+
+
+class _Lease:
+    """A slot lent to the arrays of one batch: released once it is sealed and every array is gone."""
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release, self._count, self._sealed = release, 0, False
+
+    def hold(self, array: np.ndarray) -> None:
+        self._count += 1
+        weakref.finalize(array, self._drop)
+
+    def _drop(self) -> None:
+        self._count -= 1
+        if self._sealed and self._count == 0:
+            self._release()
+
+    def seal(self) -> None:
+        self._sealed = True
+        if self._count == 0:
+            self._release()
+
+
+_NUMPY = {
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+    torch.int16: np.int16,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float16: np.float16,
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.bool: np.bool_,
+    torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
+}
