@@ -188,3 +188,25 @@ def test_big_tasks_and_big_results_do_not_deadlock():
     """, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "24 True"
+
+
+def test_workers_that_cannot_start_are_reported_once_clearly():
+    from script_runner import run_script
+
+    proc = run_script("""
+    from torchdata.nodes import IterableWrapper
+    from torch_drt.nodes import OrderedMapper
+
+    def double(x):
+        return 2 * x
+
+    mapper = OrderedMapper(IterableWrapper(range(8)), double, num_workers=2, method="process",
+                           multiprocessing_context="spawn")  # no __main__ guard: every worker dies at start
+    mapper.reset()
+    try:
+        mapper.next()
+    except RuntimeError as e:
+        print("refused:", "exit as they start" in str(e))
+    """, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused: True" in proc.stdout

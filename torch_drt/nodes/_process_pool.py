@@ -39,6 +39,9 @@ def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
         owner._free(worker, task)
 
 
+_STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
+
+
 class Task:
     """One submitted item: where it went and, once received, its outcome."""
 
@@ -54,7 +57,7 @@ class Task:
 
 
 class _Worker:
-    __slots__ = ("free_slots", "process", "queued", "results", "tasks", "uid")
+    __slots__ = ("answered", "free_slots", "process", "queued", "results", "tasks", "uid")
 
 
 class ProcessPool:
@@ -84,6 +87,7 @@ class ProcessPool:
         self._uids = itertools.count()
         self._ids = itertools.count()
         self._turn = itertools.count()
+        self._startup_failures = 0
         self._workers = [self._spawn(i) for i in range(num_workers)]
 
     def _spawn(self, index: int) -> _Worker:
@@ -102,6 +106,7 @@ class ProcessPool:
         tasks_r.close()
         results_w.close()
         w.queued = deque()
+        w.answered = False
         w.free_slots = list(range(self._transport.slots)) if self._transport is not None else []
         return w
 
@@ -133,6 +138,7 @@ class ProcessPool:
                 return
             except Exception as e:  # the result does not unpickle here
                 task.ok, task.value, task.packed = False, RuntimeError(f"cannot receive a worker's result: {e}"), False
+            w.answered = True
             self._settle(w, task)
 
     def _settle(self, w: _Worker, task: Task) -> None:
@@ -191,6 +197,13 @@ class ProcessPool:
             w = self._workers[index]
             if not w.process.is_alive():
                 code = w.process.exitcode
+                self._startup_failures = 0 if w.answered else self._startup_failures + 1
+                if self._startup_failures >= _STARTUP_FAILURES:
+                    raise RuntimeError(
+                        f"loading worker processes exit as they start (exit code {code}); their stderr says why. "
+                        "With spawn or forkserver the main script must guard its entry point with "
+                        "`if __name__ == '__main__':` and the dataset must import in a fresh interpreter"
+                    )
                 self._replace(
                     index,
                     None,
