@@ -114,3 +114,18 @@ def test_two_real_ranks_read_every_row_once(tmp_path, workers):
     mp.spawn(cache_cover, args=(2, port, str(out), str(res.path), workers), nprocs=2, join=True)
     ranks = json.loads(out.read_text())
     assert sorted(ranks[0] + ranks[1]) == list(range(2000))  # 2,000 distinct rows of 2,000, none twice
+
+
+def test_shuffled_split_consumers_draw_within_disjoint_spans_of_a_permuted_order(table):
+    table.update_metadata(table.get_metadata().slice(0, 100))
+    loader = table.to_torch_dataloader(collate_fn=list, batch_size=5, shuffle=True, seed=4,
+                                       worker_partition="split", num_workers=3)
+    fetcher, planner = loader._mode.fetcher, loader._mode.planner
+    drawn: list[set[int]] = [set(), set(), set()]
+    for epoch in range(20):  # 20 passes of draws with replacement reach nearly every row of each span
+        planner.reset({"epoch": epoch, "batches_done": 0})
+        for batch in planner:
+            drawn[batch.worker] |= set(fetcher.rows(batch).tolist())
+    assert not (drawn[0] & drawn[1] or drawn[0] & drawn[2] or drawn[1] & drawn[2])  # disjoint spans
+    assert len(set().union(*drawn)) > 90
+    assert max(drawn[0]) - min(drawn[0]) > 50  # spans of a keyed permutation, not runs of the table order
