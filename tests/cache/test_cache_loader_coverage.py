@@ -79,18 +79,24 @@ def sample_id(sample):
 
 
 @pytest.fixture(scope="module")
-def table(tmp_path_factory):
-    runtime = drt.DatasetRuntime(1)
-    return runtime.from_cache_sources([ListSource("cover", 1000)], tmp_path_factory.mktemp("cover"),
-                                      reader_config=drt.ReaderConfig(seed=0),
-                                      writer_config=drt.WriterConfig(show_progress=False)).dataset
+def cover_cache(tmp_path_factory):
+    (res,) = drt.DatasetRuntime(1).write_cache([ListSource("cover", 1000)], tmp_path_factory.mktemp("cover"),
+                                                writer_config=drt.WriterConfig(show_progress=False))
+    return res.path
+
+
+def first_rows(cache, rows: int) -> drt.CachedDataset:
+    """A dataset over the cache's first ``rows`` rows (each test its own: tables are edited)."""
+    dataset = drt.DatasetRuntime(1).cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0))
+    dataset.update_metadata(dataset.get_metadata().slice(0, rows))
+    return dataset
 
 
 @pytest.mark.parametrize(("rows", "batch", "workers"), [(1000, 64, 2), (1000, 64, 3), (37, 7, 2), (37, 5, 3)])
-def test_real_loaders_read_every_row_once(table, rows, batch, workers):
-    table.update_metadata(table.get_metadata().slice(0, rows))
-    loader = table.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=batch,
-                                       shuffle=False, num_workers=workers, multiprocessing_context="fork")
+def test_real_loaders_read_every_row_once(cover_cache, rows, batch, workers):
+    loader = first_rows(cover_cache, rows).to_torch_dataloader(
+        sample_transform_fn=sample_id, collate_fn=list, batch_size=batch, shuffle=False, num_workers=workers,
+        multiprocessing_context="fork")
     for _ in range(2):  # two passes: the second continues each consumer's cyclic walk over its span
         batches = list(loader)
         assert sorted(x for b in batches for x in b) == list(range(rows))
@@ -116,10 +122,9 @@ def test_two_real_ranks_read_every_row_once(tmp_path, workers):
     assert sorted(ranks[0] + ranks[1]) == list(range(2000))  # 2,000 distinct rows of 2,000, none twice
 
 
-def test_shuffled_split_consumers_draw_within_disjoint_spans_of_a_permuted_order(table):
-    table.update_metadata(table.get_metadata().slice(0, 100))
-    loader = table.to_torch_dataloader(collate_fn=list, batch_size=5, shuffle=True, seed=4,
-                                       worker_partition="split", num_workers=3)
+def test_shuffled_split_consumers_draw_within_disjoint_spans_of_a_permuted_order(cover_cache):
+    loader = first_rows(cover_cache, 100).to_torch_dataloader(
+        collate_fn=list, batch_size=5, shuffle=True, seed=4, worker_partition="split", num_workers=3)
     fetcher, planner = loader._mode.fetcher, loader._mode.planner
     drawn: list[set[int]] = [set(), set(), set()]
     for epoch in range(20):  # 20 passes of draws with replacement reach nearly every row of each span
