@@ -1,11 +1,10 @@
-"""Helpers shared by the benchmark scripts: timing, tables and the Python 3.13 side venv."""
+"""Helpers shared by the benchmark scripts: timing, tables and the Python 3.13 side venv (never built here)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -13,16 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from _envs import env_python
+
 ROOT = Path(__file__).resolve().parents[1]
-SIDE_VENV = ROOT / ".bench" / "py313"
-SIDE_PACKAGES = [
-    "dataloader-rs==0.2.0",
-    "guideloom==1.1.0",
-    "numpy",
-    "aiohttp",
-    "torch==2.14.1",
-    "torchdata>=0.11,<0.12",
-]
 
 
 def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
@@ -43,36 +35,17 @@ def machine() -> str:
 
 
 def side_python(explicit: str | None) -> tuple[Path | None, str]:
-    """A Python 3.13 with dataloader-rs and guideloom: ``explicit``, or a venv made once under .bench/.
+    """A Python 3.13 with dataloader-rs and guideloom: ``explicit``, or the ``py313`` side environment.
 
     Returns:
         (interpreter or None, reason when None).
     """
     if explicit:
         return Path(explicit), ""
-    py = SIDE_VENV / "bin" / "python"
+    py = env_python("py313")
     if py.exists():
         return py, ""
-    candidates = [shutil.which("python3.13"), *sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python3.13"))]
-    base = next((str(c) for c in candidates if c and _runs(str(c))), None)
-    if base is None:
-        return None, "no working python3.13 found (pass --python313)"
-    try:
-        subprocess.run([base, "-m", "venv", str(SIDE_VENV)], check=True, capture_output=True, timeout=300)
-        subprocess.run(
-            [str(py), "-m", "pip", "install", "-q", *SIDE_PACKAGES], check=True, capture_output=True, timeout=900
-        )
-    except (subprocess.SubprocessError, OSError) as e:
-        shutil.rmtree(SIDE_VENV, ignore_errors=True)
-        return None, f"could not build the Python 3.13 venv: {e}"
-    return py, ""
-
-
-def _runs(python: str) -> bool:
-    try:
-        return subprocess.run([python, "--version"], capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
+    return None, f"no Python 3.13 side environment at {py.parents[1]} (build it: benchmarks/setup_peers.sh)"
 
 
 def run_side(py: Path, script: str, *args: str, timeout: float = 900) -> dict:

@@ -117,6 +117,43 @@ def scaling(data, pipeline, repeats) -> dict:
     return out
 
 
+def png_decode_cost(data: list[bytes], repeats: int) -> dict:
+    """Decode's PNG path (Pillow, crash-safe) against torchvision's ``decode_png`` (libpng; it crashes the
+    interpreter on corrupt image data, so Decode no longer uses it), valid files only, interleaved, medians,
+    single thread, in microseconds per image."""
+    import statistics
+    import time
+    import warnings
+
+    from torchvision.io import ImageReadMode, decode_png
+
+    decode = T.Decode()
+
+    def pillow() -> None:
+        for d in data:
+            decode(d)
+
+    def libpng() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for d in data:
+                decode_png(torch.frombuffer(bytearray(d), dtype=torch.uint8), mode=ImageReadMode.UNCHANGED)
+
+    runs: dict[str, list[float]] = {"pillow": [], "libpng": []}
+    pillow(), libpng()
+    for _ in range(max(repeats, 5)):
+        for name, fn in (("pillow", pillow), ("libpng", libpng)):
+            t0 = time.perf_counter()
+            fn()
+            runs[name].append((time.perf_counter() - t0) / len(data) * 1e6)
+    out = {k: statistics.median(v) for k, v in runs.items()}
+    print(
+        f"\n## PNG decode, one thread (us per image): Decode (Pillow) {out['pillow']:.0f}, torchvision decode_png "
+        f"(libpng, unsafe on corrupt data) {out['libpng']:.0f}: {out['pillow'] / out['libpng']:.2f}x its time"
+    )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2000)
@@ -130,6 +167,7 @@ def main() -> None:
     png = make_images(args.images, "PNG", 96, 224)
     pipeline = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(224, 224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()])
     results["png"] = run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)
+    results["png_decode"] = png_decode_cost(png[:500], args.repeats)
     if args.scaling:
         results["scaling"] = scaling(png, pipeline, args.repeats)
     jpeg = make_images(args.images, "JPEG", 256, 400)

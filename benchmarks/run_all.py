@@ -86,6 +86,67 @@ def cache_table(r: dict) -> list[str]:
     return rows
 
 
+def packing_section(r: dict) -> list[str]:
+    """Language-model packing against Grain, the packed token stream, and resume (bench_packing.py)."""
+    gr = r.get("grain", {})
+    lines = [
+        "## Language-model packing: log-normal documents, 128 open sequences",
+        "",
+        "| L | method | torch_drt padding | Grain padding | torch_drt M tok/s | Grain M tok/s | speed-up |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for length, methods in r["packing"].items():
+        for method, ours in methods.items():
+            theirs = None if skip_reason(gr) else gr.get(length, {}).get(method)
+            rate = f"{ours['tokens_per_s'] / 1e6:.1f}"
+            if theirs:
+                cells = [f"{theirs['padding']:.4f}", rate, f"{theirs['tokens_per_s'] / 1e6:.2f}",
+                         ratio(ours["tokens_per_s"], theirs["tokens_per_s"])]
+            else:
+                cells = [f"skipped: {skip_reason(gr)}", rate, "", ""]
+            lines.append(f"| {length} | {method} | {ours['padding']:.4f} | " + " | ".join(cells) + " |")
+    st, rs = r["stream"], r["resume"]
+    lines += [
+        "",
+        f"Concatenate-and-chunk from a token stream (sequence 2,048, batch 8, 2 threads, all four fields): "
+        f"{st['drt'] / 1e6:.1f} M tok/s, {st['drt'] / st['ceiling']:.0%} of the numpy memory-map loop "
+        f"({st['ceiling'] / 1e6:.1f} M tok/s, tokens only); with a tokens-only collate "
+        f"{st['drt_tokens_only'] / st['ceiling']:.0%}.",
+        "",
+        f"Resume at 90% of a {rs['tokens']:,}-token epoch (best fit, sequence 4,096): first batch "
+        f"{rs['resumed'] * 1e3:.1f} ms against {rs['fresh'] * 1e3:.1f} ms fresh ({rs['resumed'] / rs['fresh']:.2f}x); "
+        f"checkpoint {rs['state_bytes']:,} bytes.",
+        "",
+    ]
+    return lines
+
+
+def build_table(b: dict) -> list[str]:
+    """The build benchmark's section: samples/s per library and the rerun after a kill."""
+    ours = b["torch_drt"]
+    rows = [
+        f"## Building a cache: {b['samples']:,} JPEGs decoded, resized to 224 and re-encoded, 2 worker processes",
+        "",
+        "| library | seconds | samples/s | torch_drt ratio |",
+        "|---|---|---|---|",
+        f"| torch_drt on Ray ({b['parts']} parts) | {ours['seconds']:.2f} | {fmt(ours['rate'])} | |",
+    ]
+    for name in ("litdata", "mosaicml-streaming"):
+        fig = b.get(name, {})
+        if reason := skip_reason(fig):
+            rows.append(f"| {name} | skipped: {reason} | | |")
+        else:
+            rows.append(f"| {name} | {fig['seconds']:.2f} | {fmt(fig['rate'])} | {ratio(ours['rate'], fig['rate'])} |")
+    r = b["resume"]
+    rows += [
+        "",
+        f"Rerun after a kill at 50% of the rows: {r['rerun']:.2f} s against {r['full']:.2f} s for a full build "
+        f"({r['ratio']:.2f}; goal <= 0.60). Ray cluster start ({b['ray_init']:.1f} s) not timed.",
+        "",
+    ]
+    return rows
+
+
 def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
     lines = [
         "# torch_drt benchmark report",
@@ -179,9 +240,28 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
                 f"| {name} | {fmt(f['drt_2'])} | {fmt(f['drt_0'])} | {fmt(f['torch_2'])} | "
                 f"{ratio(f['drt_2'], f['torch_2'])} | {ratio(f['drt_2'], f['drt_0'])} |"
             )
+        if "png_decode" in tr:
+            d = tr["png_decode"]
+            lines += [
+                "",
+                f"PNG decode, one thread: Decode (Pillow, crash-safe) {d['pillow']:.0f} us per image, torchvision's "
+                f"decode_png (libpng, crashes on corrupt data) {d['libpng']:.0f} us "
+                f"({d['pillow'] / d['libpng']:.2f}x).",
+            ]
         if plot:
             lines += ["", f"![PNG throughput by worker count]({plot})"]
         lines.append("")
+    if (au := results.get("bench_augment.py")) is not None:
+        lines += [
+            "## Augmentation pipeline: decode, RandomResizedCrop 224, flip, ColorJitter, normalize (images/s)",
+            "",
+            "| torch_drt, 2 threads | torchvision v2 on torch DataLoader, 2 processes | ratio (target >= 1.5x) |",
+            "|---|---|---|",
+            f"| {fmt(au['torch_drt'])} | {fmt(au['torchvision'])} | {au['ratio']:.2f}x |",
+            "",
+            f"Values equal to torchvision v2's from the same seed within {au['max_difference']:.1e}.",
+            "",
+        ]
     if (fe := results.get("bench_fetch.py")) is not None:
         rs = fe.get("dataloader-rs", {})
         lines += [
@@ -200,6 +280,10 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
         elif "http" in rs:
             lines.append(f"| dataloader-rs HttpDataset | {rs['http']:.3f} | | {rs['http'] / fe['ideal']:.2f}x |")
         lines.append("")
+    if (pk := results.get("bench_packing.py")) is not None:
+        lines += packing_section(pk)
+    if (bu := results.get("bench_build.py")) is not None:
+        lines += build_table(bu)
     lines += ["## Raw output", ""]
     for script, text in outputs.items():
         lines += [f"### {script}", "", "```", text.strip(), "```", ""]
@@ -239,7 +323,10 @@ def main() -> None:
         ("bench_cache_loader.py", ["--repeats", repeats] + (["--skip-memory"] if args.quick else [])),
         ("bench_loader.py", ["--repeats", repeats]),
         ("bench_transforms.py", ["--repeats", repeats, "--scaling"] + (["--images", "500"] if args.quick else [])),
+        ("bench_augment.py", ["--repeats", repeats] + (["--images", "500"] if args.quick else [])),
         ("bench_fetch.py", ["--repeats", repeats]),
+        ("bench_packing.py", ["--repeats", repeats] + (["--resume-tokens", "20000000"] if args.quick else [])),
+        ("bench_build.py", ["--repeats", repeats] + (["--samples", "2000", "--parts", "20"] if args.quick else [])),
     ]
     results, outputs = {}, {}
     for script, extra in plan:

@@ -33,6 +33,22 @@ class ListSource:
             yield drt.CacheInput(payload(i), {"label": i, "flag": i % 2 == 0, "score": i / 4, "tag": f"t{i}"})
 
 
+def rehash_manifest(path: Path) -> None:
+    """Make a cache's manifest record the current checksums of its index and metadata (a consistent forgery)."""
+    import hashlib
+    import json
+
+    import xxhash
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        data = (path / name).read_bytes()
+        entry.update(
+            byte_len=len(data), sha256=hashlib.sha256(data).hexdigest(), xxh3_128=xxhash.xxh3_128_hexdigest(data)
+        )
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 @pytest.fixture
 def runtime() -> Iterator[drt.DatasetRuntime]:
     rt = drt.DatasetRuntime(num_workers=2)
@@ -51,3 +67,114 @@ def make_cache(tmp_path: Path, runtime: drt.DatasetRuntime):
         return result.path
 
     return make
+
+
+def run_isolated(code: str, *, timeout: float = 120, memory_bytes: int | None = None):
+    """Run Python ``code`` in a fresh interpreter (tests/ on its path) so a crash fails a test, not pytest.
+
+    Args:
+        code: the program.
+        timeout: seconds before it is killed.
+        memory_bytes: an address-space limit for the child (a runaway allocation fails there).
+
+    Returns:
+        The ``subprocess.CompletedProcess`` (``returncode`` is negative for a signal, e.g. -7 for SIGBUS).
+    """
+    import subprocess
+    import sys
+    import textwrap
+
+    prelude = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    if memory_bytes is not None:
+        prelude += f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({memory_bytes}, {memory_bytes}))\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def downgrade_to_v1(path: Path) -> None:
+    """Rewrite a format 2 cache as format 1 (the same records, an index without checksums)."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    manifest = json.loads((path / "manifest.json").read_text())
+    index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 4)[:, :3]
+    np.ascontiguousarray(index).tofile(path / "index.bin")
+    for name in manifest["files"]:
+        data = (path / name).read_bytes()
+        manifest["files"][name] = {"byte_len": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    for key in ("max_record_bytes", "record_checksum", "cache_uid"):
+        del manifest[key]
+    manifest["format_version"] = 1
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+_FLIP_WORKER = """
+import json, shutil, sys
+from pathlib import Path
+import torch_drt as drt
+from conftest import rehash_manifest
+
+clean, scratch, rel, expected, todo, verify, rehash = sys.argv[1:8]
+expected = json.loads(Path(expected).read_text())
+config = drt.ReaderConfig(seed=0, shuffle=False, validate_cache=verify == "1")
+rt = drt.DatasetRuntime(1)
+for pos in json.loads(Path(todo).read_text()):
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(clean, scratch)
+    body = bytearray((Path(scratch) / rel).read_bytes())
+    body[pos // 8] ^= 1 << (pos % 8)
+    (Path(scratch) / rel).write_bytes(bytes(body))
+    if rehash == "1":
+        rehash_manifest(Path(scratch))
+    print(json.dumps({"pos": pos, "outcome": "started"}), flush=True)
+    try:
+        got = [[s.data.hex(), s.metadata] for s in rt.cached_dataset([scratch], reader_config=config)]
+        outcome = "ok" if got == expected else "wrong"
+    except drt.CacheCorruptError:
+        outcome = "CacheCorruptError"
+    except Exception as e:
+        outcome = f"{type(e).__name__}: {e}"[:200]
+    print(json.dumps({"pos": pos, "outcome": outcome}), flush=True)
+"""
+
+
+def flip_outcomes(
+    clean: Path, rel: str, positions: list[int], work: Path, *, verify: bool = False, rehash: bool = False
+) -> dict[int, str]:
+    """Flip each bit position of ``clean/rel`` in turn, read the whole cache in a child interpreter, and return
+    the outcome per position: ``CacheCorruptError``, ``ok`` (the clean contents), ``wrong`` (other contents),
+    another exception, or ``crash (exit N)``. A child that dies is restarted after the flip that killed it.
+
+    Args:
+        clean: an undamaged cache (never modified).
+        rel: the file to flip, relative to the cache.
+        positions: bit positions.
+        work: a scratch directory.
+        verify: open with ``validate_cache=True``.
+        rehash: make the manifest agree with the damaged index/metadata first (a consistent forgery).
+    """
+    import json
+
+    ds = drt.DatasetRuntime(1).cached_dataset([clean], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    (work / "expected.json").write_text(json.dumps([[s.data.hex(), s.metadata] for s in ds]))
+    outcomes: dict[int, str] = {}
+    todo = list(positions)
+    while todo:
+        (work / "todo.json").write_text(json.dumps(todo))
+        args = [clean, work / "scratch", rel, work / "expected.json", work / "todo.json", int(verify), int(rehash)]
+        proc = run_isolated(f"sys.argv[1:] = {[str(a) for a in args]!r}\n" + _FLIP_WORKER, timeout=900)
+        started = None
+        for line in proc.stdout.splitlines():
+            record = json.loads(line)
+            started = record["pos"] if record["outcome"] == "started" else None
+            if record["outcome"] != "started":
+                outcomes[record["pos"]] = record["outcome"]
+        if started is None and proc.returncode != 0:
+            raise AssertionError(f"flip worker failed outside a flip: {proc.stderr[-2000:]}")
+        if started is not None:
+            outcomes[started] = f"crash (exit {proc.returncode})"
+        todo = [p for p in todo if p not in outcomes]
+    return outcomes

@@ -9,7 +9,9 @@ import threading
 from aiohttp import web
 
 
-def make_app(hits: collections.Counter, delay: float = 0.0) -> web.Application:
+def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str] | None = None) -> web.Application:
+    raw_paths = [] if raw_paths is None else raw_paths
+
     async def item(request: web.Request) -> web.Response:
         hits[request.path] += 1
         if delay:
@@ -26,7 +28,7 @@ def make_app(hits: collections.Counter, delay: float = 0.0) -> web.Application:
 
     async def always(request: web.Request) -> web.Response:
         hits[request.path] += 1
-        return web.Response(status=int(request.match_info["status"]))
+        return web.Response(status=int(request.match_info["status"]), reason=request.query.get("reason"))
 
     async def auth(request: web.Request) -> web.Response:
         if request.headers.get("Authorization") != "Bearer token":
@@ -64,20 +66,36 @@ def make_app(hits: collections.Counter, delay: float = 0.0) -> web.Application:
             return web.Response(status=429, headers={"Retry-After": request.query.get("after", "1")})
         return web.Response(body=b"patient")
 
+    async def raw(request: web.Request) -> web.Response:
+        raw_paths.append(request.raw_path)  # the request target exactly as it came on the wire
+        return web.Response(body=request.raw_path.encode())
+
+    async def redirect(request: web.Request) -> web.Response:
+        hits[request.path] += 1  # Location exactly as given (set raw: no URL normalisation on the way out)
+        return web.Response(status=302, headers={"Location": request.query["to"]})
+
+    async def redirect_loop(request: web.Request) -> web.Response:
+        hits[request.path] += 1
+        return web.Response(status=302, headers={"Location": f"{request.path}?token={request.query.get('token', '')}"})
+
     app = web.Application()
     app.add_routes([
         web.get("/item/{n}", item), web.get("/flaky/{key}", flaky), web.get("/status/{status}", always),
         web.get("/auth", auth), web.get("/slow", slow), web.get("/big", big), web.get("/cut", cut),
-        web.get("/retry-after/{key}", retry_after),
+        web.get("/retry-after/{key}", retry_after), web.get("/raw/{tail:.*}", raw), web.get("/redirect", redirect),
+        web.get("/redirect-loop/{key}", redirect_loop),
     ])
     return app
 
 
 class Server:
-    """Starts the app on a free port of 127.0.0.1; ``url(path)``; ``hits`` counts requests per path."""
+    """Starts the app on a free port of 127.0.0.1; ``url(path)``; ``hits`` counts requests per path; ``raw_paths``
+    lists the raw request targets (path and query as sent) that reached ``/raw/...``.
+    """
 
     def __init__(self, delay: float = 0.0) -> None:
         self.hits: collections.Counter = collections.Counter()
+        self.raw_paths: list[str] = []
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(delay,), daemon=True, name="test-http-server")
@@ -86,7 +104,7 @@ class Server:
 
     def _run(self, delay: float) -> None:
         asyncio.set_event_loop(self._loop)
-        runner = web.AppRunner(make_app(self.hits, delay), access_log=None)
+        runner = web.AppRunner(make_app(self.hits, delay, self.raw_paths), access_log=None)
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())

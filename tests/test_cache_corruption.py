@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import QUIET, ListSource
+from conftest import QUIET, ListSource, rehash_manifest
 
 import torch_drt as drt
 from torch_drt.cache.validate import open_cache
@@ -84,11 +84,11 @@ CASES = {
     "count beyond index": (
         _manifest(lambda m: m.update(sample_count=11), "index.bin"),
         SEQ,
-        "11 samples need 264",
+        "11 samples need 352",
     ),
-    "truncated index": (_write("index.bin", cut=24), SEQ, "index is 216 bytes"),
+    "truncated index": (_write("index.bin", cut=24), SEQ, "index is 296 bytes"),
     "missing index": (_write("index.bin"), SEQ, "index file is missing"),
-    "garbled metadata": (_write("metadata.arrow", b"garbage"), SEQ, "metadata table cannot be read"),
+    "garbled metadata": (_write("metadata.arrow", b"garbage"), SEQ, "damaged or belongs to another cache"),
 }
 
 
@@ -120,6 +120,9 @@ def test_index_metadata_row_mismatch(runtime, tmp_path, make_cache):
     a = make_cache("a", n=10)
     b = make_cache("b", n=12)
     shutil.copy(b / "metadata.arrow", a / "metadata.arrow")
+    with pytest.raises(drt.CacheCorruptError, match="belongs to another cache"):
+        open_cache(a)
+    rehash_manifest(a)  # a manifest that agrees with the swapped file: the row count still tells
     with pytest.raises(
         drt.CacheCorruptError, match="metadata has 12 rows but the manifest records 10 samples"
     ) as info:
@@ -131,9 +134,10 @@ def test_index_entry_outside_shard(runtime, make_cache):
     import numpy as np
 
     path = make_cache("o", n=10)
-    index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 3)
+    index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 4)
     index[4, 1] = 10**6
     index.tofile(path / "index.bin")
+    rehash_manifest(path)
     with pytest.raises(drt.CacheCorruptError, match="index entry of sample 4 lies outside its shard"):
         open_cache(path)
 
@@ -157,9 +161,12 @@ def test_same_cache_twice_is_refused(runtime, make_cache):
         runtime.cached_dataset([a, a], reader_config=SEQ)
 
 
-def test_not_a_directory(runtime, tmp_path):
-    with pytest.raises(drt.CacheCorruptError, match="not a directory"):
+def test_missing_path_and_a_file_instead_of_a_directory(runtime, tmp_path):
+    with pytest.raises(FileNotFoundError, match="cache path does not exist"):
         runtime.cached_dataset([tmp_path / "nope"], reader_config=SEQ)
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(drt.CacheCorruptError, match="not a directory"):
+        runtime.cached_dataset([tmp_path / "file"], reader_config=SEQ)
 
 
 def test_from_cache_sources_rebuilds_a_corrupt_cache_and_keeps_the_old_one_aside(

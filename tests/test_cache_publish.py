@@ -14,6 +14,7 @@ from conftest import QUIET, ListSource, payload
 
 import torch_drt as drt
 from torch_drt.cache.validate import is_complete_cache, open_cache
+from torch_drt.publish import staging_name_of
 
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)
 TESTS = Path(__file__).parent
@@ -101,7 +102,7 @@ def test_killed_writer_leaves_nothing_loadable_and_is_rebuilt(runtime, tmp_path)
     proc.wait()
     root = tmp_path / "root"
     assert not (root / "k").exists()
-    staging = [p for p in root.iterdir() if p.name.startswith(".staging-k-")]
+    staging = [p for p in root.iterdir() if staging_name_of(p.name) == "k"]
     assert len(staging) == 1 and not is_complete_cache(staging[0])
     res = runtime.from_cache_sources([ListSource("k", 200)], root, reader_config=SEQ, writer_config=QUIET)
     assert isinstance(res, drt.CacheSourcesDatasetSuccess)

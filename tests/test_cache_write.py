@@ -32,7 +32,9 @@ def test_round_trip_every_compression_and_many_shards(runtime, tmp_path, algo):
 def test_manifest_records_version_counts_schema_and_checksums(make_cache):
     path = make_cache(n=12)
     manifest = json.loads((path / "manifest.json").read_text())
-    assert manifest["format"] == "torch_drt.cache" and manifest["format_version"] == 1
+    assert manifest["format"] == "torch_drt.cache" and manifest["format_version"] == 2
+    assert manifest["record_checksum"] == "xxh3_64" and len(manifest["cache_uid"]) == 32
+    assert manifest["max_record_bytes"] == max(len(payload(i)) for i in range(12))
     assert manifest["sample_count"] == 12
     assert manifest["metadata_schema"] == [
         {"name": "flag", "kind": "bool"},
@@ -41,6 +43,7 @@ def test_manifest_records_version_counts_schema_and_checksums(make_cache):
         {"name": "tag", "kind": "string"},
     ]
     assert set(manifest["files"]) == {"index.bin", "metadata.arrow"}
+    assert all(len(f["xxh3_128"]) == 32 for f in manifest["files"].values())
     assert all(len(s["sha256"]) == 64 for s in manifest["shards"])
     assert not [p for p in path.parent.iterdir() if p.name.startswith(".staging-")]
 
@@ -55,7 +58,8 @@ def test_outcomes_in_input_order_and_failures_do_not_stop_others(runtime, tmp_pa
     results = runtime.write_cache(sources, tmp_path, writer_config=QUIET)
     assert [r.source_name for r in results] == ["a", "b", "c"]
     assert isinstance(results[0], drt.CacheWriteSuccess) and isinstance(results[2], drt.CacheWriteSuccess)
-    assert results[1] == drt.CacheWriteError("b", "KeyError: 'boom'")
+    assert results[1].source_name == "b" and results[1].message.startswith("KeyError: 'boom' (raised at ")
+    assert "test_cache_write.py" in results[1].message  # where it was raised, not only what
     assert not (tmp_path / "b").exists()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a", "c"]
 

@@ -188,7 +188,7 @@ def test_get_item_and_its_errors(runtime, make_cache):
     )
     with pytest.raises(IndexError, match="sample_id 5 is out of range"):
         ds.get_item(cache_id, 5)
-    with pytest.raises(KeyError, match="unknown cache_id"):
+    with pytest.raises(IndexError, match="is not loaded"):
         ds.get_item(cache_id + 1, 0)
 
 

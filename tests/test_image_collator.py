@@ -21,10 +21,11 @@ def images(n, shape=(4, 5, 3), dtype=np.uint8):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_one_contiguous_buffer_in_either_layout(layout):
     batch = ImageCollator(layout=layout)(images(3))
-    expected = np.stack(images(3))
-    if layout == "NCHW":
-        expected = expected.transpose(0, 3, 1, 2)
-    assert batch.tensor.is_contiguous() and np.array_equal(np.asarray(batch), expected)
+    expected = np.stack(images(3))  # NHWC
+    assert batch.shape == (3, 3, 4, 5) and batch.memory_layout == layout
+    assert np.array_equal(np.asarray(batch), expected.transpose(0, 3, 1, 2))
+    in_memory = expected if layout == "NHWC" else expected.transpose(0, 3, 1, 2)
+    assert batch.tensor.is_contiguous() and np.array_equal(batch.tensor.numpy(), in_memory)
 
 
 def test_views_are_writable_and_share_the_buffer():
@@ -62,9 +63,15 @@ def test_buffer_reuse_after_drop():
     assert collate(images(2)).tensor.data_ptr() == ptr
 
 
-def test_pairs_give_batch_and_extras():
-    batch, extras = ImageCollator()([(im, {"i": k}) for k, im in enumerate(images(3))])
-    assert batch.shape == (3, 3, 4, 5) and extras == [{"i": 0}, {"i": 1}, {"i": 2}]
+def test_pairs_give_batch_and_collated_targets():
+    batch, labels = ImageCollator()([(im, k % 2) for k, im in enumerate(images(3))])
+    assert batch.shape == (3, 3, 4, 5) and labels.dtype == torch.int64 and labels.tolist() == [0, 1, 0]
+    batch, extras = ImageCollator()([(im, {"i": k, "name": f"n{k}"}) for k, im in enumerate(images(3))])
+    assert extras["i"].tolist() == [0, 1, 2] and extras["name"] == ["n0", "n1", "n2"]
+    batch, labels, weights = ImageCollator()([(im, k, k / 2) for k, im in enumerate(images(3))])
+    assert labels.tolist() == [0, 1, 2] and weights.dtype == torch.float64 and weights.tolist() == [0, 0.5, 1]
+    with pytest.raises(ValueError, match="all be 2-tuples"):
+        ImageCollator()([(images(1)[0], 1), images(1)[0]])
 
 
 @pytest.mark.parametrize(("items", "kwargs", "message"), [

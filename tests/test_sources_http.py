@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import pickle
-import time
 
 import pytest
 from http_server import Server
@@ -45,7 +45,7 @@ def test_503_twice_then_success_is_retried(server):
 
 def test_retries_run_out(server):
     ds = HttpDataset([server.url("/flaky/b")], **fast(retries=1))
-    with pytest.raises(OSError, match=r"GET http://127\.0\.0\.1:\d+/flaky/b failed: HTTP 503 after 2 attempt\(s\)"):
+    with pytest.raises(OSError, match=r"GET http://127\.0\.0\.1:\d+/flaky/b failed after 2 attempt\(s\): HTTP 503"):
         ds[0]
     assert server.hits["/flaky/b"] == 2
 
@@ -55,7 +55,7 @@ def test_other_statuses_fail_at_once(server, status):
     ds = HttpDataset([server.url(f"/status/{status}?token=SECRET")], **fast())
     with pytest.raises(OSError, match=f"HTTP {status}") as info:
         ds[0]
-    assert "attempt 1 of 4" in str(info.value) and "SECRET" not in str(info.value)
+    assert "failed after 1 attempt(s)" in str(info.value) and "SECRET" not in str(info.value)
     assert server.hits[f"/status/{status}"] == 1
 
 
@@ -67,10 +67,9 @@ def test_authorization_header(server):
 
 def test_timeout_on_the_last_attempt(server):
     ds = HttpDataset([server.url("/slow?s=2")], timeout=0.2, **fast(retries=1))
-    t0 = time.perf_counter()
-    with pytest.raises(TimeoutError, match=r"timed out after 0\.2s on attempt 2 of 2"):
+    with pytest.raises(TimeoutError, match=r"failed after 2 attempt\(s\): timed out after 0\.2s"):
         ds[0]
-    assert time.perf_counter() - t0 < 1.5
+    assert server.hits["/slow"] == 2
 
 
 @pytest.mark.parametrize("chunked", [False, True])
@@ -83,19 +82,18 @@ def test_oversized_body(server, chunked):
 
 def test_connection_closed_mid_body_is_retried_then_fails(server):
     ds = HttpDataset([server.url("/cut")], **fast(retries=2))
-    with pytest.raises(OSError, match="ClientPayloadError after 3 attempt"):
+    with pytest.raises(OSError, match=r"failed after 3 attempt\(s\): ClientPayloadError"):
         ds[0]
     assert server.hits["/cut"] == 3
 
 
-def test_retry_after_is_honoured_up_to_max_backoff(server):
-    ds = HttpDataset([server.url("/retry-after/a?after=1")], backoff=0.01, max_backoff=5)
-    t0 = time.perf_counter()
-    assert ds[0] == b"patient"
-    assert time.perf_counter() - t0 >= 0.9
-    capped = HttpDataset([server.url("/retry-after/b?after=100")], backoff=0.01, max_backoff=0.2)
-    t0 = time.perf_counter()
-    assert capped[0] == b"patient" and time.perf_counter() - t0 < 2
+def test_retry_after_is_honoured_up_to_max_backoff(server, caplog):
+    with caplog.at_level(logging.INFO, logger="torch_drt.sources"):
+        assert HttpDataset([server.url("/retry-after/a?after=1")], backoff=0.01, max_backoff=5)[0] == b"patient"
+        capped = HttpDataset([server.url("/retry-after/b?after=100")], backoff=0.01, max_backoff=0.2)
+        assert capped[0] == b"patient"
+    waits = [r.getMessage().rsplit("retry in ", 1)[1] for r in caplog.records]
+    assert waits == ["1s", "0.2s"]  # the server's wait, then the server's wait capped at max_backoff
 
 
 def test_connection_refused_hides_credentials():

@@ -1,5 +1,8 @@
 """torch_drt: fast, correct and resumable data loading for PyTorch."""
 
+import logging
+from typing import TYPE_CHECKING
+
 from torch_drt.cache import (
     CacheCorruptError,
     CachedBatch,
@@ -17,6 +20,13 @@ from torch_drt.cache import (
 )
 
 __version__ = "0.1.0"
+
+logging.getLogger("torch_drt").addHandler(logging.NullHandler())  # silent unless the application configures logging
+
+if TYPE_CHECKING:  # the lazily loaded names, visible to type checkers and IDEs
+    from torch_drt.loader import StatefulDataLoader
+    from torch_drt.sources import FileDataset, HttpDataset, ObjectStoreDataset
+    from torch_drt.transforms import ImageCollator
 
 # these import torch, aiohttp or fsspec: loaded on first use
 _LAZY = {

@@ -1,18 +1,31 @@
-"""The ``torch-drt`` command: the demo and cache tools (build, info, verify, ls)."""
+"""The ``torch-drt`` command: the demo, the cache tools (build, info, verify, ls) and the benchmarks.
+
+Every failure is one line on stderr (``torch-drt: error: ...``) and a non-zero exit status: 2 for bad
+arguments, 1 for a failed operation, 130 after Ctrl-C; ``--traceback`` shows the Python traceback instead.
+
+Each subcommand is one ``cmd_*`` function taking the parsed arguments and returning the exit status (raising
+``CliError`` for a one-line failure), declared by an ``_add_*`` function: a new subcommand is one of each plus a
+line in ``build_parser`` (``bench`` lives in ``_cli_bench``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+from torch_drt._cli_bench import add_bench
+from torch_drt._cli_common import CliError, CliParser, existing_dir, non_negative_int, positive_int, report
+
+__all__ = ["build_parser", "main"]
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``torch-drt demo``: generate images, build a cache, train, checkpoint mid-epoch and resume exactly."""
     from torch_drt.demo import run_demo
 
     figures = run_demo(
@@ -32,11 +45,15 @@ class _DirectorySource:
     def __len__(self) -> int:
         return len(self.files)
 
-    def __iter__(self):
+    def __getitem__(self, i: int):
         from torch_drt.cache import CacheInput
 
-        for path in self.files:
-            yield CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+        path = self.files[i]
+        return CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
+
+    def __iter__(self):
+        for i in range(len(self.files)):
+            yield self[i]
 
 
 def _load_spec(spec: str, name: str | None) -> Any:
@@ -45,58 +62,71 @@ def _load_spec(spec: str, name: str | None) -> Any:
 
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise ValueError(f"--source-spec {spec!r} must look like package.module:object")
+        raise CliError(f"--source-spec {spec!r} must look like package.module:object", 2)
     sys.path.insert(0, str(Path.cwd()))
-    obj = getattr(importlib.import_module(module_name), attr)
-    source = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "__iter__")) else obj
+    try:
+        obj = getattr(importlib.import_module(module_name), attr)
+        source = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "__iter__")) else obj
+    except (ImportError, AttributeError) as e:
+        raise CliError(f"--source-spec {spec}: {type(e).__name__}: {e}", 2) from e
     if name is not None:
         source.name = name
     if not hasattr(source, "name") or not hasattr(source, "__iter__"):
-        raise ValueError(f"{spec} is not a cache source (an object with name and __iter__)")
+        raise CliError(f"--source-spec {spec} is not a cache source (an object with name and __iter__)", 2)
     return source
 
 
-def _cmd_build(args: argparse.Namespace) -> int:
-    from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig
-
+def _build_source(args: argparse.Namespace) -> Any:
+    if args.source_spec and args.source:
+        raise CliError("give a SOURCE directory or --source-spec, not both", 2)
     if args.source_spec:
-        try:
-            source = _load_spec(args.source_spec, args.name)
-        except (ImportError, AttributeError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-    else:
-        source_dir = Path(args.source or "")
-        if not args.source or not source_dir.is_dir():
-            print(f"error: {args.source!r} is not a directory (or give --source-spec)", file=sys.stderr)
-            return 2
-        source = _DirectorySource(source_dir, args.name or source_dir.name)
+        return _load_spec(args.source_spec, args.name)
+    source_dir = Path(args.source or "")
+    if not args.source or not source_dir.is_dir():
+        raise CliError(f"{args.source!r} is not a directory (or give --source-spec)", 2)
+    return _DirectorySource(source_dir, args.name or source_dir.name)
+
+
+def cmd_cache_build(args: argparse.Namespace) -> int:
+    """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
+    from torch_drt._cli_sets import build_set, under_torchrun
+    from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
+
+    root = Path(args.root)
+    if root.exists() and not root.is_dir():
+        raise CliError(f"{root} is not a directory")
     config = WriterConfig(
         max_shard_bytes=args.max_shard_bytes,
         shard_compression=ShardCompression(args.compression),
         show_progress=not args.quiet,
         validate_cache=args.verify,
     )
+    source = _build_source(args)
+    if args.parts or under_torchrun():
+        return build_set(source, args.root, source.name, args.parts, config)
+    target = root / str(source.name)
+    plain = Path(str(source.name)).name == str(source.name)  # else the writer refuses the name itself
+    if plain and (target.exists() or target.is_symlink()):  # said before any sample is written
+        raise CliError(f"{target} already exists: choose another --name, or remove it first")
     with DatasetRuntime(1) as runtime:
-        (result,) = runtime.write_cache([source], Path(args.root), writer_config=config)
-    if isinstance(result, CacheWriteSuccess):
-        from torch_drt.cache import open_cache
-
-        print(f"wrote {open_cache(result.path).sample_count} samples to {result.path}")
-        return 0
-    print(f"error: {result.message}", file=sys.stderr)
-    return 1
+        (result,) = runtime.write_cache([source], root, writer_config=config)
+    if not isinstance(result, CacheWriteSuccess):
+        raise CliError(result.message)
+    print(f"wrote {open_cache(result.path).sample_count} samples to {result.path}")
+    return 0
 
 
-def _cmd_info(args: argparse.Namespace) -> int:
-    from torch_drt.cache import CacheCorruptError, open_cache
+def cmd_cache_info(args: argparse.Namespace) -> int:
+    """``torch-drt cache info``: a cache's format, source, counts, shard sizes and schema."""
+    from torch_drt._cli_sets import set_info
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
+    if is_cache_set(args.path):
+        return set_info(args.path, args.json)
     try:
-        layout = open_cache(args.path)
+        layout = open_cache(existing_dir(args.path))
     except CacheCorruptError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    manifest = json.loads((layout.path / "manifest.json").read_text())
+        raise CliError(str(e)) from e
     sizes = sum(s for _, s in layout.shards)
     print(f"path:        {layout.path}")
     print(f"format:      {'dataset-rt' if layout.legacy else 'torch_drt'} version {layout.format_version}")
@@ -105,96 +135,144 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"shards:      {len(layout.shards)}, {sizes:,} bytes, compression {layout.compression}")
     print("schema:      " + ", ".join(f"{n}: {k}" for n, k in layout.schema))
     if args.json:
-        print(json.dumps(manifest, indent=2))
+        print(json.dumps(json.loads((layout.path / "manifest.json").read_text()), indent=2))
     return 0
 
 
-def _cmd_verify(args: argparse.Namespace) -> int:
-    from torch_drt.cache import CacheCorruptError, open_cache
+def cmd_cache_verify(args: argparse.Namespace) -> int:
+    """``torch-drt cache verify``: every checksum of every cache given; 1 when any is corrupt or unreadable."""
+    from torch_drt._cli_sets import verify_set
+    from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
     status = 0
     for path in args.paths:
+        if is_cache_set(path):
+            status |= verify_set(path)
+            continue
         try:
-            layout = open_cache(path, verify=True)
+            layout = open_cache(existing_dir(path), verify=True)
         except CacheCorruptError as e:
             print(f"CORRUPT {e.path}: {e.reason}")
+            status = 1
+        except CliError as e:
+            report(str(e))
+            status = 1
+        except Exception as e:  # one path's failure is reported, and the others are still checked
+            report(f"{path}: {e}", e)
             status = 1
         else:
             print(f"ok      {layout.path} ({len(layout.checksums)} files verified)")
     return status
 
 
-def _cmd_ls(args: argparse.Namespace) -> int:
+def cmd_cache_ls(args: argparse.Namespace) -> int:
+    """``torch-drt cache ls``: the caches under a root, with counts and sizes; invalid ones say why."""
     from torch_drt.cache import CacheCorruptError, open_cache
 
-    root = Path(args.root)
+    root = existing_dir(args.root)
+    from torch_drt._cli_sets import ls_line
+
     for entry in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (line := ls_line(entry)) is not None:
+            print(line)
+            continue
         try:
             layout = open_cache(entry)
-            print(f"{entry.name:<30} {layout.sample_count:>10} samples  {sum(s for _, s in layout.shards):>14,} bytes")
         except CacheCorruptError as e:
             print(f"{entry.name:<30} invalid: {e.reason}")
+        except Exception as e:  # a damaged entry is listed as such; the listing goes on
+            print(f"{entry.name:<30} invalid: {type(e).__name__}: {e}")
+        else:
+            print(f"{entry.name:<30} {layout.sample_count:>10} samples  {sum(s for _, s in layout.shards):>14,} bytes")
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    import subprocess
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "run_all.py"
-    if not script.exists():
-        print(f"error: {script} not found (the benchmarks ship with the source tree)", file=sys.stderr)
-        return 2
-    command = [sys.executable, str(script), "--report", args.report] + (["--quick"] if args.quick else [])
-    return subprocess.call(command)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``torch-drt``."""
-    parser = argparse.ArgumentParser(prog="torch-drt", description="torch_drt: fast, resumable data loading.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_demo(sub: Any) -> None:
     demo = sub.add_parser(
         "demo", help="generate images, build a cache, train a small CNN, checkpoint mid-epoch and resume exactly"
     )
     demo.add_argument("--workdir", default="demo_data", help="cache root (reused across runs)")
-    demo.add_argument("--samples", type=int, default=4000)
-    demo.add_argument("--batch-size", type=int, default=64)
-    demo.add_argument("--steps", type=int, default=300, help="training steps")
-    demo.add_argument("--workers", type=int, default=2, help="loader worker threads")
-    demo.set_defaults(func=_cmd_demo)
+    demo.add_argument("--samples", type=positive_int, default=4000)
+    demo.add_argument("--batch-size", type=positive_int, default=64)
+    demo.add_argument("--steps", type=positive_int, default=300, help="training steps")
+    demo.add_argument("--workers", type=non_negative_int, default=2, help="loader worker threads")
+    demo.set_defaults(func=cmd_demo)
 
-    cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(dest="cache_command", required=True)
-    build = cache.add_parser("build", help="build a cache from a directory of files or a Python source spec")
-    build.add_argument("root", help="cache root; the cache is written to ROOT/NAME")
+
+def _add_cache(sub: Any) -> None:
+    cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(
+        dest="cache_command", metavar="COMMAND", required=True
+    )
+    build = cache.add_parser(
+        "build", help="build a cache (or a cache set, also under torchrun) from a directory or a Python source spec"
+    )
+    build.add_argument("root", help="cache root; the cache (or set) is written to ROOT/NAME")
     build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
     build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
     build.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
-    build.add_argument("--max-shard-bytes", type=int, default=64 * 1024 * 1024)
+    build.add_argument("--max-shard-bytes", type=positive_int, default=64 * 1024 * 1024)
     build.add_argument("--verify", action="store_true", help="verify checksums after writing")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
-    build.set_defaults(func=_cmd_build)
+    build.add_argument(
+        "--parts", type=positive_int, help="build a cache set of this many parts (under torchrun: default one per rank)"
+    )
+    build.set_defaults(func=cmd_cache_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")
     info.add_argument("path")
     info.add_argument("--json", action="store_true", help="also print the whole manifest")
-    info.set_defaults(func=_cmd_info)
+    info.set_defaults(func=cmd_cache_info)
     verify = cache.add_parser("verify", help="verify every checksum; non-zero exit on corruption")
     verify.add_argument("paths", nargs="+")
-    verify.set_defaults(func=_cmd_verify)
+    verify.set_defaults(func=cmd_cache_verify)
     ls = cache.add_parser("ls", help="list the caches under a root")
     ls.add_argument("root")
-    ls.set_defaults(func=_cmd_ls)
-    bench = sub.add_parser("bench", help="run the benchmark suite and write a Markdown report")
-    bench.add_argument("--report", default="benchmark-report.md", help="where to write the report")
-    bench.add_argument("--quick", action="store_true", help="fewer repeats and smaller workloads")
-    bench.set_defaults(func=_cmd_bench)
+    ls.set_defaults(func=cmd_cache_ls)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``torch-drt``."""
+    from torch_drt import __version__
+
+    parser = CliParser(prog="torch-drt", description="torch_drt: fast, resumable data loading.")
+    parser.add_argument("--version", action="version", version=f"torch-drt {__version__}")
+    parser.add_argument("--traceback", action="store_true", help="on an error, show the Python traceback")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_demo(sub)
+    _add_cache(sub)
+    add_bench(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``torch-drt`` with ``argv`` (default: the process arguments) and return its exit code."""
+def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     return int(args.func(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``torch-drt`` with ``argv`` (default: the process arguments) and return its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(argv)
+    except CliError as e:
+        report(str(e))
+        return e.status
+    except SystemExit as e:  # --help and --version (a status), or a command that exits with a message
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        report(str(e.code))
+        return 1
+    except KeyboardInterrupt:
+        report("interrupted")
+        return 130
+    except BrokenPipeError:  # the reader of stdout went away (`torch-drt cache ls ROOT | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except Exception as e:
+        if "--traceback" in argv:
+            raise
+        report(str(e), e)
+        return 1
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ def _train(loader: Any, model: Any, optimizer: Any, steps: int, log: bool) -> tu
     loss_fn = torch.nn.CrossEntropyLoss()
     while len(losses) < steps:
         for (images, labels), indices in loader:
-            x, y = torch.from_dlpack(images), torch.tensor(labels)
+            x, y = torch.from_dlpack(images), torch.as_tensor(labels)
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             loss.backward()

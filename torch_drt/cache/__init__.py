@@ -1,8 +1,10 @@
 """The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
 
+from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set, publish_cache_set
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import (
     CachedSample,
@@ -15,13 +17,15 @@ from torch_drt.cache.records import (
     CacheWriteSuccess,
 )
 from torch_drt.cache.runtime import DatasetRuntime
-from torch_drt.cache.validate import CacheLayout, open_cache, verify_checksums
+from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
 
 __all__ = [
     "CacheCorruptError",
     "CacheInput",
     "CacheLayout",
     "CacheReader",
+    "CacheSet",
+    "CacheSetPart",
     "CacheSource",
     "CacheSourcesDatasetError",
     "CacheSourcesDatasetSuccess",
@@ -35,6 +39,10 @@ __all__ = [
     "ReaderConfig",
     "ShardCompression",
     "WriterConfig",
+    "is_cache_set",
+    "load_cache",
     "open_cache",
+    "open_cache_set",
+    "publish_cache_set",
     "verify_checksums",
 ]

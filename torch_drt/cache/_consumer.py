@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CachedSample
+from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.nodes.thread_pool import ThreadPool
@@ -56,13 +56,6 @@ def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).chunk(0).to_numpy(zero_copy_only=True)
-
-
-def _samples(data: list[bytes], meta: pa.Table, cache_ids: np.ndarray, sample_ids: np.ndarray) -> list[CachedSample]:
-    names = meta.column_names
-    columns = [c.to_pylist() for c in meta.columns]
-    rows = [dict(zip(names, values)) for values in zip(*columns)] if columns else [{} for _ in data]
-    return [CachedSample(d, r, c, s) for d, r, c, s in zip(data, rows, cache_ids.tolist(), sample_ids.tolist())]
 
 
 class _OneArg:
@@ -175,7 +168,7 @@ class RowFetcher:
         else:
             parts = np.array_split(np.arange(len(rows)), self.native_num_workers)
             data = [d for chunk in self._pool.map([(cache_pos[p], sample_ids[p]) for p in parts]) for d in chunk]
-        return _samples(data, self._meta.take(pa.array(rows)), self._cache_ids[rows], sample_ids)
+        return make_samples(data, self._meta.take(pa.array(rows)), self._cache_ids[rows], sample_ids)
 
     def __call__(self, batch: StreamBatch) -> Fetched:
         rows = self.rows(batch)

@@ -1,22 +1,19 @@
-"""The on-disk layout of a torch_drt cache: the only module that knows file names and byte layouts.
+"""The on-disk layout of a torch_drt cache: file names, byte layouts, ids and names (see ``docs/format.md``).
 
 A cache directory holds::
 
-    manifest.json       format, version, counts, schema and a checksum for every other file
-    index.bin           one little-endian (shard, offset, length) uint64 triple per sample
+    manifest.json       format, version, counts, schema and checksums of every other file
+    index.bin           one little-endian entry per sample: (shard, offset, length, xxh3) uint64 in version 2,
+                        (shard, offset, length) in version 1
     metadata.arrow      Arrow IPC file with the stored metadata columns, one row per sample
-    shards/000000.bin   payloads, back to back (each compressed on its own when compression is on)
-
-See ``docs/format.md`` for the full description.
+    shards/000000.bin   records, back to back (each compressed on its own when compression is on)
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,44 +21,61 @@ import numpy as np
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "INDEX_DTYPE",
+    "INDEX_DTYPES",
     "INDEX_FILE",
+    "INTERNAL_PREFIX",
     "KIND_TO_ARROW",
     "LEGACY_FORMAT_VERSION",
     "MANIFEST_FILE",
+    "MAX_CACHE_ID",
+    "MAX_MANIFEST_BYTES",
     "METADATA_FILE",
     "RESERVED_COLUMNS",
     "SHARD_DIR",
+    "UID_KEY",
     "cache_id_for",
+    "is_shard_name",
     "kind_of",
-    "read_manifest",
-    "sha256_file",
+    "loads_strict",
     "shard_name",
     "validate_column_name",
     "validate_source_name",
-    "write_json_atomic",
 ]
 
 FORMAT_NAME = "torch_drt.cache"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # written; 1 is still read
 LEGACY_FORMAT_VERSION = 3  # dataset-rt 0.4 caches
 
 MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "index.bin"
 METADATA_FILE = "metadata.arrow"
 SHARD_DIR = "shards"
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest lists every shard; 64 MiB is ~300,000 of them
 
-INDEX_DTYPE = np.dtype([("shard", "<u8"), ("offset", "<u8"), ("length", "<u8")])
+_U8 = "<u8"
+INDEX_DTYPES = {
+    1: np.dtype([("shard", _U8), ("offset", _U8), ("length", _U8)]),
+    2: np.dtype([("shard", _U8), ("offset", _U8), ("length", _U8), ("checksum", _U8)]),
+    LEGACY_FORMAT_VERSION: np.dtype([("shard", _U8), ("offset", _U8), ("length", _U8)]),
+}
 RESERVED_COLUMNS = frozenset({"cache_id", "sample_id", "weight"})
+INTERNAL_PREFIX = "__"  # column names starting with it belong to torch_drt's own snapshots
 KIND_TO_ARROW = {"bool": "bool", "int": "int64", "float": "double", "string": "string"}
+MAX_CACHE_ID = (1 << 64) - 1
+UID_KEY = b"torch_drt.cache_uid"  # metadata.arrow schema metadata: the manifest's cache_uid
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
-_HASH_CHUNK = 1 << 22
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
 
 
 def shard_name(number: int) -> str:
     """Return the file name of shard ``number``."""
     return f"{number:06d}.bin"
+
+
+def is_shard_name(name: object) -> bool:
+    """True for a plain file name that stays inside ``shards/`` (no separators, no leading dot, no ``..``)."""
+    return isinstance(name, str) and bool(_SHARD_NAME.match(name)) and name != ".."
 
 
 def kind_of(value: object) -> str | None:
@@ -92,58 +106,40 @@ def validate_source_name(name: object) -> str:
 
 
 def validate_column_name(name: object) -> str:
-    """Check that a metadata key is a usable, non-reserved column name."""
+    """Check that a metadata key is a usable column name: not reserved, not internal.
+
+    Raises:
+        ValueError: for an empty or non-str name, a reserved name or one starting with ``__``.
+    """
     if not isinstance(name, str) or not name:
         raise ValueError(f"metadata key {name!r} must be a non-empty str")
     if name in RESERVED_COLUMNS:
         raise ValueError(f"metadata key {name!r} is reserved (reserved: {sorted(RESERVED_COLUMNS)})")
+    if name.startswith(INTERNAL_PREFIX):
+        raise ValueError(
+            f"metadata key {name!r} starts with {INTERNAL_PREFIX!r}, which is reserved for internal columns"
+        )
     return name
 
 
 def cache_id_for(source_name: str) -> int:
-    """Return the stable 63-bit cache id of a source name (the same name always gives the same id)."""
-    digest = hashlib.blake2b(source_name.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    """Return the cache id of a source name as dataset-rt computes it: the first 8 bytes of its SHA-256, read
+    big-endian, top bit cleared (63 bits)."""
+    return int.from_bytes(hashlib.sha256(source_name.encode()).digest()[:8], "big") & ((1 << 63) - 1)
 
 
-def sha256_file(path: Path) -> str:
-    """Return the hex SHA-256 of a file, read in 4 MiB chunks (hashlib releases the GIL)."""
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_HASH_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        dup = next(k for k in keys if keys.count(k) > 1)
+        raise ValueError(f"duplicated key {dup!r}")
+    return dict(pairs)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write ``obj`` as JSON to ``path`` through a temporary file, fsync and rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_manifest(cache_dir: Path) -> dict[str, Any]:
-    """Read and parse ``manifest.json``; errors name the file.
+def loads_strict(raw: bytes) -> Any:
+    """Parse JSON, refusing a key repeated in one object (the last would silently win).
 
     Raises:
-        CacheCorruptError: when the manifest is missing, unreadable or not a JSON object.
+        ValueError: for invalid UTF-8, invalid JSON or a duplicated key.
     """
-    from torch_drt.cache.errors import CacheCorruptError
-
-    path = cache_dir / MANIFEST_FILE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise CacheCorruptError(path, "manifest is missing (not a complete cache)") from None
-    except OSError as e:
-        raise CacheCorruptError(path, f"manifest cannot be read: {e}") from e
-    try:
-        manifest = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CacheCorruptError(path, f"manifest is not valid JSON: {e}") from None
-    if not isinstance(manifest, dict):
-        raise CacheCorruptError(path, "manifest is not a JSON object")
-    return manifest
+    return json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)

@@ -12,7 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from torch_drt.cache.validate import CacheLayout, read_metadata
+from torch_drt.cache._format import INTERNAL_PREFIX
+from torch_drt.cache.layout import CacheLayout
+from torch_drt.sampling.weighted import drawable_weights
 
 __all__ = ["ActiveTable", "build_table", "coerce_table", "validate_table"]
 
@@ -49,11 +51,15 @@ class ActiveTable:
         return self.table.num_rows
 
 
-def build_table(layouts: Sequence[CacheLayout]) -> ActiveTable:
-    """The initial table: every sample of every cache once, weight 1.0, in cache then sample order."""
+def build_table(layouts: Sequence[CacheLayout], tables: Sequence[pa.Table]) -> ActiveTable:
+    """The initial table: every sample of every cache once, weight 1.0, in cache then sample order.
+
+    Args:
+        layouts: the caches.
+        tables: their validated stored metadata tables (``read_metadata``), one per cache.
+    """
     parts = []
-    for layout in layouts:
-        meta = read_metadata(layout)
+    for layout, meta in zip(layouts, tables):
         n = meta.num_rows
         ids = pa.array(np.full(n, layout.cache_id, dtype=np.uint64))
         sids = pa.array(np.arange(n, dtype=np.uint64))
@@ -86,21 +92,64 @@ def _first_row(mask: pa.ChunkedArray | np.ndarray) -> int:
     return int(np.argmax(arr))
 
 
-def _integral(table: pa.Table, name: str) -> np.ndarray:
+def _ids(table: pa.Table, name: str) -> np.ndarray:
+    """An identity column as uint64 (cache ids use all 64 bits); negative or non-integral values are refused."""
     col = table.column(name)
-    if pa.types.is_integer(col.type):
-        values = col.to_numpy().astype(np.int64, copy=False)
-        if pa.types.is_unsigned_integer(col.type) and col.type.bit_width == 64:
-            values = col.to_numpy().astype(np.uint64).astype(np.int64)
-        return values
+    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+        raise ValueError(f"column {name!r} must be integral, got Arrow type {col.type}")
+    values = col.to_numpy()
     if pa.types.is_floating(col.type):
-        values = col.to_numpy()
         bad = ~np.isfinite(values) | (values != np.floor(values))
         if bad.any():
             row = int(np.argmax(bad))
             raise ValueError(f"column {name!r} row {row}: value {float(values[row])!r} is not integral")
-        return values.astype(np.int64)
-    raise ValueError(f"column {name!r} must be integral, got Arrow type {col.type}")
+        over = values >= 2.0**64
+        if over.any():
+            row = int(np.argmax(over))
+            raise ValueError(f"column {name!r} row {row}: {float(values[row])!r} is out of range (above 2**64 - 1)")
+    if not pa.types.is_unsigned_integer(col.type):
+        negative = values < 0
+        if negative.any():
+            row = int(np.argmax(negative))
+            raise ValueError(f"column {name!r} row {row}: {values[row]} is out of range (negative)")
+    return values.astype(np.uint64)
+
+
+def _check_names(table: pa.Table, stored: pa.Schema) -> None:
+    names = table.column_names
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise ValueError(f"column {dup!r} appears more than once in the metadata table")
+    for name in (*IDENTITY, *stored.names, WEIGHT):
+        if name not in names:
+            hint = " (every row needs one; dataset-rt requires it too)" if name == WEIGHT else ""
+            raise ValueError(f"column {name!r} is missing from the metadata table{hint}")
+    internal = [n for n in names if n.startswith(INTERNAL_PREFIX)]
+    if internal:
+        raise ValueError(f"column {internal[0]!r}: names starting with {INTERNAL_PREFIX!r} are reserved (internal)")
+
+
+def _cache_positions(ids: np.ndarray, cache_index: dict[int, int]) -> np.ndarray:
+    known = np.array(sorted(cache_index), dtype=np.uint64)
+    pos_in_known = np.searchsorted(known, ids)
+    found = (pos_in_known < len(known)) & (known[np.minimum(pos_in_known, len(known) - 1)] == ids)
+    if not found.all():
+        row = int(np.argmax(~found))
+        raise ValueError(f"column 'cache_id' row {row}: unknown cache id {int(ids[row])}")
+    order = np.array([cache_index[int(k)] for k in known], dtype=np.int32)
+    return order[pos_in_known]
+
+
+def _weights(table: pa.Table) -> np.ndarray:
+    wcol = table.column(WEIGHT)
+    if not (pa.types.is_integer(wcol.type) or pa.types.is_floating(wcol.type)):
+        raise ValueError(f"column 'weight' must be numeric, got Arrow type {wcol.type}")
+    weights = wcol.to_numpy().astype(np.float64)
+    bad = ~np.isfinite(weights) | (weights <= 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"column 'weight' row {row}: weight must be finite and > 0, got {float(weights[row])!r}")
+    return weights
 
 
 def _same_family(actual: pa.DataType, expected: pa.DataType) -> bool:
@@ -117,40 +166,30 @@ def validate_table(
     """Validate an edited table whole and return its snapshot.
 
     Raises:
-        ValueError: naming the column (and row) at fault: identity columns missing, out of range or not
-            integral, stored columns with another type, weights not numeric, not finite or not > 0, nulls,
-            or no rows.
+        ValueError: naming the column (and row) at fault: a column repeated, identity columns, stored columns or
+            ``weight`` missing, a name starting with ``__``, identity values out of range or not integral, stored
+            columns with another type, weights not numeric, not finite or not > 0, nulls, or no rows.
         TypeError: when ``obj`` is not a table at all.
     """
     table = coerce_table(obj)
     if table.num_rows < 1:
         raise ValueError("the metadata table must have at least one row")
-    for name in (*IDENTITY, *stored.names):
-        if name not in table.column_names:
-            raise ValueError(f"column {name!r} is missing from the metadata table")
+    _check_names(table, stored)
     for name in table.column_names:
         col = table.column(name)
         if col.null_count:
             raise ValueError(f"column {name!r} row {_first_row(pc.is_null(col))}: null values are not allowed")
-    ids = _integral(table, "cache_id")
-    sids = _integral(table, "sample_id")
-    known = np.array(sorted(cache_index), dtype=np.int64)
-    pos_in_known = np.searchsorted(known, ids)
-    found = (pos_in_known < len(known)) & (known[np.minimum(pos_in_known, len(known) - 1)] == ids)
-    if not found.all():
-        row = int(np.argmax(~found))
-        raise ValueError(f"column 'cache_id' row {row}: unknown cache id {int(ids[row])}")
-    order = np.array([cache_index[int(k)] for k in known], dtype=np.int32)
-    cache_pos = order[pos_in_known]
-    counts = np.array([layout.sample_count for layout in layouts], dtype=np.int64)
-    bad = (sids < 0) | (sids >= counts[cache_pos])
+    ids, sids = _ids(table, "cache_id"), _ids(table, "sample_id")
+    cache_pos = _cache_positions(ids, cache_index)
+    counts = np.array([layout.sample_count for layout in layouts], dtype=np.uint64)
+    bad = sids >= counts[cache_pos]
     if bad.any():
         row = int(np.argmax(bad))
         raise ValueError(
             f"column 'sample_id' row {row}: {int(sids[row])} is out of range for its cache "
             f"({int(counts[cache_pos[row]])} samples)"
         )
-    columns, names = [pa.array(ids.astype(np.uint64)), pa.array(sids.astype(np.uint64))], list(IDENTITY)
+    columns, names = [pa.array(ids), pa.array(sids)], list(IDENTITY)
     for fld in stored:
         col = table.column(fld.name)
         if col.type != fld.type:
@@ -162,21 +201,12 @@ def validate_table(
                 raise ValueError(f"column {fld.name!r} cannot be kept as {fld.type}: {e}") from None
         columns.append(col)
         names.append(fld.name)
-    if WEIGHT in table.column_names:
-        wcol = table.column(WEIGHT)
-        if not (pa.types.is_integer(wcol.type) or pa.types.is_floating(wcol.type)):
-            raise ValueError(f"column 'weight' must be numeric, got Arrow type {wcol.type}")
-        weights = wcol.to_numpy().astype(np.float64)
-        bad = ~np.isfinite(weights) | (weights <= 0)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(f"column 'weight' row {row}: weight must be finite and > 0, got {float(weights[row])!r}")
-    else:
-        weights = np.ones(table.num_rows)
+    weights = _weights(table)
     columns.append(pa.array(weights))
     names.append(WEIGHT)
     for name in table.column_names:
         if name not in names:
             columns.append(table.column(name))
             names.append(name)
-    return ActiveTable(pa.Table.from_arrays(columns, names=names), cache_pos, sids, weights)
+    table = pa.Table.from_arrays(columns, names=names)
+    return ActiveTable(table, cache_pos, sids.astype(np.int64), drawable_weights(weights))

@@ -13,7 +13,7 @@ import pyarrow as pa
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CachedSample
+from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
@@ -45,6 +45,10 @@ class CachedBatch:
     def __len__(self) -> int:
         return len(self.data)
 
+    def samples(self) -> list[CachedSample]:
+        """The batch as ``CachedSample``s, in order."""
+        return make_samples(self.data, self.metadata, self.cache_id, self.sample_id)
+
 
 class _Window:
     """One iterator's reserved window of the stream, and how much of it was delivered."""
@@ -75,7 +79,13 @@ class CachedDataset:
     SEED_KEY = "seed"
     VERSION_KEY = "version"
 
-    def __init__(self, runtime: DatasetRuntime, layouts: Sequence[CacheLayout], reader_config: ReaderConfig) -> None:
+    def __init__(
+        self,
+        runtime: DatasetRuntime,
+        layouts: Sequence[CacheLayout],
+        reader_config: ReaderConfig,
+        tables: Sequence[pa.Table] | None = None,
+    ) -> None:
         ids = [layout.cache_id for layout in layouts]
         if len(set(ids)) != len(ids):
             dup = next(i for i in ids if ids.count(i) > 1)
@@ -92,7 +102,8 @@ class CachedDataset:
         self._stored = layouts[0].arrow_schema
         self._cache_index = {layout.cache_id: i for i, layout in enumerate(layouts)}
         self._lock = threading.Lock()
-        self._active = build_table(self.layouts)
+        self._stored_tables = list(tables) if tables is not None else [read_metadata(lay) for lay in self.layouts]
+        self._active = build_table(self.layouts, self._stored_tables)
         self._epoch_len = len(self._active)
         self._position = 0  # the stream position after every window reserved so far
         self._latest: _Window | None = None  # the most recent iterator's window: what state_dict() reports
@@ -223,9 +234,16 @@ class CachedDataset:
     # -- reading ------------------------------------------------------------------------------------------
 
     def read_rows(self, rows: np.ndarray, active: ActiveTable | None = None) -> CachedBatch:
-        """Read the samples of active-table ``rows`` in one gather."""
+        """Read the samples of active-table ``rows`` in one gather.
+
+        Raises:
+            IndexError: for a row outside the active table.
+        """
         active = self._active if active is None else active
         rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= len(active)):
+            bad = int(rows[(rows < 0) | (rows >= len(active))][0])
+            raise IndexError(f"row {bad} is out of range for the active metadata table ({len(active)} rows)")
         cache_pos, sample_ids = active.cache_pos[rows], active.sample_ids[rows]
         data = self.reader.read_many(cache_pos, sample_ids)
         meta_cols = [n for n in active.table.column_names if n not in (*IDENTITY, WEIGHT)]
@@ -255,11 +273,9 @@ class CachedDataset:
 
     def _samples(self, active: ActiveTable, window: _Window) -> Iterator[CachedSample]:
         for batch in self._batches(active, window.start, window.count, self.reader_config.prefetch_size):
-            names = batch.metadata.column_names
-            columns = [c.to_pylist() for c in batch.metadata.columns]
-            for i, (data, cid, sid) in enumerate(zip(batch.data, batch.cache_id.tolist(), batch.sample_id.tolist())):
+            for sample in batch.samples():
                 window.delivered += 1  # counted as it is handed over
-                yield CachedSample(data, {n: col[i] for n, col in zip(names, columns)}, cid, sid)
+                yield sample
 
     def to_torch_dataloader(self, **kwargs: Any) -> Any:
         """A finite, resumable ``torchdata`` ``StatefulDataLoader`` over the active table (a snapshot taken now).
@@ -283,17 +299,20 @@ class CachedDataset:
         return to_torch_dataloader(self, **kwargs)
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
-        """Read one sample by identity, whether or not it is in the active table.
+        """Read one sample by identity, whether or not it is in the active table (its stored metadata only).
 
         Raises:
-            KeyError: for an unknown ``cache_id``.
-            IndexError: for a ``sample_id`` outside the cache.
+            TypeError: when an id is not an int (``bool`` and ``float`` included), as in dataset-rt.
+            IndexError: for an unknown ``cache_id`` or a ``sample_id`` outside the cache, as in dataset-rt.
         """
+        for name, value in (("cache_id", cache_id), ("sample_id", sample_id)):
+            if not isinstance(value, int | np.integer) or isinstance(value, bool | np.bool_):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})")
         pos = self._cache_index.get(int(cache_id))
         if pos is None:
-            raise KeyError(f"unknown cache_id {cache_id}; known: {sorted(self._cache_index)}")
+            raise IndexError(f"cache_id {cache_id} is not loaded; known: {sorted(self._cache_index)}")
         layout = self.layouts[pos]
         if not 0 <= int(sample_id) < layout.sample_count:
             raise IndexError(f"sample_id {sample_id} is out of range for cache {layout.path} ({layout.sample_count})")
-        row = read_metadata(layout).slice(int(sample_id), 1).to_pylist()[0]
+        row = self._stored_tables[pos].slice(int(sample_id), 1).to_pylist()[0]
         return CachedSample(self.reader.read(pos, int(sample_id)), row, int(cache_id), int(sample_id))

@@ -7,8 +7,11 @@ from pathlib import Path
 __all__ = ["CacheCorruptError"]
 
 
-class CacheCorruptError(ValueError):
+class CacheCorruptError(ValueError, RuntimeError):
     """A cache on disk is incomplete, damaged or not a cache at all.
+
+    It is a ``ValueError`` and, like dataset-rt's errors for damaged caches, a ``RuntimeError``: code written
+    for either keeps catching it.
 
     Attributes:
         path: the file (or directory) at fault.

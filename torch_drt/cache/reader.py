@@ -1,54 +1,143 @@
-"""Reading payloads: shards and index files are memory-mapped, rows are gathered a batch at a time."""
+"""The one read path of every cache reader: locate, gather, verify, decompress.
+
+``CachedDataset`` iteration, the cache loader's consumers, ``CacheReaderNode`` and ``DocumentStorage`` all read
+through ``CacheReader``; where the bytes come from is the cache's backend (``torch_drt.cache.backends``).
+
+For each gather, per cache: the rows' index entries are looked up; every file read from is checked for its
+size (a truncated shard is an error, not a SIGBUS); the records are copied out; in format 2 each record's
+XXH3-64 is compared with its index entry before anything else looks at it; then records are decompressed
+within the cache's ``max_record_bytes``. Any failure is a ``CacheCorruptError`` naming the shard and sample.
+"""
 
 from __future__ import annotations
 
-import mmap
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from torch_drt.cache._compression import decompressor
-from torch_drt.cache._format import SHARD_DIR
+from torch_drt.cache._legacy import payload_index
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.validate import CacheLayout, open_cache, read_index
+from torch_drt.cache.layout import CacheLayout
+from torch_drt.cache.validate import load_index, open_cache, open_layout
+from torch_drt.checksums import record_checksums
 
 __all__ = ["CacheReader"]
 
-_LEGACY_HEADER = 8  # dataset-rt records start with a u64 length of their JSON metadata
 
+class _OpenedCache:
+    """One cache's opened files and index, and the gather over them."""
 
-def _map_file(path: Path) -> mmap.mmap:
-    with open(path, "rb") as f:
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    def __init__(self, layout: CacheLayout) -> None:
+        self.layout = layout
+        self.backend = layout.backend
+        self.shards = [self.backend.open(layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards)]
+        self.index_file, self.index = load_index(layout)
+        if layout.legacy:  # payload extents are computed once, into private memory
+            self.index = payload_index(layout, self.index, self.shards)
+            self.index_file.close()
+            self.index_file = None
+        self.checksum = self.index["checksum"] if layout.record_checksums else None
+        self.decompress = decompressor(layout.compression, layout.max_record_bytes)
 
+    def _fail(self, shard: int, sample: int, reason: str) -> CacheCorruptError:
+        return CacheCorruptError(self.backend.where(self.layout.shard_path(shard)), f"sample {sample}: {reason}")
 
-def _legacy_payload_index(layout: CacheLayout, shards: list[mmap.mmap]) -> np.ndarray:
-    """Turn dataset-rt record extents into payload extents by reading each record's JSON length."""
-    index = np.array(read_index(layout))
-    out = index.copy()
-    for shard_no, mm in enumerate(shards):
-        rows = np.nonzero(index["shard"] == shard_no)[0]
-        if rows.size == 0:
-            continue
-        body = np.frombuffer(mm, dtype=np.uint8)
-        starts = index["offset"][rows].astype(np.int64)
-        header = body[starts[:, None] + np.arange(_LEGACY_HEADER)].copy().view("<u8").ravel()
-        skip = header + _LEGACY_HEADER
-        if np.any(skip > index["length"][rows]):
-            raise CacheCorruptError(layout.path / SHARD_DIR, "a record's metadata header overruns the record")
-        out["offset"][rows] = index["offset"][rows] + skip
-        out["length"][rows] = index["length"][rows] - skip
-    return out
+    def entries(self, sample_ids: np.ndarray) -> np.ndarray:
+        """The index entries of ``sample_ids`` (the index file is checked first).
+
+        Raises:
+            IndexError: for a sample id outside the cache.
+        """
+        if sample_ids.size and (sample_ids.min() < 0 or sample_ids.max() >= len(self.index)):
+            bad = int(sample_ids[(sample_ids < 0) | (sample_ids >= len(self.index))][0])
+            raise IndexError(
+                f"sample_id {bad} is out of range for cache {self.layout.path} ({len(self.index)} samples)"
+            )
+        if self.index_file is not None:
+            self.index_file.check()
+        return self.index[sample_ids]
+
+    def gather(self, sample_ids: np.ndarray) -> list[bytes]:
+        """The verified, decompressed payloads of ``sample_ids``, in order."""
+        entries = self.entries(sample_ids)
+        starts = entries["offset"].tolist()
+        ends = (entries["offset"] + entries["length"]).tolist()
+        if len(self.shards) == 1:
+            self.shards[0].check()
+            data = self.shards[0].gather(starts, ends)
+        else:
+            data = self.backend.gather(self.shards, entries["shard"].tolist(), starts, ends)
+        if self.checksum is not None:
+            self.verify(data, entries, sample_ids)
+        if self.decompress is not None:
+            data = self._decompress(data, entries, sample_ids)
+        return data
+
+    def verify(self, data: Sequence[bytes | np.ndarray], entries: np.ndarray, sample_ids: np.ndarray) -> None:
+        """Compare each record's XXH3-64 with its index entry (format 2)."""
+        bad = record_checksums(data, len(data)) != entries["checksum"]
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise self._fail(
+                int(entries["shard"][i]), int(sample_ids[i]), "record fails its checksum (damaged shard or index)"
+            )
+
+    def _decompress(self, data: list[bytes], entries: np.ndarray, sample_ids: np.ndarray) -> list[bytes]:
+        decompress = self.decompress
+        try:
+            return [decompress(d) for d in data]
+        except ValueError:
+            for i, d in enumerate(data):  # find the record at fault
+                try:
+                    decompress(d)
+                except ValueError as e:
+                    raise self._fail(
+                        int(entries["shard"][i]), int(sample_ids[i]), f"record cannot be decompressed: {e}"
+                    ) from None
+            raise
+
+    def gather_into(self, sample_ids: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
+        """Copy equal-length, uncompressed payloads of ``sample_ids`` into ``out[rows]``, then verify them."""
+        entries = self.entries(sample_ids)
+        width = out.shape[1]
+        if self.decompress is not None:
+            raise ValueError("read_into needs uncompressed caches")
+        if np.any(entries["length"] != width):
+            raise ValueError(f"payloads differ from the row width {width}")
+        for shard_no in np.unique(entries["shard"]).tolist():
+            sel = np.nonzero(entries["shard"] == shard_no)[0]
+            shard = self.shards[shard_no]
+            shard.check()
+            view = shard.view()
+            starts = entries["offset"][sel].astype(np.int64)
+            if view is None:
+                for r, d in zip(rows[sel].tolist(), shard.gather(starts.tolist(), (starts + width).tolist())):
+                    out[r] = np.frombuffer(d, dtype=np.uint8)
+                continue
+            body = np.frombuffer(view, dtype=np.uint8)
+            if sel.size > 1 and np.all(np.diff(starts) == width):  # contiguous run: one slice
+                out[rows[sel]] = body[starts[0] : starts[0] + width * sel.size].reshape(-1, width)
+            else:
+                for r, s in zip(rows[sel].tolist(), starts.tolist()):
+                    out[r] = body[s : s + width]
+        if self.checksum is not None:
+            self.verify(out[rows], entries, sample_ids)
+
+    def close(self) -> None:
+        for file in self.shards:
+            file.close()
+        if self.index_file is not None:
+            self.index_file.close()
 
 
 class CacheReader:
     """Random access to the payloads of one or more validated caches.
 
-    Shard files and (for torch_drt caches) index files are mapped read-only, so processes reading the same
-    cache share their pages. A reader pickles as its cache paths and is rebuilt from them on the other side,
-    so it can be sent to worker processes under spawn, fork or forkserver.
+    Local shards and index files are mapped read-only, so processes reading the same cache share their pages.
+    A reader pickles as its layouts and reopens the files on the other side (worker processes under spawn,
+    fork or forkserver), checking the index again there.
 
     Args:
         layouts: the caches, as returned by ``open_cache``; their order defines cache positions.
@@ -56,95 +145,55 @@ class CacheReader:
 
     def __init__(self, layouts: Sequence[CacheLayout]) -> None:
         self.layouts = tuple(layouts)
-        self._shards: list[list[mmap.mmap]] = []
-        self._index: list[np.ndarray] = []
-        self._algos = [layout.compression for layout in self.layouts]
-        self._local = threading.local()
-        for layout in self.layouts:
-            shards = [_map_file(layout.path / SHARD_DIR / name) for name, _ in layout.shards]
-            self._shards.append(shards)
-            self._index.append(_legacy_payload_index(layout, shards) if layout.legacy else read_index(layout))
+        self._caches = [_OpenedCache(layout) for layout in self.layouts]
 
     @classmethod
     def open(cls, paths: Sequence[str | Path], verify: bool = False) -> CacheReader:
-        """Validate and open the caches at ``paths``."""
-        return cls([open_cache(p, verify=verify) for p in paths])
+        """Open the caches at ``paths`` for reading payloads.
+
+        The manifest, the shards' sizes and the index are checked as at every open; the metadata table, which
+        a reader does not use, is checked only with ``verify`` (then with every SHA-256, as ``open_cache``).
+        """
+        return cls([open_cache(p, verify=True) if verify else open_layout(p) for p in paths])
 
     def __reduce__(self):
-        return (CacheReader.open, ([str(layout.path) for layout in self.layouts],))
+        return (CacheReader, (self.layouts,))
 
     def __len__(self) -> int:
         return len(self.layouts)
 
-    def _decompress(self, cache_pos: int):
-        algo = self._algos[cache_pos]
-        if algo == "none":
-            return None
-        cache = self._local.__dict__.setdefault("codecs", {})
-        if algo not in cache:
-            cache[algo] = decompressor(algo)
-        return cache[algo]
-
-    def entries(self, cache_pos: int, sample_ids: np.ndarray) -> np.ndarray:
-        """Return the (shard, offset, length) index entries of ``sample_ids`` in cache ``cache_pos``."""
-        return self._index[cache_pos][sample_ids]
-
     def read(self, cache_pos: int, sample_id: int) -> bytes:
         """Return one payload."""
-        shard, offset, length = (int(x) for x in self._index[cache_pos][sample_id])
-        data = self._shards[cache_pos][shard][offset : offset + length]
-        decompress = self._decompress(cache_pos)
-        return data if decompress is None else decompress(data)
+        return self._caches[cache_pos].gather(np.array([sample_id], dtype=np.int64))[0]
 
     def read_many(self, cache_pos: np.ndarray, sample_ids: np.ndarray) -> list[bytes]:
         """Return the payloads of rows (``cache_pos[i]``, ``sample_ids[i]``) in order, one gather per cache."""
-        n = len(sample_ids)
-        if len(self.layouts) == 1:
-            return self._read_one_cache(0, sample_ids)
-        out: list[bytes] = [b""] * n
-        for pos in np.unique(cache_pos):
+        sample_ids = np.asarray(sample_ids, dtype=np.int64)
+        if len(self._caches) == 1:
+            return self._caches[0].gather(sample_ids)
+        cache_pos = np.asarray(cache_pos)
+        out: list[bytes] = [b""] * len(sample_ids)
+        for pos in np.unique(cache_pos).tolist():
             rows = np.nonzero(cache_pos == pos)[0]
-            for row, data in zip(rows.tolist(), self._read_one_cache(int(pos), sample_ids[rows])):
+            for row, data in zip(rows.tolist(), self._caches[pos].gather(sample_ids[rows])):
                 out[row] = data
         return out
 
-    def _read_one_cache(self, cache_pos: int, sample_ids: np.ndarray) -> list[bytes]:
-        entries = self._index[cache_pos][sample_ids]
-        shards = self._shards[cache_pos]
-        offsets = entries["offset"].tolist()
-        ends = (entries["offset"] + entries["length"]).tolist()
-        if len(shards) == 1:
-            mm = shards[0]
-            out = [mm[a:b] for a, b in zip(offsets, ends)]
-        else:
-            out = [shards[s][a:b] for s, a, b in zip(entries["shard"].tolist(), offsets, ends)]
-        decompress = self._decompress(cache_pos)
-        if decompress is not None:
-            out = [decompress(d) for d in out]
-        return out
-
     def read_into(self, cache_pos: np.ndarray, sample_ids: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Copy equal-length, uncompressed payloads straight into the rows of a 2-D uint8 array.
+        """Copy equal-length, uncompressed payloads straight into the rows of a 2-D uint8 array, verified.
 
         Raises:
             ValueError: when a payload's length differs from ``out.shape[1]`` or the cache is compressed.
+            CacheCorruptError: when a record fails its checksum.
         """
-        width = out.shape[1]
-        for pos in np.unique(cache_pos) if len(self.layouts) > 1 else [0]:
-            rows = np.nonzero(cache_pos == pos)[0] if len(self.layouts) > 1 else np.arange(len(sample_ids))
-            if self._algos[int(pos)] != "none":
-                raise ValueError("read_into needs uncompressed caches")
-            entries = self._index[int(pos)][sample_ids[rows]]
-            if np.any(entries["length"] != width):
-                raise ValueError(f"payloads differ from the row width {width}")
-            shards = self._shards[int(pos)]
-            for shard_no in np.unique(entries["shard"]):
-                sel = np.nonzero(entries["shard"] == shard_no)[0]
-                body = np.frombuffer(shards[int(shard_no)], dtype=np.uint8)
-                starts = entries["offset"][sel].astype(np.int64)
-                if sel.size > 1 and np.all(np.diff(starts) == width):  # contiguous run: one slice
-                    out[rows[sel]] = body[starts[0] : starts[0] + width * sel.size].reshape(-1, width)
-                else:
-                    for r, s in zip(rows[sel].tolist(), starts.tolist()):
-                        out[r] = body[s : s + width]
+        sample_ids = np.asarray(sample_ids, dtype=np.int64)
+        cache_pos = np.asarray(cache_pos)
+        for pos in np.unique(cache_pos).tolist() if len(self._caches) > 1 else [0]:
+            rows = np.nonzero(cache_pos == pos)[0] if len(self._caches) > 1 else np.arange(len(sample_ids))
+            self._caches[pos].gather_into(sample_ids[rows], out, rows)
         return out
+
+    def close(self) -> None:
+        """Unmap every file (payloads already returned stay valid: they are copies)."""
+        for cache in self._caches:
+            cache.close()

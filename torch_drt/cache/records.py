@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
     from torch_drt.cache.dataset import CachedDataset
 
 __all__ = [
@@ -20,6 +23,7 @@ __all__ = [
     "CacheWriteSuccess",
     "CachedSample",
     "MetadataValue",
+    "make_samples",
 ]
 
 MetadataValue = bool | int | float | str
@@ -52,6 +56,25 @@ class CachedSample(NamedTuple):
     metadata: dict[str, MetadataValue]
     cache_id: int
     sample_id: int
+
+
+def make_samples(
+    data: Sequence[bytes], metadata: pa.Table, cache_ids: np.ndarray, sample_ids: np.ndarray
+) -> list[CachedSample]:
+    """Turn read rows into ``CachedSample``s: payloads plus the rows' metadata columns and identity.
+
+    Args:
+        data: the payloads, one per row.
+        metadata: the rows' metadata columns (stored and extra), one row per payload.
+        cache_ids: the rows' cache ids.
+        sample_ids: the rows' sample ids.
+    """
+    names = metadata.column_names
+    columns = [c.to_pylist() for c in metadata.columns]
+    rows = [dict(zip(names, values)) for values in zip(*columns)] if columns else [{} for _ in data]
+    return [
+        CachedSample(d, row, cid, sid) for d, row, cid, sid in zip(data, rows, cache_ids.tolist(), sample_ids.tolist())
+    ]
 
 
 @runtime_checkable

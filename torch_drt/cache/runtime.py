@@ -9,6 +9,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
@@ -19,7 +20,6 @@ from torch_drt.cache.records import (
     CacheWriteResult,
     CacheWriteSuccess,
 )
-from torch_drt.cache.validate import open_cache
 from torch_drt.cache.writer import WriteMode, write_source
 
 __all__ = ["DatasetRuntime"]
@@ -101,17 +101,23 @@ class DatasetRuntime:
         """
         return self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "create")
 
-    def cached_dataset(self, paths: Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
-        """Load known cache directories into one dataset.
+    def cached_dataset(self, paths: str | Path | Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
+        """Load known cache directories into one dataset; a cache set's path stands for all its parts.
+
+        Args:
+            paths: one cache directory (a str or ``Path``) or several.
+            reader_config: the reader settings.
 
         Raises:
+            FileNotFoundError: when a path does not exist.
             CacheCorruptError: naming the file of the first cache that fails validation.
             ValueError: when the caches do not share one schema or repeat a cache id.
         """
-        layouts = [open_cache(p, verify=reader_config.validate_cache) for p in paths]
-        if not layouts:
+        paths = [paths] if isinstance(paths, str | Path) else list(paths)
+        loaded = [pair for p in paths for pair in load_caches(p, verify=reader_config.validate_cache)]
+        if not loaded:
             raise ValueError("cached_dataset needs at least one cache path")
-        return CachedDataset(self, layouts, reader_config)
+        return CachedDataset(self, [lay for lay, _ in loaded], reader_config, tables=[t for _, t in loaded])
 
     def from_cache_sources(
         self,
@@ -139,7 +145,7 @@ class DatasetRuntime:
             return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
         try:
             dataset = self.cached_dataset(paths, reader_config=reader_config)
-        except (CacheCorruptError, ValueError) as e:
+        except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
             return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
         return CacheSourcesDatasetSuccess(dataset, results)
 

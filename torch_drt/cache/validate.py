@@ -1,231 +1,215 @@
-"""Opening a cache directory: structural checks (always) and checksum verification (on request).
+"""Opening a cache: what is checked at every open, and what ``verify`` (``validate_cache=True``) adds.
 
-Structure means: the manifest parses and names a known format and version, every listed file exists with the
-recorded size, the index holds one entry per sample and every entry lies inside its shard, and the metadata
-table has one row per sample with the recorded schema. Checksums are SHA-256 of whole files.
+Every open: the manifest parses strictly (see ``layout``); every shard is a regular file of its recorded size;
+``index.bin`` and ``metadata.arrow`` match the manifest's checksum *before* they are parsed (XXH3-128 in format 2,
+SHA-256 in formats 1 and 3), which binds them to this manifest; every index entry lies inside its shard; the
+metadata table passes Arrow's full validation with one row per sample and the recorded schema.
+
+``verify`` adds the SHA-256 of every file (shards included) and, for dataset-rt caches, the comparison of each
+record's embedded JSON metadata with ``metadata.arrow``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from torch_drt.cache._format import (
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    INDEX_DTYPE,
-    INDEX_FILE,
-    KIND_TO_ARROW,
-    LEGACY_FORMAT_VERSION,
-    MANIFEST_FILE,
-    METADATA_FILE,
-    SHARD_DIR,
-    read_manifest,
-    sha256_file,
-)
+from torch_drt.cache._format import INDEX_FILE, KIND_TO_ARROW, METADATA_FILE, UID_KEY
+from torch_drt.cache.backends import CacheBackend, MissingFile, StoredFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.layout import CacheLayout, parse_manifest
+from torch_drt.checksums import xxh3_128_hex
 
 __all__ = [
     "CacheLayout",
     "is_complete_cache",
+    "load_cache",
+    "load_index",
     "open_cache",
-    "read_index",
+    "open_layout",
     "read_metadata",
     "verify_checksums",
 ]
 
-
-@dataclass(frozen=True)
-class CacheLayout:
-    """What the manifest of a structurally valid cache says.
-
-    Attributes:
-        path: the cache directory.
-        format_version: 1 for torch_drt caches, 3 for dataset-rt 0.4 caches.
-        legacy: True for a dataset-rt cache (records carry a JSON header before the payload).
-        cache_id: the cache's id (the ``cache_id`` column of its rows).
-        source_name: the name of the source it was written from.
-        sample_count: number of samples.
-        schema: (column, kind) pairs of the stored metadata, in table order.
-        shards: (file name, size in bytes) of each shard, in shard-number order.
-        compression: the per-record compression of payloads.
-        checksums: file path relative to the cache directory -> expected SHA-256.
-    """
-
-    path: Path
-    format_version: int
-    legacy: bool
-    cache_id: int
-    source_name: str
-    sample_count: int
-    schema: tuple[tuple[str, str], ...]
-    shards: tuple[tuple[str, int], ...]
-    compression: str
-    checksums: dict[str, str]
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of the stored metadata columns."""
-        return pa.schema([pa.field(n, KIND_TO_ARROW[k], nullable=False) for n, k in self.schema])
+_MAX_LEGACY_METADATA = 1 << 36  # format 3 records no size for metadata.arrow
 
 
-def _field(manifest: dict[str, Any], key: str, kind: type | tuple[type, ...], path: Path) -> Any:
-    value = manifest.get(key)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise CacheCorruptError(path, f"manifest field {key!r} is missing or has the wrong type ({value!r})")
-    return value
-
-
-def _parse(cache_dir: Path, manifest: dict[str, Any]) -> CacheLayout:
-    mpath = cache_dir / MANIFEST_FILE
-    version = manifest.get("format_version")
-    legacy = version == LEGACY_FORMAT_VERSION and "format" not in manifest
-    if not legacy and (manifest.get("format") != FORMAT_NAME or version != FORMAT_VERSION):
-        raise CacheCorruptError(
-            mpath,
-            f"unsupported cache format {manifest.get('format')!r} version {version!r} "
-            f"(this torch_drt reads {FORMAT_NAME} {FORMAT_VERSION} and dataset-rt format 3)",
-        )
-    count = _field(manifest, "sample_count", int, mpath)
-    cache_id = _field(manifest, "cache_id", int, mpath)
-    schema_raw = _field(manifest, "metadata_schema", list, mpath)
-    try:
-        schema = tuple((str(c["name"]), str(c["kind"])) for c in schema_raw)
-    except (TypeError, KeyError):
-        raise CacheCorruptError(mpath, "manifest field 'metadata_schema' is malformed") from None
-    for name, kind in schema:
-        if kind not in KIND_TO_ARROW:
-            raise CacheCorruptError(mpath, f"column {name!r} has unknown kind {kind!r}")
-    shards, checksums, algos = [], {}, set()
-    for entry in _field(manifest, "shards", list, mpath):
-        try:
-            name, size, digest = str(entry["name"]), int(entry["byte_len"]), str(entry["sha256"])
-            algos.add(str(entry.get("compression", {}).get("algo", "none")))
-        except (TypeError, KeyError, ValueError, AttributeError):
-            raise CacheCorruptError(mpath, f"manifest shard entry {entry!r} is malformed") from None
-        shards.append((name, size))
-        checksums[f"{SHARD_DIR}/{name}"] = digest
-    if len(algos) > 1:
-        raise CacheCorruptError(mpath, f"shards mix compressions {sorted(algos)}")
-    if legacy:
-        checksums[INDEX_FILE] = str(manifest.get("index_sha256", ""))
-        checksums[METADATA_FILE] = str(manifest.get("metadata_sha256", ""))
+def _check_digest(layout: CacheLayout, rel: str, data: bytes | memoryview) -> None:
+    """Compare an in-memory file with the manifest's cheap checksum (or SHA-256 where it has no other)."""
+    expected = layout.fast_checksums.get(rel)
+    if expected:
+        algo, actual = "XXH3-128", xxh3_128_hex(data)
     else:
-        for key in (INDEX_FILE, METADATA_FILE):
-            checksums[key] = str(_field(manifest, "files", dict, mpath).get(key, {}).get("sha256", ""))
-    return CacheLayout(
-        path=cache_dir,
-        format_version=int(version),
-        legacy=legacy,
-        cache_id=cache_id,
-        source_name=str(manifest.get("source_name", cache_dir.name)),
-        sample_count=count,
-        schema=schema,
-        shards=tuple(shards),
-        compression=algos.pop() if algos else "none",
-        checksums=checksums,
-    )
+        algo, expected, actual = "SHA-256", layout.checksums.get(rel, ""), hashlib.sha256(data).hexdigest()
+        if not expected:
+            raise CacheCorruptError(layout.backend.where(rel), "manifest records no checksum for this file")
+    if actual != expected:
+        raise CacheCorruptError(
+            layout.backend.where(rel),
+            f"{algo} is {actual}, the manifest records {expected}: the file is damaged or belongs to another cache",
+        )
 
 
-def read_index(layout: CacheLayout) -> np.ndarray:
-    """Map ``index.bin`` read-only as a structured (shard, offset, length) array."""
-    path = layout.path / INDEX_FILE
-    return np.memmap(path, dtype=INDEX_DTYPE, mode="r", shape=(layout.sample_count,))
+def _check_extents(layout: CacheLayout, index: np.ndarray) -> None:
+    where = layout.backend.where(INDEX_FILE)
+    shard = index["shard"]
+    if int(shard.max()) >= len(layout.shards):
+        bad = int(np.argmax(shard >= len(layout.shards)))
+        raise CacheCorruptError(where, f"index entry of sample {bad} refers to shard {int(shard[bad])}, not listed")
+    sizes = np.array([s for _, s in layout.shards], dtype=np.uint64)[shard]
+    offset, length = index["offset"], index["length"]
+    # no uint64 wrap-around: the subtraction only counts where offset <= size
+    outside = (offset > sizes) | (length > sizes - offset)
+    if outside.any():
+        raise CacheCorruptError(where, f"index entry of sample {int(np.argmax(outside))} lies outside its shard")
+
+
+def _check_size(layout: CacheLayout, rel: str, what: str, size: int, expected: str) -> None:
+    try:
+        actual = layout.backend.size(rel)
+    except MissingFile as e:
+        raise CacheCorruptError(e.path, f"{what} file is missing") from None
+    if actual != size:
+        raise CacheCorruptError(layout.backend.where(rel), f"{what} is {actual} bytes; {expected}")
+
+
+def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
+    """Open ``index.bin``, check it against the manifest and every entry against its shard's size.
+
+    Returns:
+        The opened file (mapped where the backend maps) and the entries as a structured array over it.
+    """
+    size = layout.sample_count * layout.index_dtype.itemsize
+    _check_size(layout, INDEX_FILE, "index", size, f"{layout.sample_count} samples need {size}")
+    file = layout.backend.open(INDEX_FILE, size)
+    view = file.view()
+    buf = view if view is not None else file.gather([0], [size])[0]
+    _check_digest(layout, INDEX_FILE, buf)
+    index = np.frombuffer(buf, dtype=layout.index_dtype)
+    _check_extents(layout, index)
+    return file, index
 
 
 def read_metadata(layout: CacheLayout) -> pa.Table:
-    """Map ``metadata.arrow`` and return its table (buffers stay file-backed); errors name the file."""
-    path = layout.path / METADATA_FILE
+    """Read ``metadata.arrow`` into memory, check it against the manifest, then parse and fully validate it.
+
+    Raises:
+        CacheCorruptError: naming the file.
+    """
+    where = layout.backend.where(METADATA_FILE)
     try:
-        table = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-    except (pa.ArrowInvalid, OSError) as e:
-        raise CacheCorruptError(path, f"metadata table cannot be read: {e}") from None
+        raw = layout.backend.read(METADATA_FILE, _MAX_LEGACY_METADATA)
+    except MissingFile as e:
+        raise CacheCorruptError(e.path, "metadata file is missing") from None
+    _check_digest(layout, METADATA_FILE, raw)
+    try:
+        table = ipc.open_file(pa.BufferReader(raw)).read_all()
+        table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise CacheCorruptError(where, f"metadata table cannot be read: {e}") from None
     if table.num_rows != layout.sample_count:
         raise CacheCorruptError(
-            path, f"metadata has {table.num_rows} rows but the manifest records {layout.sample_count} samples"
+            where, f"metadata has {table.num_rows} rows but the manifest records {layout.sample_count} samples"
         )
+    found = (table.schema.metadata or {}).get(UID_KEY, b"").decode(errors="replace")
+    if layout.cache_uid and found != layout.cache_uid:
+        raise CacheCorruptError(where, f"metadata is of cache {found[:40]!r}, the manifest of {layout.cache_uid!r}")
+    table = table.replace_schema_metadata(None)
     expected = [n for n, _ in layout.schema]
     if table.column_names != expected:
-        raise CacheCorruptError(path, f"metadata columns {table.column_names} differ from manifest {expected}")
+        raise CacheCorruptError(where, f"metadata columns {table.column_names} differ from manifest {expected}")
     for name, kind in layout.schema:
         if table.schema.field(name).type != pa.type_for_alias(KIND_TO_ARROW[kind]):
-            raise CacheCorruptError(path, f"column {name!r} has type {table.schema.field(name).type}, not {kind}")
+            raise CacheCorruptError(where, f"column {name!r} has type {table.schema.field(name).type}, not {kind}")
+        if table.column(name).null_count:
+            raise CacheCorruptError(where, f"column {name!r} holds nulls")
     return table
 
 
-def _check_structure(layout: CacheLayout) -> None:
-    for rel, size in [(f"{SHARD_DIR}/{n}", s) for n, s in layout.shards]:
-        path = layout.path / rel
-        try:
-            actual = path.stat().st_size
-        except FileNotFoundError:
-            raise CacheCorruptError(path, "shard file is missing") from None
-        if actual != size:
-            raise CacheCorruptError(path, f"shard is {actual} bytes but the manifest records {size} (truncated?)")
-    ipath = layout.path / INDEX_FILE
-    try:
-        isize = ipath.stat().st_size
-    except FileNotFoundError:
-        raise CacheCorruptError(ipath, "index file is missing") from None
-    if isize != layout.sample_count * INDEX_DTYPE.itemsize:
-        raise CacheCorruptError(
-            ipath,
-            f"index is {isize} bytes; {layout.sample_count} samples need {layout.sample_count * INDEX_DTYPE.itemsize}",
-        )
-    if not (layout.path / METADATA_FILE).is_file():
-        raise CacheCorruptError(layout.path / METADATA_FILE, "metadata file is missing")
-    if layout.sample_count < 1:
-        raise CacheCorruptError(layout.path / MANIFEST_FILE, "cache holds no samples")
-    index = read_index(layout)
-    sizes = np.array([s for _, s in layout.shards], dtype=np.uint64)
-    if len(sizes) == 0 or int(index["shard"].max()) >= len(sizes):
-        raise CacheCorruptError(ipath, "index refers to a shard the manifest does not list")
-    if np.any(index["offset"] + index["length"] > sizes[index["shard"]]):
-        bad = int(np.argmax(index["offset"] + index["length"] > sizes[index["shard"]]))
-        raise CacheCorruptError(ipath, f"index entry of sample {bad} lies outside its shard")
+def _open_shards(layout: CacheLayout) -> list[StoredFile]:
+    return [layout.backend.open(layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards)]
 
 
 def verify_checksums(layout: CacheLayout) -> None:
-    """Hash every file of the cache and compare with the manifest.
+    """Hash every file of the cache with SHA-256 and compare with the manifest.
 
     Raises:
         CacheCorruptError: naming the first file whose checksum differs or is absent from the manifest.
     """
     for rel, expected in layout.checksums.items():
-        path = layout.path / rel
+        path = layout.backend.where(rel)
         if len(expected) != 64 or expected.strip("0") == "":
             raise CacheCorruptError(path, f"manifest records no usable checksum ({expected!r})")
-        actual = sha256_file(path)
+        actual = layout.backend.sha256(rel)
         if actual != expected:
             raise CacheCorruptError(path, f"checksum mismatch: expected {expected}, found {actual}")
 
 
-def open_cache(path: Path | str, *, verify: bool = False) -> CacheLayout:
-    """Validate a cache directory's structure (and checksums when ``verify``) and return its layout.
+def _check_shard_sizes(layout: CacheLayout) -> None:
+    for i, (_, size) in enumerate(layout.shards):
+        _check_size(layout, layout.shard_path(i), "shard", size, f"the manifest records {size} (truncated?)")
 
-    Raises:
-        CacheCorruptError: naming the file at fault.
-    """
-    cache_dir = Path(path)
-    if not cache_dir.is_dir():
-        raise CacheCorruptError(cache_dir, "not a directory")
-    layout = _parse(cache_dir, read_manifest(cache_dir))
-    _check_structure(layout)
-    read_metadata(layout)
-    if verify:
-        verify_checksums(layout)
+
+def open_layout(location: str | Path | CacheBackend) -> CacheLayout:
+    """Parse a cache's manifest and check its shards' types and sizes: all a payload reader needs before it loads
+    (and checks) the index itself. ``open_cache`` checks the metadata table too."""
+    backend = backend_for(location)
+    backend.check_root()
+    layout = parse_manifest(backend)
+    _check_shard_sizes(layout)  # cheap checks before any hashing
     return layout
 
 
-def is_complete_cache(path: Path, *, verify: bool = False) -> bool:
-    """True when ``path`` holds a structurally valid (and, with ``verify``, checksum-clean) cache."""
+def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayout, pa.Table]:
+    layout = open_layout(location)
+    index_file, index = load_index(layout)
     try:
-        open_cache(path, verify=verify)
-    except CacheCorruptError:
+        table = read_metadata(layout)
+        if verify:
+            verify_checksums(layout)
+            if layout.legacy:
+                _verify_legacy(layout, index, table)
+    finally:
+        del index
+        index_file.close()
+    return layout, table
+
+
+def _verify_legacy(layout: CacheLayout, index: np.ndarray, table: pa.Table) -> None:
+    from torch_drt.cache._legacy import verify_embedded_metadata
+
+    shards = _open_shards(layout)
+    try:
+        verify_embedded_metadata(layout, index, shards, table)
+    finally:
+        for shard in shards:
+            shard.close()
+
+
+def load_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> tuple[CacheLayout, pa.Table]:
+    """Like ``open_cache``, also returning the validated metadata table."""
+    return _load(location, verify)
+
+
+def open_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> CacheLayout:
+    """Validate a cache (everything checked at every open, plus every SHA-256 with ``verify``); return its layout.
+
+    Raises:
+        FileNotFoundError: when nothing is at ``location``.
+        CacheCorruptError: naming the file at fault.
+        ValueError: for a cache whose stored columns clash with the metadata table's own columns.
+    """
+    return _load(location, verify)[0]
+
+
+def is_complete_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> bool:
+    """True when ``location`` holds a valid (and, with ``verify``, checksum-clean) cache."""
+    try:
+        open_cache(location, verify=verify)
+    except (CacheCorruptError, FileNotFoundError):
         return False
     return True

@@ -2,51 +2,47 @@
 
 from __future__ import annotations
 
-import hashlib
-import mmap
+import logging
 import os
-import shutil
+import traceback
+import uuid
 from array import array
-from collections import deque
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import xxhash
 
 from torch_drt.cache._compression import compressor
 from torch_drt.cache._format import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    INDEX_DTYPE,
+    INDEX_DTYPES,
     INDEX_FILE,
     KIND_TO_ARROW,
     MANIFEST_FILE,
     METADATA_FILE,
     SHARD_DIR,
+    UID_KEY,
     cache_id_for,
     kind_of,
-    sha256_file,
     shard_name,
     validate_column_name,
     validate_source_name,
-    write_json_atomic,
 )
-from torch_drt.cache._publish import (
-    fsync_dir,
-    move_aside,
-    new_staging_dir,
-    publish_lock,
-    remove_stale_staging,
-)
+from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.cache.validate import is_complete_cache, open_cache
+from torch_drt.checksums import sha256_file, xxh3_128_hex
+from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
 
 __all__ = ["write_source"]
+
+logger = logging.getLogger("torch_drt.cache")
 
 WriteMode = Literal["create", "reuse"]
 _PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
@@ -92,93 +88,59 @@ def _key_mismatch(meta: Mapping[str, Any], keys: frozenset[str], index: int) -> 
     return _BadInput(f"sample {index}: " + " and ".join(parts) + f" (the first sample has keys {sorted(keys)})")
 
 
-class _ShardFiles:
-    """Appends records to numbered shard files, starting a new one past ``max_bytes``.
+class _Columns:
+    """Checks each sample against the first one's keys and kinds and collects the metadata columns."""
 
-    Each shard is a file sized up front and memory-mapped, so a record is one copy into the page cache (no
-    write syscalls); records are hashed in chunks on a helper thread meanwhile (hashlib releases the GIL, so both
-    cores work). Closing a shard syncs it and cuts the file to the bytes written.
-    """
+    def __init__(self) -> None:
+        self.schema: list[tuple[str, str]] | None = None
+        self._keys: frozenset[str] = frozenset()
+        self._columns: list[tuple[str, str, type, list]] = []
 
-    _CHUNK_BYTES = 4 << 20
-    _MAX_HASH_JOBS = 8  # at most 32 MiB of payloads waiting for the hash
-
-    def __init__(self, directory: Path, max_bytes: int) -> None:
-        self.directory = directory
-        self.max_bytes = max_bytes
-        self.sizes: list[int] = []
-        self.digests: list[str] = []
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-hash")
-        self._hash_jobs: deque[Future] = deque()
-        self._fd = -1
-        self._map: mmap.mmap | None = None
-        self._pos = 0
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._open_next()
-
-    def _open_next(self) -> None:
-        if self._fd >= 0:
-            self._close_current()
-        path = self.directory / shard_name(len(self.sizes))
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.ftruncate(self._fd, self.max_bytes)  # sparse: only written pages take space
-        self._map = mmap.mmap(self._fd, self.max_bytes)
-        self._hash = hashlib.sha256()
-        self.sizes.append(0)
-        self._pos = 0
-
-    def _hash_pending(self) -> None:
-        chunk, self._pending, self._pending_bytes = self._pending, [], 0
-        if not chunk:
-            return
-        # One hashing thread runs the jobs in submission order; wait only when it lags far behind (memory).
-        while len(self._hash_jobs) >= self._MAX_HASH_JOBS:
-            self._hash_jobs.popleft().result()
-        self._hash_jobs.append(self._hasher.submit(_update_all, self._hash, chunk))
-
-    def _close_current(self) -> None:
-        self._hash_pending()
-        while self._hash_jobs:
-            self._hash_jobs.popleft().result()
-        self._map.flush()
-        self._map.close()
-        self._map = None
-        os.ftruncate(self._fd, self._pos)
-        os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
-        self.sizes[-1] = self._pos
-        self.digests.append(self._hash.hexdigest())
-
-    def append(self, data: bytes) -> tuple[int, int, int]:
-        """Write one record; return its (shard, offset, length)."""
-        n = len(data)
-        if self._pos and self._pos + n > self.max_bytes:
-            self._open_next()
-        offset, end = self._pos, self._pos + n
-        if end > len(self._map):  # one record larger than max_bytes: this shard holds it alone
-            os.ftruncate(self._fd, end)
-            self._map.resize(end)
-        self._map[offset:end] = data
-        self._pos = end
-        self._pending.append(data)
-        self._pending_bytes += n
-        if self._pending_bytes >= self._CHUNK_BYTES:
-            self._hash_pending()
-        return len(self.sizes) - 1, offset, n
-
-    def close(self) -> None:
+    def payload(self, i: int, item: Any) -> bytes:
+        """Check sample ``i`` and keep its metadata; return its payload as bytes."""
         try:
-            if self._fd >= 0:
-                self._close_current()
-        finally:
-            self._hasher.shutdown(wait=True)
+            data, meta = item.data, item.metadata
+        except AttributeError:
+            raise _BadInput(f"sample {i}: expected a CacheInput, got {type(item).__name__}") from None
+        if type(data) is not bytes:
+            if not isinstance(data, bytearray | memoryview):
+                raise _BadInput(
+                    f"sample {i}: payload must be bytes-like (bytes, bytearray, memoryview), got {type(data).__name__}"
+                )
+            data = memoryview(data).tobytes()
+        if self.schema is None:
+            self.schema = _schema_of(meta, i)
+            self._keys = frozenset(k for k, _ in self.schema)
+            self._columns = [(k, kind, _PY_TYPE[kind], []) for k, kind in self.schema]
+        if (type(meta) is not dict and not isinstance(meta, Mapping)) or meta.keys() != self._keys:
+            raise _key_mismatch(meta, self._keys, i)
+        for key, kind, py_type, values in self._columns:
+            value = meta[key]
+            if type(value) is not py_type:
+                try:
+                    value = _coerce(value, kind)
+                except TypeError:
+                    raise _BadInput(
+                        f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} ({value!r})"
+                    ) from None
+            values.append(value)
+        return data
+
+    def write(self, path: Path, uid: str) -> None:
+        """Write the columns as an Arrow IPC file that names its cache (``uid``) in its schema metadata."""
+        assert self.schema is not None
+        fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
+        arrow_schema = pa.schema(fields, metadata={UID_KEY: uid.encode()})
+        arrays = {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in self._columns}
+        with ipc.new_file(str(path), arrow_schema) as w:
+            w.write_table(pa.table(arrays, schema=arrow_schema))
 
 
-def _update_all(h: Any, chunk: list[bytes]) -> None:
-    for data in chunk:
-        h.update(data)
+def _file_entry(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+        data = f.read()
+    return {"byte_len": len(data), "sha256": sha256_file(path), "xxh3_128": xxh3_128_hex(data)}
 
 
 def _write_records(source: Any, staging: Path, config: WriterConfig, position: int) -> dict[str, Any]:
@@ -187,107 +149,89 @@ def _write_records(source: Any, staging: Path, config: WriterConfig, position: i
 
     comp = config.shard_compression
     compress = compressor(comp.algo, comp.level)
+    checksum = xxhash.xxh3_64_intdigest
     (staging / SHARD_DIR).mkdir()
-    shards = _ShardFiles(staging / SHARD_DIR, config.max_shard_bytes)
+    shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes)
+    columns = _Columns()
     index = array("Q")
-    schema: list[tuple[str, str]] | None = None
-    keys: frozenset[str] = frozenset()
-    columns: list[tuple[str, str, type, list]] = []
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
-    raw_bytes = 0
+    raw_bytes = max_record = count = 0
     try:
         append = shards.append
         for i, item in enumerate(iter(source)):
-            try:
-                data, meta = item.data, item.metadata
-            except AttributeError:
-                raise _BadInput(f"sample {i}: expected a CacheInput, got {type(item).__name__}") from None
-            if type(data) is not bytes:
-                if not isinstance(data, bytearray | memoryview):
-                    raise _BadInput(
-                        f"sample {i}: payload must be bytes-like (bytes, bytearray, memoryview), "
-                        f"got {type(data).__name__}"
-                    )
-                data = memoryview(data).tobytes()
-            if schema is None:
-                schema = _schema_of(meta, i)
-                keys = frozenset(k for k, _ in schema)
-                columns = [(k, kind, _PY_TYPE[kind], []) for k, kind in schema]
-            if (type(meta) is not dict and not isinstance(meta, Mapping)) or meta.keys() != keys:
-                raise _key_mismatch(meta, keys, i)
-            for key, kind, py_type, values in columns:
-                value = meta[key]
-                if type(value) is not py_type:
-                    try:
-                        value = _coerce(value, kind)
-                    except TypeError:
-                        raise _BadInput(
-                            f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} ({value!r})"
-                        ) from None
-                values.append(value)
+            data = columns.payload(i, item)
             raw_bytes += len(data)
+            max_record = max(max_record, len(data))
             if compress is not None:
                 data = compress(data)
             index.extend(append(data))
+            index.append(checksum(data))
             if i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
-        count = len(index) // 3
+        count = len(index) // 4
         bar.update(count % _PROGRESS_EVERY)
     finally:
         bar.close()
         shards.close()
     if count == 0:
         raise _BadInput("cache source yielded no samples")
-    assert schema is not None
-    np.frombuffer(index, dtype=INDEX_DTYPE).tofile(staging / INDEX_FILE)
-    arrow_schema = pa.schema([pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in schema])
-    table = pa.table({k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in columns}, schema=arrow_schema)
-    with ipc.new_file(str(staging / METADATA_FILE), arrow_schema) as w:
-        w.write_table(table)
-    for name in (INDEX_FILE, METADATA_FILE):
-        with open(staging / name, "rb") as f:
-            os.fsync(f.fileno())
-    shard_entries = [
-        {
-            "name": shard_name(i),
-            "byte_len": size,
-            "compression": {"algo": comp.algo, "ratio": comp.ratio},
-            "sha256": digest,
-        }
-        for i, (size, digest) in enumerate(zip(shards.sizes, shards.digests))
-    ]
+    fsync_dir(staging / SHARD_DIR)
+    np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
+    uid = uuid.uuid4().hex
+    columns.write(staging / METADATA_FILE, uid)
+    compression = {"algo": comp.algo, "ratio": comp.ratio}
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "cache_id": cache_id_for(source.name),
+        "cache_uid": uid,
         "source_name": source.name,
         "sample_count": count,
         "payload_bytes": raw_bytes,
-        "metadata_schema": [{"name": k, "kind": kind} for k, kind in schema],
-        "shards": shard_entries,
-        "files": {
-            name: {"byte_len": (staging / name).stat().st_size, "sha256": sha256_file(staging / name)}
-            for name in (INDEX_FILE, METADATA_FILE)
-        },
+        "max_record_bytes": max_record,
+        "record_checksum": "xxh3_64",
+        "metadata_schema": [{"name": k, "kind": kind} for k, kind in columns.schema or []],
+        "shards": [
+            {"name": shard_name(i), "byte_len": size, "compression": compression, "sha256": digest}
+            for i, (size, digest) in enumerate(zip(shards.sizes, shards.digests))
+        ],
+        "files": {name: _file_entry(staging / name) for name in (INDEX_FILE, METADATA_FILE)},
     }
 
 
-def _publish(staging: Path, root: Path, name: str, mode: WriteMode, validate: bool) -> CacheWriteResult:
-    target = root / name
+def _publish(staging: StagingDir, mode: WriteMode, validate: bool) -> CacheWriteResult:
+    root, name, target = staging.root, staging.name, staging.target
     with publish_lock(root, name):
         remove_stale_staging(root, name)
         if target.exists() or target.is_symlink():
             if mode == "create":
-                shutil.rmtree(staging, ignore_errors=True)
+                staging.discard()
                 return CacheWriteError(name, f"cache path already exists: {target}")
             if is_complete_cache(target, verify=validate):
-                shutil.rmtree(staging, ignore_errors=True)  # another writer published it first
+                staging.discard()  # another writer published it first
                 return CacheWriteSuccess(name, target)
             move_aside(target)
-        os.rename(staging, target)
-        fsync_dir(root)
+        staging.publish()
     return CacheWriteSuccess(name, target)
+
+
+def _reuse(root: Path, name: str, validate: bool) -> CacheWriteResult | None:
+    """A complete cache already at ``root/name`` (stale staging directories of the name are cleaned too)."""
+    if not is_complete_cache(root / name, verify=validate):
+        return None
+    with publish_lock(root, name):
+        remove_stale_staging(root, name)
+    return CacheWriteSuccess(name, root / name)
+
+
+def _describe(e: BaseException) -> str:
+    """The error and where it was raised (the innermost frame), so a failed source's cause is not hidden."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (raised at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    cause = e.__cause__ or e.__context__
+    chained = f"; caused by {type(cause).__name__}: {cause}" if cause is not None else ""
+    return f"{type(e).__name__}: {e}{where}{chained}"
 
 
 def write_source(
@@ -305,7 +249,8 @@ def write_source(
 
     Returns:
         ``CacheWriteSuccess`` once the cache is published, else ``CacheWriteError`` naming what went wrong
-        (the sample and key for bad input); nothing is published then.
+        (the sample and key for bad input; the exception, where it was raised and its cause for a source that
+        raises, whose traceback is also logged on the ``torch_drt.cache`` logger); nothing is published then.
     """
     raw_name = getattr(source, "name", None)
     try:
@@ -313,22 +258,17 @@ def write_source(
     except ValueError as e:
         return CacheWriteError(str(raw_name), str(e))
     root = Path(root)
-    if mode == "reuse" and is_complete_cache(root / name, verify=config.validate_cache):
-        return CacheWriteSuccess(name, root / name)
-    staging = None
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        staging = new_staging_dir(root, name)
-        manifest = _write_records(source, staging, config, position)
-        write_json_atomic(staging / MANIFEST_FILE, manifest)
-        fsync_dir(staging)
-        if config.validate_cache:
-            open_cache(staging, verify=True)
-        return _publish(staging, root, name, mode, config.validate_cache)
+        if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
+            return reused
+        with StagingDir(root, name) as staging:
+            manifest = _write_records(source, staging.path, config, position)
+            write_json_atomic(staging.path / MANIFEST_FILE, manifest)
+            if config.validate_cache:
+                open_cache(staging.path, verify=True)
+            return _publish(staging, mode, config.validate_cache)
     except _BadInput as e:
         return CacheWriteError(name, str(e))
     except Exception as e:  # a source that raises, a full disk: the source fails, the others go on
-        return CacheWriteError(name, f"{type(e).__name__}: {e}")
-    finally:
-        if staging is not None and staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+        logger.error("writing the cache of source %r failed", name, exc_info=True)
+        return CacheWriteError(name, _describe(e))

@@ -43,14 +43,7 @@ class CacheReaderNode(BaseNode[Any]):
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
 
     def _read(self, rows: list[int]) -> list[CachedSample]:
-        batch = self.dataset.read_rows(np.asarray(rows, dtype=np.int64), self.active)
-        names = batch.metadata.column_names
-        columns = [c.to_pylist() for c in batch.metadata.columns]
-        ids, sids = batch.cache_id.tolist(), batch.sample_id.tolist()
-        return [
-            CachedSample(d, {n: col[i] for n, col in zip(names, columns)}, ids[i], sids[i])
-            for i, d in enumerate(batch.data)
-        ]
+        return self.dataset.read_rows(np.asarray(rows, dtype=np.int64), self.active).samples()
 
     def next(self) -> Any:
         item = next(self.source)

@@ -6,7 +6,32 @@ import numpy as np
 
 from torch_drt.sampling._counter import derive_key, uniform
 
-__all__ = ["WeightedDraws"]
+__all__ = ["WeightedDraws", "drawable_weights"]
+
+
+def drawable_weights(weights: np.ndarray) -> np.ndarray:
+    """Check weights and return them so that their cumulative sum cannot overflow.
+
+    Weights whose sum stays finite are returned as float64, unchanged. Otherwise they are all scaled by one
+    power of two (exact in binary floating point, so every ratio between weights is kept) to bring the
+    largest below 1.0: ``[1e308, 1e308, 1e308, 1.0]`` draws the first three rows a third of the time each.
+
+    Raises:
+        ValueError: for an empty or not 1-D array, or a weight that is not finite and > 0.
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim != 1 or weights.size == 0:
+        raise ValueError(f"weights must be a non-empty 1-D array, got shape {weights.shape}")
+    bad = ~np.isfinite(weights) | (weights <= 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise ValueError(f"weights must be finite and > 0; row {row} is {float(weights[row])!r}")
+    with np.errstate(over="ignore"):
+        total = np.cumsum(weights)[-1]
+    if np.isfinite(total):
+        return weights
+    _, exponent = np.frexp(weights.max())
+    return np.ldexp(weights, -int(exponent))
 
 
 class WeightedDraws:
@@ -16,17 +41,12 @@ class WeightedDraws:
     at draw 10**9 costs the same as one at draw 0. Memory: one float64 per row (the cumulative weights).
 
     Args:
-        weights: positive, finite weights, one per row.
+        weights: positive, finite weights, one per row (any magnitude: see ``drawable_weights``).
         seed: the stream's seed; ``stream`` separates independent streams of one seed (ranks, sources).
     """
 
     def __init__(self, weights: np.ndarray, seed: int, stream: int = 0) -> None:
-        weights = np.asarray(weights, dtype=np.float64)
-        if weights.ndim != 1 or weights.size == 0:
-            raise ValueError(f"weights must be a non-empty 1-D array, got shape {weights.shape}")
-        if not np.all(np.isfinite(weights)) or np.any(weights <= 0):
-            raise ValueError("weights must be finite and > 0")
-        self._cum = np.cumsum(weights)
+        self._cum = np.cumsum(drawable_weights(weights))
         self._total = float(self._cum[-1])
         self._key = derive_key(seed, stream)
         self.seed = seed

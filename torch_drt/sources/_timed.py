@@ -6,13 +6,16 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from torch_drt.sources.retry import AttemptError
+
 __all__ = ["run_with_timeout"]
 
 T = TypeVar("T")
 
 
 def run_with_timeout(fn: Callable[[], T], timeout: float | None) -> T:
-    """``fn()``, or ``TimeoutError`` when it takes longer than ``timeout`` seconds (None: no limit)."""
+    """``fn()``, or a transient ``AttemptError`` of kind ``TimeoutError`` when it takes longer than ``timeout``
+    seconds (None: no limit)."""
     if timeout is None:
         return fn()
     box: dict[str, Any] = {}
@@ -27,7 +30,7 @@ def run_with_timeout(fn: Callable[[], T], timeout: float | None) -> T:
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
-        raise TimeoutError(f"attempt took longer than {timeout}s")
+        raise AttemptError(f"timed out after {timeout}s", transient=True, kind=TimeoutError)
     if "error" in box:
-        raise box["error"]
+        raise box.pop("error")
     return box["value"]

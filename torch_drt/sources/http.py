@@ -3,35 +3,43 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from http import HTTPStatus
 from typing import Any
 
-from torch_drt.sources._base import DEFAULT_MAX_BYTES, Locations, check_size, make_policy
-from torch_drt.sources.retry import parse_retry_after
-from torch_drt.sources.template import redact
+from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size, check_timeout
+from torch_drt.sources._locations import Locations
+from torch_drt.sources._urls import redact, wire_url
+from torch_drt.sources.retry import AttemptError, parse_retry_after, transient_status
 
 __all__ = ["HttpDataset"]
 
 
-class _Retry(Exception):
-    def __init__(self, reason: str, retry_after: float | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.retry_after = reason, retry_after
+def _phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (a server's own phrase can echo the request, token and all)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
-class HttpDataset:
+class HttpDataset(LocatedDataset):
     """Bodies of HTTP GET requests, fetched with aiohttp; one client session per event loop keeps connections.
 
     The loader awaits ``aget(i)`` on its event loop (``num_workers x item_concurrency`` requests in flight) and
     awaits ``aclose()`` when it is dropped; ``ds[i]`` fetches one item, blocking, for scripts and tests.
 
-    Retried: connection errors, time-outs, bodies cut short and HTTP 408, 429, 500, 502, 503, 504 (honouring
-    ``Retry-After`` up to ``max_backoff``), with ``backoff * 2**n`` waits and jitter, ``retries`` times at most.
-    Other statuses fail at once.
+    Each URL is requested exactly as built: its path and query go on the wire byte for byte (``%26`` stays
+    ``%26``, so signed URLs keep their signature), and so do redirect targets; only characters a URL cannot hold
+    (spaces, non-ASCII) are percent-encoded. Redirects are followed (10 at most).
+
+    Retried (``sources.retry.is_transient``): connection errors, time-outs, bodies cut short and HTTP 408, 429,
+    500, 502, 503, 504 (honouring ``Retry-After`` up to ``max_backoff``), with ``backoff * 2**n`` waits and
+    jitter, ``retries`` times at most. Anything else fails at once.
 
     Args:
-        urls: one http(s) URL per item.
-        headers: sent with every request (e.g. ``Authorization``).
+        urls: one http(s) URL (a str) per item; a single str is refused (``TypeError``).
+        headers: sent with every request (e.g. ``Authorization``); never shown in a repr or a message.
         timeout: seconds per attempt, body included.
         connect_timeout: seconds to connect.
         retries: further attempts after a transient failure.
@@ -40,16 +48,21 @@ class HttpDataset:
         max_bytes: largest accepted body (checked from Content-Length first, then while reading).
 
     Raises (from ``aget`` / ``ds[i]``):
-        OSError: a failed request, with the HTTP status and the attempt count.
+        OSError: a failed request (an HTTP status, a refused connection, a redirect loop or a redirect to a
+            non-http URL), with the attempt count.
         TimeoutError: the last attempt ran out of time.
-        ValueError: a body over ``max_bytes``.
+        ValueError: a body over ``max_bytes``; a URL that is not http(s) with a valid host; credentials both in
+            the URL and in an ``Authorization`` header.
+        TypeError: an index that is not an int.
         IndexError: an index out of range.
-    Messages show URLs without their credentials, query or fragment.
+    Messages, reprs and logs show URLs without their credentials, query or fragment, and no header values.
     """
+
+    kind = "url"
 
     def __init__(
         self,
-        urls: Sequence[str] | Locations,
+        urls: Iterable[str] | Locations,
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float = 30,
@@ -59,12 +72,17 @@ class HttpDataset:
         max_backoff: float = 5,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        self.locations = urls if isinstance(urls, Locations) else Locations(urls, "url")
-        if timeout <= 0 or connect_timeout <= 0:
-            raise ValueError(f"{timeout=} and {connect_timeout=} must be > 0")
-        self.headers = dict(headers or {})
-        self.timeout, self.connect_timeout, self.max_bytes = timeout, connect_timeout, max_bytes
-        self.policy = make_policy(retries, backoff, max_backoff, max_bytes)
+        if timeout is None:
+            raise ValueError("timeout=None: an HTTP request needs a time limit (seconds per attempt)")
+        super().__init__(
+            urls, timeout=timeout, retries=retries, backoff=backoff, max_backoff=max_backoff, max_bytes=max_bytes
+        )
+        check_timeout("connect_timeout", connect_timeout)
+        headers = dict(headers or {})
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            raise TypeError("headers must map str names to str values")
+        self.headers, self.connect_timeout = headers, connect_timeout
+        self._authorized = any(k.lower() == "authorization" for k in headers)
         self._sessions: dict[int, Any] = {}
 
     @classmethod
@@ -74,8 +92,8 @@ class HttpDataset:
         """Item i's URL is ``template`` with item i's column values (str values percent-encoded)."""
         return cls(Locations.from_template(template, columns, "url", length), **options)
 
-    def __len__(self) -> int:
-        return len(self.locations)
+    def _repr_args(self) -> list[str]:
+        return [*super()._repr_args(), f"headers={sorted(self.headers)}"]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -97,53 +115,43 @@ class HttpDataset:
                 connector=connector,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,
+                requote_redirect_url=False,  # a redirect target goes on the wire as the server wrote it
             )
             self._sessions[id(loop)] = session
         return session
 
-    async def _attempt(self, session: Any, url: str) -> bytes:
+    async def _get(self, session: Any, url: Any) -> bytes:
         async with session.get(url, allow_redirects=True) as response:
             if response.status >= 400:
-                if self.policy.transient_status(response.status):
-                    raise _Retry(f"HTTP {response.status}", parse_retry_after(response.headers.get("Retry-After")))
-                raise OSError(f"GET {redact(url)} failed: HTTP {response.status} {response.reason}")
-            if response.content_length is not None and response.content_length > self.max_bytes:
-                check_size(response.content_length, self.max_bytes, f"the body of GET {redact(url)} (Content-Length)")
+                transient = transient_status(response.status)
+                retry_after = parse_retry_after(response.headers.get("Retry-After")) if transient else None
+                reason = f"HTTP {response.status} {_phrase(response.status)}".rstrip()  # not the server's own text
+                raise AttemptError(reason, transient=transient, retry_after=retry_after)
+            check_size(response.content_length, self.max_bytes, "the body (Content-Length)")
             if response.content_length is not None:  # size known and allowed: one read, no chunk loop
                 return await response.read()
             body = bytearray()
             async for chunk in response.content.iter_chunked(1 << 16):
                 body += chunk
-                if len(body) > self.max_bytes:
-                    check_size(len(body), self.max_bytes, f"the body of GET {redact(url)} (so far)")
+                check_size(len(body), self.max_bytes, "the body (so far)")
             return bytes(body)
 
-    async def _fetch(self, session: Any, index: int) -> bytes:
-        import aiohttp
+    async def _attempt(self, session: Any, url: Any) -> bytes:
+        try:
+            async with asyncio.timeout(self.timeout) as limit:
+                return await self._get(session, url)
+        except TimeoutError:
+            if not limit.expired():  # aiohttp's own (connect) time-out: a connection error
+                raise
+            raise AttemptError(f"timed out after {self.timeout}s", transient=True, kind=TimeoutError) from None
 
+    async def _fetch(self, session: Any, index: int) -> bytes:
         url = self.locations[index]
-        attempts = self.policy.attempts
-        for attempt in range(attempts):
-            retry_after = None
-            try:
-                async with asyncio.timeout(self.timeout):
-                    return await self._attempt(session, url)
-            except _Retry as e:
-                reason, retry_after = e.reason, e.retry_after
-            except TimeoutError:
-                if attempt == attempts - 1:
-                    raise TimeoutError(
-                        f"GET {redact(url)} timed out after {self.timeout}s on attempt {attempt + 1} of {attempts}"
-                    ) from None
-                reason = "timeout"
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
-                reason = type(e).__name__  # no str(e): it can hold the full URL
-            except OSError as e:
-                raise OSError(f"{e} (attempt {attempt + 1} of {attempts})") from None
-            if attempt == attempts - 1:
-                raise OSError(f"GET {redact(url)} failed: {reason} after {attempts} attempt(s)")
-            await asyncio.sleep(self.policy.delay(attempt, retry_after))
-        raise AssertionError("unreachable")
+        what = f"GET {redact(url)}"
+        wire = wire_url(url)
+        if self._authorized and (wire.user is not None or wire.password is not None):
+            raise ValueError(f"{what}: credentials both in the URL and in an Authorization header: give one")
+        return await self.policy.arun(lambda: self._attempt(session, wire), what)
 
     async def aget(self, index: int) -> bytes:
         """Fetch item ``index`` on the running event loop (the loader's)."""

@@ -2,45 +2,64 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from torch_drt.sources._base import DEFAULT_MAX_BYTES, Locations, check_size, make_policy
+from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size
+from torch_drt.sources._locations import Locations
 from torch_drt.sources._timed import run_with_timeout
-from torch_drt.sources.template import redact
+from torch_drt.sources._urls import redact
+from torch_drt.sources.retry import is_transient
 
 __all__ = ["ObjectStoreDataset"]
 
-_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, ValueError)
+
+def _open_store(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url, **options)``, with errors that show neither the URL's secrets nor options."""
+    import fsspec
+
+    try:
+        return fsspec.core.url_to_fs(url, **options)
+    except ImportError as e:  # fsspec's own message: which package a protocol needs
+        error: Exception = ImportError(f"cannot open {redact(url)}: {e}")
+    except Exception as e:
+        error = ValueError(f"cannot open {redact(url)} with fsspec ({type(e).__name__}): check the URL and options")
+    raise error
 
 
-class ObjectStoreDataset:
+class ObjectStoreDataset(LocatedDataset):
     """Objects of an fsspec store (s3://, gs://, az://, http(s)://, file://, memory://, ...).
 
     Credentials come from ``options`` (passed to the fsspec filesystem, e.g. ``key``/``secret``/
     ``client_kwargs`` for s3fs) and the usual environment variables (AWS_*, GOOGLE_*, AZURE_*). The filesystem is
-    made lazily in each process, so the dataset pickles for process workers.
+    made when the dataset is (which checks the URL and options), and again on first use in each process the
+    dataset is unpickled in, so it pickles for process workers.
 
     Args:
         url: the store and prefix, e.g. ``"s3://bucket/tiles"``.
-        keys: one key per item, relative to the prefix.
-        options: fsspec filesystem options.
+        keys: one key (a str) per item, relative to the prefix; a single str is refused (``TypeError``).
+        options: fsspec filesystem options (their names show in the repr, never their values).
         timeout: seconds per request (None: 30).
-        retries: further attempts after a transient failure (anything but not-found, permission and bad-input
-            errors).
+        retries: further attempts after a transient failure (``sources.retry.is_transient``: anything but
+            not-found, permission and bad-input errors, since stores raise their own types for throttling and
+            server errors).
         backoff: base wait in seconds.
         max_backoff: longest wait.
         max_bytes: largest accepted object (checked from its size before reading, and after).
 
-    Raises (from ``ds[i]``): ``OSError`` (with the attempt count), ``TimeoutError``, ``ValueError`` for an
-    object over ``max_bytes``, ``IndexError``. Messages name objects without credentials or query strings.
+    Raises (from ``ds[i]``): ``FileNotFoundError``/``PermissionError`` or ``OSError`` (with the attempt count),
+    ``TimeoutError``, ``ValueError`` for an object over ``max_bytes``, ``TypeError`` for an index that is not an
+    int, ``IndexError``. Messages name objects without credentials or query strings and chain no store error.
+    Constructing raises ``ValueError`` (or ``ImportError``) when fsspec cannot open ``url`` with ``options``.
     """
+
+    kind = "key"
 
     def __init__(
         self,
-        url: str,
-        keys: Sequence[str] | Locations,
+        url: str | os.PathLike,
+        keys: Iterable[str] | Locations,
         *,
         options: Mapping[str, Any] | None = None,
         timeout: float | None = None,
@@ -49,15 +68,19 @@ class ObjectStoreDataset:
         max_backoff: float = 5,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        import fsspec
-
-        self.url, self.options = url, dict(options or {})
-        self.locations = keys if isinstance(keys, Locations) else Locations(keys, "key")
-        self.timeout = 30.0 if timeout is None else timeout
-        self.max_bytes = max_bytes
-        self.policy = make_policy(retries, backoff, max_backoff, max_bytes)
-        self._fs, self._root = fsspec.core.url_to_fs(url, **self.options)  # validates the URL and options now
-        self._protocol = url.split("://", 1)[0] if "://" in url else "file"
+        if not isinstance(url, str | os.PathLike):
+            raise TypeError(f"url must be a str, got {type(url).__name__}")
+        super().__init__(
+            keys,
+            timeout=30.0 if timeout is None else timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            max_bytes=max_bytes,
+        )
+        self.url, self.options = os.fspath(url), dict(options or {})
+        self._fs, self._root = _open_store(self.url, self.options)  # validates the URL and options now
+        self._protocol = self.url.split("://", 1)[0] if "://" in self.url else "file"
 
     @classmethod
     def from_template(
@@ -72,8 +95,8 @@ class ObjectStoreDataset:
         """Item i's key (under the prefix of ``url``) is ``template`` with item i's column values."""
         return cls(url, Locations.from_template(template, columns, "key", length), **options)
 
-    def __len__(self) -> int:
-        return len(self.locations)
+    def _repr_args(self) -> list[str]:
+        return [repr(redact(self.url)), *super()._repr_args(), f"options={sorted(self.options)}"]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -82,9 +105,7 @@ class ObjectStoreDataset:
 
     def _filesystem(self) -> Any:
         if self._fs is None:
-            import fsspec
-
-            self._fs, self._root = fsspec.core.url_to_fs(self.url, **self.options)
+            self._fs, self._root = _open_store(self.url, self.options)
         return self._fs
 
     def path(self, index: int) -> str:
@@ -94,36 +115,20 @@ class ObjectStoreDataset:
 
     def _read(self, path: str) -> bytes:
         fs = self._filesystem()
-        shown = f"{self._protocol}://{redact(path) if '://' in path else path}"
         try:
             size = fs.size(path)
-        except _PERMANENT:
-            raise
-        except Exception:
-            size = None
-        check_size(size, self.max_bytes, shown)
+        except Exception as e:
+            if not is_transient(e, unknown=True):
+                raise
+            size = None  # the read below fails the same way, or tells
+        check_size(size, self.max_bytes, "the object")
         data = fs.cat_file(path)
-        check_size(len(data), self.max_bytes, shown)
+        check_size(len(data), self.max_bytes, "the object (read)")
         return data
 
     def __getitem__(self, index: int) -> bytes:
         path = self.path(index)
-        shown = f"{self._protocol}://{path}" if "://" not in path else redact(path)
-        attempts = self.policy.attempts
-        for attempt in range(attempts):
-            try:
-                return run_with_timeout(lambda: self._read(path), self.timeout)
-            except ValueError:
-                raise
-            except _PERMANENT as e:
-                raise type(e)(f"reading {shown} failed after {attempt + 1} attempt(s): {type(e).__name__}") from None
-            except TimeoutError:
-                if attempt == attempts - 1:
-                    raise TimeoutError(
-                        f"reading {shown} timed out after {self.timeout}s, {attempts} attempt(s)"
-                    ) from None
-            except Exception as e:  # transient by default: 5xx, throttling, connection errors
-                if attempt == attempts - 1:
-                    raise OSError(f"reading {shown} failed after {attempts} attempt(s): {type(e).__name__}") from None
-            time.sleep(self.policy.delay(attempt))
-        raise AssertionError("unreachable")
+        shown = redact(path if "://" in path else f"{self._protocol}://{path}")
+        return self.policy.run(
+            lambda: run_with_timeout(lambda: self._read(path), self.timeout), f"reading {shown}", unknown=True
+        )

@@ -4,6 +4,8 @@ Locations are made item by item, so no string is kept per item. A str value is m
 in a URL it is percent-encoded as one component (all but ``A-Z a-z 0-9 - . _ ~``), so it cannot add a segment,
 a query or a fragment; in a path or an object key it may not contain ``/``, ``\\`` or NUL, nor be ``.`` or
 ``..``, and in a key it may not be empty.
+
+A URL template is shown redacted (no credentials, query or fragment) in every message and repr.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import numpy as np
+
+from torch_drt.sources._index import check_index
+from torch_drt.sources._urls import check_http_url, redact
 
 __all__ = ["Template"]
 
@@ -55,7 +60,10 @@ class Template:
     """
 
     def __init__(self, template: str, columns: Mapping[str, Any], kind: Kind, length: int | None = None) -> None:
+        if not isinstance(template, str):
+            raise TypeError(f"template must be a str, got {type(template).__name__}")
         self.template, self.kind = template, kind
+        shown = self.shown = redact(template) if kind == "url" else template
         self._parts: list[str | tuple[str]] = []  # literal text, or (placeholder name,)
         pos, literal = 0, []
         for m in _TOKEN.finditer(template):
@@ -64,11 +72,11 @@ class Template:
             if token in ("{{", "}}"):
                 literal.append(token[0])
             elif token in ("{", "}"):
-                raise ValueError(f"unbalanced brace at position {m.start()} of template {template!r}")
+                raise ValueError(f"unbalanced brace at position {m.start()} of template {shown!r}")
             else:
                 name = m.group(1)
                 if not name.isidentifier():
-                    raise ValueError(f"invalid placeholder {token!r} in template {template!r}")
+                    raise ValueError(f"invalid placeholder in template {shown!r}: use {{name}} with a Python name")
                 self._parts.append("".join(literal))
                 literal = []
                 self._parts.append((name,))
@@ -82,7 +90,7 @@ class Template:
             raise ValueError(f"template placeholder(s) {missing} have no column (columns: {sorted(names)})")
         unused = sorted(names - used)
         if unused:
-            raise ValueError(f"column(s) {unused} are not used by the template {template!r} (a typo?)")
+            raise ValueError(f"column(s) {unused} are not used by the template {shown!r} (a typo?)")
         if "index" in names:
             raise ValueError("'index' is the item index; a column cannot be called 'index'")
         self.columns = {n: _column(n, v) for n, v in columns.items()}
@@ -95,6 +103,8 @@ class Template:
                 raise ValueError(f"{length=} differs from the columns' length {self.length}")
         elif length is None:
             raise ValueError("length= is required when the template has no columns")
+        elif isinstance(length, bool) or not isinstance(length, int | np.integer) or length < 0:
+            raise ValueError(f"{length=} must be an int >= 0")
         else:
             self.length = int(length)
         if self.length > 0:
@@ -105,6 +115,9 @@ class Template:
 
     def __len__(self) -> int:
         return self.length
+
+    def __repr__(self) -> str:
+        return f"Template({self.shown!r}, columns={sorted(self.columns)}, {self.length} items)"
 
     def _value(self, name: str, index: int) -> str:
         if name == "index":
@@ -129,31 +142,18 @@ class Template:
         """The location of item ``index``.
 
         Raises:
+            TypeError: for an index that is not an int or a numpy integer.
             IndexError: for an index outside ``[0, len)``.
             ValueError: for a str value that is not safe where it goes.
         """
-        if not 0 <= index < self.length:
-            raise IndexError(f"index {index} is out of range for {self.length} items")
+        index = check_index(index, self.length)
         return "".join(p if isinstance(p, str) else self._value(p[0], index) for p in self._parts)
 
     def check(self, location: str) -> str:
         """Validate a made location (a URL needs an http(s) scheme and a host)."""
         if self.kind == "url":
-            parts = urlsplit(location)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{redact(location)!r} is not an http(s) URL")
+            check_http_url(location)
         elif not location:
             raise ValueError(f"empty {self.kind}")
         return location
 
-
-def redact(url: str) -> str:
-    """A URL without its credentials, query and fragment (for messages)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}" if parts.scheme else parts.path

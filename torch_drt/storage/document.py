@@ -13,7 +13,7 @@ import numpy as np
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CacheInput, CacheWriteError
-from torch_drt.cache.validate import open_cache
+from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
 
 __all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
@@ -96,21 +96,57 @@ class DocumentStorage:
 
     def __init__(self, paths: str | Path | list[str | Path]) -> None:
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
-        self.reader = CacheReader([open_cache(p) for p in paths])
+        loaded = [load_cache(p) for p in paths]
+        self.reader = CacheReader([layout for layout, _ in loaded])
         self._counts = np.array([layout.sample_count for layout in self.reader.layouts], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._counts)])
         self._dtypes = []
-        for layout in self.reader.layouts:
+        for layout, table in loaded:
             dtype = None
             if ("dtype", "string") in layout.schema:
-                from torch_drt.cache.validate import read_metadata
-
-                values = read_metadata(layout).column("dtype").unique().to_pylist()
+                values = table.column("dtype").unique().to_pylist()
                 dtype = np.dtype(values[0]) if len(values) == 1 and values[0] else None
             self._dtypes.append(dtype)
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The element dtype when every cache holds arrays of one dtype, else None (bytes documents)."""
+        dtypes = set(self._dtypes)
+        return dtypes.pop() if len(dtypes) == 1 else None
+
+    def lengths(self) -> np.ndarray:
+        """Elements per document (bytes for bytes documents) from the ``length`` column, reading no payload.
+
+        Raises:
+            KeyError: when a cache has no ``length`` column (``DocumentStorageWriter`` writes one).
+        """
+        from torch_drt.cache.validate import read_metadata
+
+        parts = []
+        for layout in self.reader.layouts:
+            if ("length", "int") not in layout.schema:
+                raise KeyError(f"{layout.path} has no 'length' column: write it with DocumentStorageWriter")
+            parts.append(read_metadata(layout).column("length").to_numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, dtype=np.int64)
+
+    def arrays(self, indices: Any) -> list[np.ndarray]:
+        """Array documents at ``indices``, read with one index gather per cache (no per-element work).
+
+        Raises:
+            IndexError: for an index out of range.
+            TypeError: when a cache holds bytes documents.
+        """
+        ids = np.asarray(indices, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"a document index of {ids.tolist()} is out of range for {len(self)} documents")
+        pos = np.searchsorted(self._starts, ids, side="right") - 1
+        if any(self._dtypes[c] is None for c in np.unique(pos).tolist()):
+            raise TypeError("arrays() needs array documents (written with DocumentStorageWriter(dtype=...))")
+        payloads = self.reader.read_many(pos.astype(np.int32), ids - self._starts[pos])
+        return [np.frombuffer(p, dtype=self._dtypes[c]) for p, c in zip(payloads, pos.tolist())]
 
     def _locate(self, index: int) -> tuple[int, int]:
         if not 0 <= index < len(self):
@@ -125,12 +161,14 @@ class DocumentStorage:
         return data if dtype is None else np.frombuffer(data, dtype=dtype)
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
-        if len(self.reader.layouts) == 1 and self._dtypes[0] is None:
-            ids = np.asarray(indices, dtype=np.int64)
-            if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
-                raise IndexError(f"a document index of {indices} is out of range for {len(self)} documents")
-            return self.reader.read_many(np.zeros(len(ids), dtype=np.int32), ids)
-        return [self[i] for i in indices]
+        """Read documents in one gather per cache."""
+        ids = np.asarray(indices, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= len(self)):
+            raise IndexError(f"a document index of {indices} is out of range for {len(self)} documents")
+        pos = np.searchsorted(self._starts, ids, side="right") - 1
+        data = self.reader.read_many(pos, ids - self._starts[pos])
+        dtypes = self._dtypes
+        return [d if dtypes[p] is None else np.frombuffer(d, dtype=dtypes[p]) for d, p in zip(data, pos.tolist())]
 
 
 DocumentDataset = DocumentStorage

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from torch_drt.storage.document import DocumentStorage
 from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage
@@ -25,6 +28,7 @@ def loader_kwargs_from_storage(
     pin_memory: bool = False,
     drop_last: bool = True,
     prefetch: int = 0,
+    packing: str | Mapping[str, Any] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Return ``(dataset, StatefulDataLoader keyword arguments)`` for a storage and guideloom's keywords.
 
@@ -32,13 +36,36 @@ def loader_kwargs_from_storage(
     ``shuffle`` is False (as in guideloom); ``prefetch`` batches beyond the workers become ``prefetch_depth``
     (at least 1); ``drop_last`` defaults to True as in guideloom.
 
+    ``packing`` (torch_drt's addition) yields ``torch_drt.lm.PackedSequence`` items of ``sequence_length``
+    tokens: a method name (``"concat"``, ``"first_fit"``, ``"best_fit"``) or a mapping of ``PackerNode``
+    keywords. A document storage becomes a ``PackerNode`` that shuffles (by ``shuffle_seed``, drawn at random
+    when None) and takes this rank's share itself; a token stream becomes ``PackedWindows`` (concatenate and
+    chunk; the method does not matter), shuffled and split by the loader.
+
     Raises:
         TypeError: for a missing or superfluous ``sequence_length``, or an unknown storage type.
     """
-    if isinstance(storage, TokenStreamStorage):
+    if packing is not None:
+        from torch_drt.lm import PackedWindows, PackerNode
+
+        if sequence_length is None:
+            raise TypeError("packing needs sequence_length")
+        options = {"method": packing} if isinstance(packing, str) else dict(packing)
+        if isinstance(storage, TokenStreamStorage):  # windows are addressable: map-style, the loader shuffles
+            if set(options) - {"method", "pad_id"}:
+                raise TypeError(f"a token stream is cut into windows: {sorted(set(options) - {'method', 'pad_id'})}"
+                                " do not apply")
+            dataset: Any = PackedWindows(storage, sequence_length, options.get("pad_id", 0))
+        else:
+            if shuffle and shuffle_seed is None:
+                shuffle_seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+            dataset = PackerNode(storage, sequence_length, shuffle=shuffle, seed=shuffle_seed if shuffle else 0,
+                                 rank=rank, world_size=world_size, **options)
+            shuffle = False  # the node shuffles
+    elif isinstance(storage, TokenStreamStorage):
         if sequence_length is None:
             raise TypeError("a token stream storage needs sequence_length")
-        dataset: Any = TokenStreamDataset(storage, sequence_length)
+        dataset = TokenStreamDataset(storage, sequence_length)
     elif isinstance(storage, DocumentStorage):
         if sequence_length is not None:
             raise TypeError("sequence_length is only for token stream storage, not document storage")

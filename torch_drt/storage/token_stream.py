@@ -6,15 +6,14 @@ import bisect
 import itertools
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from torch_drt.cache._format import sha256_file, write_json_atomic
-from torch_drt.cache._publish import fsync_dir, new_staging_dir, publish_lock
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.checksums import sha256_file
+from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
 __all__ = ["TokenStreamDataset", "TokenStreamStorage", "TokenStreamWriter"]
 
@@ -39,7 +38,8 @@ class TokenStreamWriter:
         self.dtype = np.dtype(dtype)
         self.shard_elements = shard_elements
         self.root.mkdir(parents=True, exist_ok=True)
-        self._staging = new_staging_dir(self.root, name)
+        self._stage = StagingDir(self.root, name)
+        self._staging = self._stage.path
         self._shards: list[int] = []
         self._file = None
         self._closed = False
@@ -92,10 +92,9 @@ class TokenStreamWriter:
         target = self.root / self.name
         with publish_lock(self.root, self.name):
             if target.exists():
-                shutil.rmtree(self._staging, ignore_errors=True)
+                self._stage.discard()
                 raise FileExistsError(f"token stream already exists: {target}")
-            os.rename(self._staging, target)
-            fsync_dir(self.root)
+            self._stage.publish()
         self._closed = True
         return target
 
@@ -106,7 +105,7 @@ class TokenStreamWriter:
         if exc_type is None:
             self.close()
         else:
-            shutil.rmtree(self._staging, ignore_errors=True)
+            self._stage.discard()
 
 
 class TokenStreamStorage:

@@ -1,4 +1,4 @@
-"""Image: a CPU tensor with its layout, viewed without a copy by numpy (``__array__``) and DLPack."""
+"""Image: a ``torchvision.tv_tensors.Image`` (a (C, H, W) CPU tensor) whose memory is HWC or CHW; memory limits."""
 
 from __future__ import annotations
 
@@ -6,110 +6,143 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from torchvision import tv_tensors
 
-__all__ = ["MAX_ALLOC", "MAX_SIDE", "Image", "TensorView", "as_image"]
+__all__ = [
+    "MAX_ALLOC",
+    "MAX_BATCH_ALLOC",
+    "MAX_SIDE",
+    "Image",
+    "as_image",
+    "check_alloc",
+    "from_chw",
+    "from_hwc",
+    "plain",
+    "to_uint8",
+]
 
 MAX_SIDE = 16384
-MAX_ALLOC = 256 * 1024 * 1024
+MAX_ALLOC = 256 * 1024 * 1024  # the most one transform may allocate for one image, intermediates included
+MAX_BATCH_ALLOC = 4 * 1024 * 1024 * 1024  # the most ImageCollator may allocate for one batch
 Layout = Literal["hwc", "chw"]
 _DTYPES = (torch.uint8, torch.float32)
 
 
-class TensorView:
-    """A CPU tensor seen by numpy (``__array__``) and DLPack without a copy.
+def check_alloc(what: str, nbytes: int, max_alloc: int) -> None:
+    """Refuse, before allocating, work that would allocate more than ``max_alloc`` bytes.
 
-    Each view is taken from a fresh ``tensor.view``, so the storage's use count tells whether any view is alive.
+    Raises:
+        ValueError: naming ``what``, the bytes it needs and the limit.
     """
-
-    __slots__ = ()
-    tensor: torch.Tensor
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The tensor's shape, in its layout."""
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The element type."""
-        return self.tensor.dtype
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        arr = self.tensor.view(self.tensor.shape).numpy()
-        return arr if dtype is None else arr.astype(dtype, copy=False)
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.tensor.view(self.tensor.shape).__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
+    if nbytes > max_alloc:
+        raise ValueError(
+            f"{what} would allocate {nbytes:,} bytes, over max_alloc={max_alloc:,}; refused before allocating"
+        )
 
 
-class Image(TensorView):
-    """An image: a contiguous uint8 or float32 CPU tensor in ``"hwc"`` or ``"chw"`` layout, 1-4 channels.
+def check_max_alloc(max_alloc: int) -> int:
+    """``max_alloc`` validated: an int > 0."""
+    if not isinstance(max_alloc, int) or isinstance(max_alloc, bool) or max_alloc < 1:
+        raise ValueError(f"{max_alloc=} must be an int > 0")
+    return max_alloc
 
-    ``np.asarray(image)``, ``torch.from_dlpack(image)`` and ``image.tensor`` view its data without a copy.
 
-    Args:
-        tensor: 3-D, in ``layout``.
-        layout: ``"hwc"`` or ``"chw"``.
+class Image(tv_tensors.Image):
+    """An image: a uint8 or float32 CPU tensor of shape (channels, height, width), 1-4 channels.
+
+    It is a ``torchvision.tv_tensors.Image``, so torchvision's v2 transforms act on it and any tensor code takes
+    it. Its memory is either HWC (channels last: what decoders and Pillow produce, and the default) or CHW
+    (contiguous); ``memory_layout`` says which, ``hwc`` views it as (height, width, channels) and ``tensor`` views
+    it in memory order, all without a copy. ``np.asarray(image)`` and ``torch.from_dlpack(image)`` are (C, H, W)
+    views like for any tensor; ``image.hwc.numpy()`` is the (H, W, C) array Pillow and numpy code expect.
     """
-
-    __slots__ = ("layout", "tensor")
-
-    def __init__(self, tensor: torch.Tensor, layout: Layout = "hwc") -> None:
-        self.tensor = tensor
-        self.layout = layout
 
     @classmethod
-    def from_array(cls, obj: Any, layout: Layout = "hwc") -> Image:
-        """Bring a numpy array, a CPU tensor or anything ``np.asarray`` takes back in as an HWC image.
+    def from_array(cls, obj: Any, layout: Layout | None = None) -> Image:
+        """Bring a numpy array, a PIL image, a CPU tensor or anything ``np.asarray`` takes in as an Image.
 
         The shape is (height, width) or, in ``layout``, (height, width, channels) / (channels, height, width),
-        with 1, 3 or 4 channels (2 for grey + alpha) and Decode's default limits.
+        with 1, 3 or 4 channels (2 for grey + alpha). ``layout`` defaults to ``"chw"`` for tensors (torch's
+        convention) and ``"hwc"`` for everything else (numpy's and Pillow's). The data is viewed, not copied, when
+        it is a contiguous CPU tensor or a writable numpy array.
 
         Raises:
             TypeError: for a dtype other than uint8 or float32 (never converted) or a non-CPU tensor.
-            ValueError: for another shape, channel count, or an image over the limits.
+            ValueError: for another shape, channel count, or an image over ``MAX_SIDE`` or ``MAX_ALLOC``.
         """
-        if layout not in ("hwc", "chw"):
-            raise ValueError(f"{layout=} must be 'hwc' or 'chw'")
+        if layout not in (None, "hwc", "chw"):
+            raise ValueError(f"{layout=} must be 'hwc', 'chw' or None")
         if isinstance(obj, Image):
-            tensor = obj.tensor if obj.layout == "hwc" else obj.tensor.permute(1, 2, 0)
-            return cls(tensor.contiguous(), "hwc")
+            return obj
         if isinstance(obj, torch.Tensor):
             if obj.device.type != "cpu":
                 raise TypeError(f"a tensor on {obj.device} cannot become an Image: move it with .cpu() first")
-            tensor = obj.detach()
+            tensor = obj.detach().as_subclass(torch.Tensor)
+            layout = layout or "chw"
         else:
             arr = np.asarray(obj)
             if arr.dtype not in (np.uint8, np.float32):
                 raise TypeError(f"images are uint8 or float32, got {arr.dtype} (it is never converted)")
             tensor = torch.from_numpy(np.ascontiguousarray(arr) if arr.flags.writeable else arr.copy())
+            layout = layout or "hwc"
         if tensor.dtype not in _DTYPES:
             raise TypeError(f"images are uint8 or float32, got {tensor.dtype} (it is never converted)")
         if tensor.dim() == 2:
-            tensor = tensor.unsqueeze(-1)
-        elif tensor.dim() == 3 and layout == "chw":
-            tensor = tensor.permute(1, 2, 0)
+            tensor = tensor.unsqueeze(0 if layout == "chw" else -1)
         elif tensor.dim() != 3:
             raise ValueError(f"an image is 2-D or 3-D, got shape {tuple(tensor.shape)}")
-        h, w, c = tensor.shape
+        chw = tensor if layout == "chw" else tensor.permute(2, 0, 1)
+        c, h, w = chw.shape
         if c not in (1, 2, 3, 4):
             raise ValueError(f"an image has 1-4 channels, got {c} (shape {tuple(tensor.shape)} as {layout})")
-        if h > MAX_SIDE or w > MAX_SIDE or tensor.numel() * tensor.element_size() > MAX_ALLOC:
+        if h > MAX_SIDE or w > MAX_SIDE or chw.numel() * chw.element_size() > MAX_ALLOC:
             raise ValueError(f"image of {w}x{h}x{c} is over the limits ({MAX_SIDE} per side, {MAX_ALLOC} bytes)")
-        return cls(tensor.contiguous(), "hwc")
+        if not (chw.is_contiguous() or chw.permute(1, 2, 0).is_contiguous()):
+            chw = chw.contiguous()
+        return chw.as_subclass(cls)
+
+    @property
+    def memory_layout(self) -> Layout:
+        """``"hwc"`` when the memory is (height, width, channels), else ``"chw"`` (always for one channel)."""
+        t = plain(self)
+        return "hwc" if t.shape[0] > 1 and t.stride(0) == 1 else "chw"
 
     @property
     def hwc(self) -> torch.Tensor:
-        """The data as (height, width, channels), a view."""
-        return self.tensor if self.layout == "hwc" else self.tensor.permute(1, 2, 0)
+        """The data as a plain (height, width, channels) tensor, a view."""
+        return plain(self).permute(1, 2, 0)
 
-    def __repr__(self) -> str:
-        return f"Image(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r})"
+    @property
+    def tensor(self) -> torch.Tensor:
+        """The data as a plain tensor in memory order, (H, W, C) or (C, H, W), a contiguous view."""
+        t = plain(self)
+        return t.permute(1, 2, 0) if t.shape[0] > 1 and t.stride(0) == 1 else t
+
+    def __repr__(self, *, tensor_contents: Any = None) -> str:  # type: ignore[override]
+        return f"Image(shape={tuple(self.shape)}, dtype={self.dtype}, memory_layout={self.memory_layout!r})"
+
+
+def to_uint8(t: torch.Tensor) -> torch.Tensor:
+    """``t.to(torch.uint8)`` for a float32 tensor of values in [0, 256): the same truncation, through numpy's
+    cast (several times faster than torch's on CPU, without the GIL), keeping the memory layout."""
+    return torch.from_numpy(t.numpy().astype(np.uint8))
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as a plain ``torch.Tensor`` (a view: no copy)."""
+    return t if type(t) is torch.Tensor else t.as_subclass(torch.Tensor)
+
+
+def from_hwc(hwc: torch.Tensor) -> Image:
+    """An Image over a plain (H, W, C) tensor, made contiguous (HWC memory) if it is not."""
+    return hwc.contiguous().permute(2, 0, 1).as_subclass(Image)
+
+
+def from_chw(chw: torch.Tensor) -> Image:
+    """An Image over a plain (C, H, W) tensor, made contiguous (CHW memory) if it is not."""
+    return chw.contiguous().as_subclass(Image)
 
 
 def as_image(obj: Any) -> Image:
-    """An Image as it is, anything else through ``Image.from_array`` (HWC)."""
-    return obj if isinstance(obj, Image) else Image.from_array(obj)
+    """An Image as it is, anything else through ``Image.from_array`` (tensors as CHW, arrays as HWC)."""
+    return obj if type(obj) is Image else Image.from_array(obj)

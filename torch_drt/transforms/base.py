@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["Compose", "Transform"]
 
 
 class Transform:
-    """A callable on one image (or, for ``Decode``, on encoded bytes). Subclasses implement ``__call__``."""
+    """A callable on one image (``Decode``: on encoded bytes). Subclasses implement ``apply(image)``.
 
-    def __call__(self, image: Any) -> Any:
+    A transform takes the forms a loader and a dataset give it:
+
+    - ``t(image)``;
+    - ``t((image, target, ...))``: a tuple item; the image is transformed, the rest passes through unchanged;
+    - ``t(index, item)``: the loader's ``transform(index, item)`` hook; the index is not used.
+    """
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) == 2:  # transform(index, item)
+            item = args[1]
+        elif len(args) == 1:
+            item = args[0]
+        else:
+            raise TypeError(f"{type(self).__name__} takes (item) or (index, item), got {len(args)} arguments")
+        if type(item) is tuple and item:
+            return (self.apply(item[0]), *item[1:])
+        return self.apply(item)
+
+    def apply(self, image: Any) -> Any:
+        """Transform one image."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -19,24 +38,39 @@ class Transform:
         return f"{type(self).__name__}({args})"
 
 
+def as_step(t: Any) -> Callable[[Any], Any]:
+    """What runs one image through ``t``: a Transform's ``apply``, or any other callable as it is."""
+    return t.apply if isinstance(t, Transform) else t
+
+
+def nested_repr(name: str, transforms: Sequence[Any], extra: str = "") -> str:
+    """``Name(\\n  t1,\\n  t2\\n, extra)`` with the transforms indented, like torchvision's containers."""
+    inner = "".join("\n  " + repr(t).replace("\n", "\n  ") + "," for t in transforms)
+    return f"{name}({inner}\n{extra})" if transforms else f"{name}({extra})"
+
+
 class Compose(Transform):
-    """Apply ``transforms`` in order. The loader accepts a Compose directly as its ``transform``.
+    """Apply ``transforms`` in order: torch_drt transforms and any other callables on one image (torchvision's
+    v2 transforms, for example). The loader accepts a Compose directly as its ``transform``.
 
     Args:
         transforms: the transforms.
     """
 
-    def __init__(self, transforms: Sequence[Transform]) -> None:
+    def __init__(self, transforms: Sequence[Any]) -> None:
         for t in transforms:
             if not callable(t):
                 raise TypeError(f"{t!r} is not callable")
         self.transforms = list(transforms)
-        self._steps = _fuse(self.transforms)
+        self._steps = [as_step(t) for t in _fuse(self.transforms)]
 
-    def __call__(self, image: Any) -> Any:
-        for t in self._steps:
-            image = t(image)
+    def apply(self, image: Any) -> Any:
+        for step in self._steps:
+            image = step(image)
         return image
+
+    def __repr__(self) -> str:
+        return nested_repr("Compose", self.transforms)
 
 
 def _fuse(transforms: list[Any]) -> list[Any]:

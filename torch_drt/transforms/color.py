@@ -8,44 +8,53 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
-from torch_drt.transforms._image import Image, as_image
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, from_hwc
 from torch_drt.transforms.base import Transform
 
 __all__ = ["ToGray", "ToRgb", "ToRgba"]
 
 _MODE_OF = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+_CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 
 
-def _convert(obj: Any, target: str, name: str) -> Image:
-    image = as_image(obj)
-    if image.dtype != torch.uint8:
-        raise ValueError(f"{name} takes uint8 images, got {image.dtype}: convert before ToFloat")
-    hwc = image.hwc
-    channels = hwc.shape[2]
-    if _MODE_OF[channels] == target:
-        return image if image.layout == "hwc" else Image(hwc.contiguous(), "hwc")
-    arr = hwc.numpy()
-    pil = PILImage.fromarray(arr[:, :, 0] if channels == 1 else np.ascontiguousarray(arr), _MODE_OF[channels])
-    out = np.array(pil.convert(target))
-    return Image(torch.from_numpy(out[:, :, None] if out.ndim == 2 else out), "hwc")
+class _Convert(Transform):
+    """``Image.convert(target)`` on uint8 images; an image already in ``target`` is returned as it is."""
+
+    target = "RGB"
+
+    def __init__(self, max_alloc: int = MAX_ALLOC) -> None:
+        self.max_alloc = check_max_alloc(max_alloc)
+
+    def apply(self, image: Any) -> Image:
+        image = as_image(image)
+        if image.dtype != torch.uint8:
+            raise ValueError(f"{type(self).__name__} takes uint8 images, got {image.dtype}: convert before ToFloat")
+        hwc = image.hwc
+        h, w, channels = hwc.shape
+        if _MODE_OF[channels] == self.target:
+            return image
+        # Pillow's image and its conversion (1 or 4 bytes a pixel each), then the result twice (bytes and array)
+        per_pixel = (1 if channels == 1 else 4) + (1 if self.target == "L" else 4) + 2 * _CHANNELS[self.target]
+        check_alloc(f"{type(self).__name__} of {w}x{h}", h * w * per_pixel, self.max_alloc)
+        arr = np.ascontiguousarray(hwc.numpy())
+        pil = PILImage.fromarray(arr[:, :, 0] if channels == 1 else arr, _MODE_OF[channels])
+        out = np.array(pil.convert(self.target))
+        return from_hwc(torch.from_numpy(out[:, :, None] if out.ndim == 2 else out))
 
 
-class ToRgb(Transform):
+class ToRgb(_Convert):
     """``Image.convert("RGB")``: grey is replicated, alpha is dropped."""
 
-    def __call__(self, image: Any) -> Image:
-        return _convert(image, "RGB", "ToRgb")
+    target = "RGB"
 
 
-class ToRgba(Transform):
+class ToRgba(_Convert):
     """``Image.convert("RGBA")``: alpha 255 where the image has none."""
 
-    def __call__(self, image: Any) -> Image:
-        return _convert(image, "RGBA", "ToRgba")
+    target = "RGBA"
 
 
-class ToGray(Transform):
+class ToGray(_Convert):
     """``Image.convert("L")``: ITU-R 601-2 luma with Pillow's rounding; one channel."""
 
-    def __call__(self, image: Any) -> Image:
-        return _convert(image, "L", "ToGray")
+    target = "L"

@@ -1,4 +1,4 @@
-"""Element type and layout: ToFloat and Normalize with ToTensor's and Normalize's values; ToChw, ToHwc."""
+"""Element type and memory layout: ToFloat and Normalize with ToTensor's and Normalize's values; ToChw, ToHwc."""
 
 from __future__ import annotations
 
@@ -8,103 +8,119 @@ from typing import Any
 import numpy as np
 import torch
 
-from torch_drt.transforms._image import Image, as_image
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 
 __all__ = ["FloatNormalizeChw", "Normalize", "ToChw", "ToFloat", "ToHwc"]
 
 
+def _float_bytes(image: Image, what: str, max_alloc: int) -> None:
+    check_alloc(f"{what} of {tuple(image.shape)}", image.numel() * 4, max_alloc)
+
+
 class ToFloat(Transform):
     """uint8 to float32: ``x / 255`` with ``scale`` (the values of ``ToTensor``), else the same numbers."""
 
-    def __init__(self, scale: bool = True) -> None:
+    def __init__(self, scale: bool = True, max_alloc: int = MAX_ALLOC) -> None:
         self.scale = scale
+        self.max_alloc = check_max_alloc(max_alloc)
 
-    def __call__(self, image: Any) -> Image:
+    def apply(self, image: Any) -> Image:
         image = as_image(image)
         if image.dtype != torch.uint8:
             raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
-        out = image.tensor.float()
-        return Image(out.div_(255) if self.scale else out, image.layout)
+        _float_bytes(image, "ToFloat", self.max_alloc)
+        out = plain(image).float()  # keeps the memory layout
+        return (out.div_(255) if self.scale else out).as_subclass(Image)
 
 
 class Normalize(Transform):
-    """torchvision ``Normalize``: ``(x - mean[c]) / std[c]`` per channel, in float32, HWC or CHW."""
+    """torchvision ``Normalize``: ``(x - mean[c]) / std[c]`` per channel, on float32 images."""
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+    def __init__(self, mean: Sequence[float], std: Sequence[float], max_alloc: int = MAX_ALLOC) -> None:
         if len(mean) != len(std) or not mean:
             raise ValueError(f"mean {list(mean)} and std {list(std)} must have the same, non-zero length")
         if any(s == 0 for s in std):
             raise ValueError(f"std {list(std)} must not contain 0")
         self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
-        self._mean = torch.tensor(self.mean, dtype=torch.float32)
-        self._std = torch.tensor(self.std, dtype=torch.float32)
+        self.max_alloc = check_max_alloc(max_alloc)
+        self._mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
+        self._std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
 
-    def __call__(self, image: Any) -> Image:
+    def apply(self, image: Any) -> Image:
         image = as_image(image)
         if image.dtype != torch.float32:
             raise ValueError(f"Normalize takes float32 images, got {image.dtype}: apply ToFloat first")
-        channels = image.shape[2] if image.layout == "hwc" else image.shape[0]
-        if channels != len(self.mean):
-            raise ValueError(f"Normalize has {len(self.mean)} channel values, the image has {channels} channels")
-        shape = (1, 1, -1) if image.layout == "hwc" else (-1, 1, 1)
-        out = image.tensor.sub(self._mean.view(shape)).div_(self._std.view(shape))
-        return Image(out, image.layout)
+        if image.shape[0] != len(self.mean):
+            raise ValueError(f"Normalize has {len(self.mean)} channel values, the image has {image.shape[0]} channels")
+        _float_bytes(image, "Normalize", self.max_alloc)
+        return plain(image).sub(self._mean).div_(self._std).as_subclass(Image)
 
 
-class ToChw(Transform):
-    """To (channels, height, width): the layout of ``ToTensor``."""
+class _Relayout(Transform):
+    def __init__(self, max_alloc: int = MAX_ALLOC) -> None:
+        self.max_alloc = check_max_alloc(max_alloc)
 
-    def __call__(self, image: Any) -> Image:
+
+class ToChw(_Relayout):
+    """To CHW memory (contiguous (C, H, W)): the layout of ``ToTensor``."""
+
+    def apply(self, image: Any) -> Image:
         image = as_image(image)
-        return image if image.layout == "chw" else Image(image.tensor.permute(2, 0, 1).contiguous(), "chw")
+        if image.memory_layout == "chw":
+            return image
+        check_alloc(f"ToChw of {tuple(image.shape)}", image.numel() * image.element_size(), self.max_alloc)
+        return plain(image).contiguous().as_subclass(Image)
 
 
-class ToHwc(Transform):
-    """To (height, width, channels)."""
+class ToHwc(_Relayout):
+    """To HWC memory (channels last)."""
 
-    def __call__(self, image: Any) -> Image:
+    def apply(self, image: Any) -> Image:
         image = as_image(image)
-        return image if image.layout == "hwc" else Image(image.tensor.permute(1, 2, 0).contiguous(), "hwc")
+        if image.memory_layout == "hwc" or image.shape[0] == 1:
+            return image
+        check_alloc(f"ToHwc of {tuple(image.shape)}", image.numel() * image.element_size(), self.max_alloc)
+        return image.hwc.contiguous().permute(2, 0, 1).as_subclass(Image)
 
 
 class FloatNormalizeChw(Transform):
     """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence).
 
-    The values are the same, element for element: the uint8 HWC data is converted and transposed in one pass
-    into a fresh CHW float32 tensor, then divided by 255 and normalised in place, plane by plane (a per-channel
-    broadcast over contiguous planes, much faster than over an innermost axis of 3).
+    The values are the same, element for element: the uint8 data is converted, divided by 255 and transposed in
+    one pass into a fresh CHW float32 tensor, then normalised in place, plane by plane (a per-channel broadcast
+    over contiguous planes, much faster than over an innermost axis of 3).
     """
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
         self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
 
-    def _values(self, x: torch.Tensor) -> torch.Tensor:
-        """ToFloat then Normalize, in place, on a float32 CHW tensor (the same element operations)."""
+    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """ToFloat then Normalize of ``src`` into the float32 CHW tensor ``out`` (the same element operations:
+        ``float(x) / 255``, ``- mean``, ``/ std``)."""
         if self.to_float.scale:
-            x.div_(255)
-        return x.sub_(self.normalize._mean.view(-1, 1, 1)).div_(self.normalize._std.view(-1, 1, 1))
+            torch.div(src, 255, out=out)
+        else:
+            out.copy_(src)
+        return out.sub_(self.normalize._mean).div_(self.normalize._std)
 
-    def __call__(self, image: Any) -> Image:
+    def apply(self, image: Any) -> Image:
         image = as_image(image)
         if image.dtype != torch.uint8:
             raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
-        hwc = image.hwc
-        h, w, c = hwc.shape
+        chw = plain(image)
+        c, h, w = chw.shape
         if c != len(self.normalize.mean):
             raise ValueError(f"Normalize has {len(self.normalize.mean)} channel values, the image has {c} channels")
         pad = self.pad_to
-        if pad is None or (pad.width <= w and pad.height <= h):
-            out = torch.empty((c, h, w), dtype=torch.float32)
-            out.copy_(hwc.permute(2, 0, 1))
-            return Image(self._values(out), "chw")
+        ltrb = pad.padding(h, w) if pad is not None else (0, 0, 0, 0)
+        oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
+        check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
+        if not any(ltrb):
+            return self._values(chw, torch.empty((c, h, w), dtype=torch.float32)).as_subclass(Image)
         # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
         # pixel, and only the image's own pixels are converted.
-        dw, dh = max(0, pad.width - w), max(0, pad.height - h)
-        left, top = (dw // 2, dh // 2) if pad.anchor == "center" else (0, 0)
-        fill = self._values(torch.full((c, 1, 1), float(np.uint8(pad.fill)), dtype=torch.float32))
-        out = fill.expand(c, h + dh, w + dw).contiguous()
-        region = out[:, top : top + h, left : left + w]
-        region.copy_(hwc.permute(2, 0, 1))
-        self._values(region)
-        return Image(out, "chw")
+        fill = torch.full((c, 1, 1), np.uint8(pad.fill), dtype=torch.uint8)
+        out = self._values(fill, torch.empty((c, 1, 1), dtype=torch.float32)).expand(c, oh, ow).contiguous()
+        self._values(chw, out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w])
+        return out.as_subclass(Image)

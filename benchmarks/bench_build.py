@@ -1,0 +1,232 @@
+"""Building a cache from images with 2 worker processes: torch_drt on Ray against LitData and MosaicML Streaming.
+
+Workload (issue 15): N generated JPEGs (256-400 px) are each decoded, resized to 224 x 224 and re-encoded
+(quality 90, ``_build_work.convert``), with an int label, on two cores:
+
+- torch_drt: ``torch_drt.ray.build_cache_set`` on a local Ray cluster of 2 CPUs (started once, not timed: a Ray
+  user has a cluster), one task per part;
+- LitData: ``optimize(fn, inputs, num_workers=2)``;
+- MosaicML Streaming: ``MDSWriter`` in 2 processes, each over half the inputs, then ``merge_index``.
+
+The three run interleaved, ``--repeats`` times; figures are medians. Then the resume: a torch_drt build is killed
+once half of its rows are converted (every worker process SIGKILLs itself from then on), and the rerun that
+finishes it is timed against a full build. torch_drt runs on warm workers (started and importing their
+modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the side venv
+``.bench/peers`` (see setup_peers.sh) and are reported as skipped with the reason when it is absent.
+
+    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts 80] [--json FILE] [--skip-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing import get_context
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+PEERS_PYTHON = BENCH.parent / ".bench" / "peers" / "bin" / "python"
+WORKERS = 2
+PEERS = ("litdata", "mosaicml-streaming")
+
+
+def _make_image(job: tuple[str, int]) -> None:
+    import numpy as np
+    from PIL import Image
+
+    directory, i = job
+    rng = np.random.default_rng(i)
+    h, w = (int(x) for x in rng.integers(256, 401, 2))
+    ys, xs = np.mgrid[0:h, 0:w]
+    base = np.stack([(xs * (1 + i % 3)) % 256, (ys * (1 + i % 5)) % 256, (xs + ys + i) % 256], axis=-1)
+    noisy = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(noisy).save(f"{directory}/img_{i:06d}.jpg", quality=90)
+
+
+def make_images(directory: Path, n: int) -> list[str]:
+    """Write ``n`` JPEGs (256-400 px, gradients and noise) once; return their paths in order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    todo = [(str(directory), i) for i in range(n) if not (directory / f"img_{i:06d}.jpg").exists()]
+    with get_context("fork").Pool(WORKERS) as pool:
+        pool.map(_make_image, todo, chunksize=64)
+    return [str(directory / f"img_{i:06d}.jpg") for i in range(n)]
+
+
+class ToInput:
+    """Row -> CacheInput through the shared conversion; optionally counts rows and dies once told to stop."""
+
+    def __init__(self, stop_file: str | None = None, count_dir: str | None = None) -> None:
+        self.stop_file, self.count_dir, self.rows = stop_file, count_dir, 0
+
+    def __call__(self, row: dict):
+        from _build_work import convert, label_of
+
+        import torch_drt as drt
+
+        if self.stop_file and os.path.exists(self.stop_file):
+            os.kill(os.getpid(), signal.SIGKILL)  # the kill: this worker dies mid-part
+        sample = drt.CacheInput(convert(row["path"]), {"label": label_of(row["path"])})
+        self.rows += 1
+        if self.count_dir and self.rows % 16 == 0:
+            Path(self.count_dir, f"{os.getpid()}-{id(self)}").write_text(str(self.rows))
+        return sample
+
+
+def _warm_up() -> None:
+    """Import the conversion's modules in this process (on a Ray worker)."""
+    import _build_work  # noqa: F401
+
+    import torch_drt.ray  # noqa: F401
+
+
+def warm_workers() -> None:
+    """Start (or restart, after a kill) the cluster's worker processes and import their modules, untimed, so
+    that every timed build runs on warm workers as a long-lived cluster's jobs do."""
+    import ray
+
+    task = ray.remote(num_cpus=1)(_warm_up)
+    ray.get([task.remote() for _ in range(WORKERS * 2)])
+
+
+def torch_drt_build(paths: list[str], root: Path, name: str, parts: int, fn: ToInput, **kw) -> tuple[float, object]:
+    import ray
+
+    from torch_drt.ray import build_cache_set
+
+    t0 = time.perf_counter()
+    dataset = ray.data.from_items([{"path": p} for p in paths])
+    report = build_cache_set(dataset, root, name, fn=fn, num_parts=parts, **kw)
+    return time.perf_counter() - t0, report
+
+
+def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
+    """Seconds of one peer conversion (in the side venv), or why it could not run."""
+    if not PEERS_PYTHON.exists():
+        return "no peers venv (.bench/peers); create it with benchmarks/setup_peers.sh"
+    script = BENCH / "_side_build_peers.py"
+    arg = "streaming" if peer == "mosaicml-streaming" else peer
+    proc = subprocess.run([str(PEERS_PYTHON), str(script), arg, str(list_file), str(out), str(WORKERS)],
+                          capture_output=True, text=True, timeout=7200)
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def resume(paths: list[str], work: Path, parts: int) -> dict:
+    """Kill a build once half the rows are converted, then time the rerun that finishes it."""
+    from torch_drt import WriterConfig
+
+    quiet = WriterConfig(show_progress=False)
+    counts, stop = work / "counts", work / "stop"
+    counts.mkdir(parents=True)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            converted = sum(int(f.read_text() or 0) for f in counts.iterdir())
+            if converted >= len(paths) // 2:
+                stop.touch()
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    _, killed = torch_drt_build(paths, work, "resume", parts, ToInput(str(stop), str(counts)), writer_config=quiet,
+                                max_retries=0)
+    done.set()
+    watcher.join()
+    warm_workers()
+    published = sum(p.sample_count for p in killed.parts if p.status == "written")
+    seconds, report = torch_drt_build(paths, work, "resume", parts, ToInput(), writer_config=quiet)
+    assert report.ok, report.summary()
+    return {"rerun": seconds, "published_before": published / len(paths), "killed": not killed.ok}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parts", type=int, default=80, help="parts of the torch_drt build")
+    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--skip-peers", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench_build_"))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(BENCH.parent), os.environ.get("PYTHONPATH", "")])
+    import ray
+
+    try:
+        paths = make_images(work / "images", args.samples)
+        list_file = work / "inputs.txt"
+        list_file.write_text("\n".join(paths))
+        t0 = time.perf_counter()
+        ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        init_s = time.perf_counter() - t0
+        warm_workers()
+        from torch_drt import WriterConfig
+
+        times: dict[str, list] = {"torch_drt": [], **{p: [] for p in PEERS}}
+        for r in range(args.repeats):
+            seconds, report = torch_drt_build(paths, work, f"full{r}", args.parts, ToInput(),
+                                              writer_config=WriterConfig(show_progress=False))
+            assert report.ok, report.summary()
+            times["torch_drt"].append(seconds)
+            shutil.rmtree(work / f"full{r}")
+            for peer in () if args.skip_peers else PEERS:
+                times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
+        rerun = resume(paths, work / "resume_root", args.parts)
+    finally:
+        ray.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+    figures = summarize(times, args.samples, args.skip_peers)
+    full = figures["torch_drt"]["seconds"]
+    figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
+    figures.update(samples=args.samples, parts=args.parts, ray_init=init_s, repeats=args.repeats)
+    print_table(figures)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
+    out = {}
+    for name, runs in times.items():
+        errors = [x for x in runs if isinstance(x, str)]
+        if errors or not runs:
+            out[name] = {"error": errors[0] if errors else "skipped (--skip-peers)" if skipped else "no run"}
+        else:
+            seconds = statistics.median(runs)
+            out[name] = {"seconds": seconds, "rate": n / seconds}
+    return out
+
+
+def print_table(f: dict) -> None:
+    print(f"# build: {f['samples']} JPEGs -> 224 px JPEG + int label, {WORKERS} worker processes, median of "
+          f"{f['repeats']} (Ray cluster start {f['ray_init']:.1f} s, not timed; torch_drt in {f['parts']} parts)")
+    print(f"{'library':<22} {'seconds':>9} {'samples/s':>10} {'torch_drt ratio':>16}")
+    ours = f["torch_drt"]["rate"]
+    print(f"{'torch_drt (Ray)':<22} {f['torch_drt']['seconds']:>9.2f} {ours:>10,.0f}")
+    rates = []
+    for peer in PEERS:
+        if "error" in f[peer]:
+            print(f"{peer:<22} skipped: {f[peer]['error']}")
+        else:
+            rates.append(f[peer]["rate"])
+            print(f"{peer:<22} {f[peer]['seconds']:>9.2f} {f[peer]['rate']:>10,.0f} {ours / f[peer]['rate']:>15.2f}x")
+    if rates:
+        print(f"torch_drt / faster peer: {ours / max(rates):.2f}x (goal >= 1.5x)")
+    r = f["resume"]
+    print(f"resume: killed once half the rows were converted ({r['published_before']:.0%} of them in published "
+          f"parts); rerun {r['rerun']:.2f} s vs full build {r['full']:.2f} s = {r['ratio']:.2f} (goal <= 0.60)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

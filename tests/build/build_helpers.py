@@ -1,0 +1,91 @@
+"""Rows and row functions shared by the set-build tests (importable by Ray workers and spawned ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import torch_drt as drt
+from torch_drt.build import ColumnsToInput
+
+SEQ = drt.ReaderConfig(seed=0, shuffle=False)
+QUIET = drt.WriterConfig(show_progress=False)
+
+
+def row_payload(i: int) -> bytes:
+    return bytes([i % 251]) * (i % 5 + 1) + i.to_bytes(4, "little")
+
+
+def make_rows(n: int) -> list[dict]:
+    """``n`` rows with a payload column and label/tag metadata."""
+    return [{"data": row_payload(i), "label": i, "tag": f"t{i}"} for i in range(n)]
+
+
+class KillAt:
+    """Kill the process (SIGKILL) the first time it converts row ``row`` (a marker file remembers it)."""
+
+    def __init__(self, row: int, marker: str | Path) -> None:
+        self.row = row
+        self.marker = str(marker)
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        if row["label"] == self.row and not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return ColumnsToInput()(row)
+
+
+class BadAt:
+    """Raise ValueError at row ``row``."""
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        if row["label"] == self.row:
+            raise ValueError(f"undecodable row {self.row}")
+        return ColumnsToInput()(row)
+
+
+class DropRange:
+    """Leave out the rows in ``[start, stop)`` (returns None for them)."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+
+    def __call__(self, row: dict) -> drt.CacheInput | None:
+        return None if self.start <= row["label"] < self.stop else ColumnsToInput()(row)
+
+
+class ExtraKeyFrom:
+    """Rows from ``start`` on carry one more metadata key (another schema)."""
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        sample = ColumnsToInput()(row)
+        if row["label"] >= self.start:
+            return drt.CacheInput(sample.data, {**sample.metadata, "extra": 1.5})
+        return sample
+
+
+def read_all(path: Path) -> list[tuple]:
+    """Every sample of a cache or set, in order: (data, metadata, cache_id, sample_id)."""
+    dataset = drt.DatasetRuntime(1).cached_dataset([path], reader_config=SEQ)
+    return [(s.data, s.metadata, s.cache_id, s.sample_id) for s in dataset]
+
+
+def set_parts(path: Path) -> list[dict]:
+    """The part entries of a published set's manifest, without the parts' manifest checksums (each cache has a
+    random identity of its own, so two builds of the same samples differ there and only there)."""
+    parts = json.loads((Path(path) / "cacheset.json").read_text())["parts"]
+    return [{k: v for k, v in p.items() if k != "manifest_sha256"} for p in parts]
+
+
+def manifest_inodes(set_dir: Path) -> dict[str, int]:
+    """Part name -> inode of its manifest (unchanged when a rerun reuses the part)."""
+    manifests = [p / "manifest.json" for p in Path(set_dir).iterdir()]
+    return {m.parent.name: m.stat().st_ino for m in manifests if m.is_file()}

@@ -1,0 +1,28 @@
+"""torch_drt.publish: staging names are unambiguous, a live writer's staging survives, an abandoned one goes."""
+
+from __future__ import annotations
+
+from torch_drt.publish import StagingDir, publish_lock, remove_stale_staging, staging_name_of
+
+
+def test_staging_names_parse_to_exactly_their_target():
+    assert staging_name_of(".staging-123-0123456789ab-ds") == "ds"
+    assert staging_name_of(".staging-123-0123456789ab-ds-999999") == "ds-999999"
+    assert staging_name_of(".staging-ds-999999-123-0123456789ab") is None  # the old, ambiguous form
+    assert staging_name_of("ds") is None
+
+
+def test_live_staging_is_kept_and_abandoned_staging_is_removed(tmp_path):
+    live, other, abandoned = StagingDir(tmp_path, "ds"), StagingDir(tmp_path, "ds-999999"), StagingDir(tmp_path, "ds")
+    abandoned._release()  # its writer is gone: nobody holds its lock any more
+    with publish_lock(tmp_path, "ds"):
+        removed = remove_stale_staging(tmp_path, "ds")
+    assert removed == [abandoned.path]
+    assert live.path.is_dir() and other.path.is_dir() and not abandoned.path.exists()
+    (live.path / "x").write_text("x")
+    with publish_lock(tmp_path, "ds"):
+        assert live.publish() == tmp_path / "ds"
+    assert (tmp_path / "ds" / "x").read_text() == "x"
+    with other:
+        pass  # leaving without publishing discards it
+    assert not other.path.exists()

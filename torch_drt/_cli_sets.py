@@ -1,0 +1,105 @@
+"""The cache-set side of the ``torch-drt cache`` commands: build (also under torchrun), info, verify, ls."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from torch_drt.cache import CacheCorruptError, WriterConfig, is_cache_set, open_cache_set
+
+__all__ = ["build_set", "ls_line", "set_info", "under_torchrun", "verify_set"]
+
+
+def under_torchrun() -> bool:
+    """True when torchrun (or another launcher of several ranks) started this process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+
+
+def _join_ranks() -> bool:
+    """Join the launcher's process group (gloo) unless one is initialized; True when this call joined it."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() or not under_torchrun():
+        return False
+    dist.init_process_group("gloo")
+    return True
+
+
+def build_set(source: Any, root: str, name: str, parts: int | None, config: WriterConfig) -> int:
+    """Build set ``root/name`` from a random-access source, split into ``parts`` (default: one per rank)."""
+    import torch.distributed as dist
+
+    from torch_drt.build import build_cache_set, split_rows
+
+    joined = _join_ranks()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    try:
+        try:
+            inputs = split_rows(source, num_parts=parts or world)
+            report = build_cache_set(inputs, root, name, writer_config=config)
+        except (TypeError, ValueError, FileExistsError) as e:
+            if rank == 0:
+                print(f"error: {e}", file=sys.stderr)
+            return 2
+        if rank == 0:
+            print(report.summary())
+            for failure in report.failures:
+                print(f"  {failure}", file=sys.stderr)
+        return 0 if report.ok else 1
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+def set_info(path: str, as_json: bool) -> int:
+    """Print a set's summary: parts, samples, schema (and the manifest with ``as_json``)."""
+    try:
+        cache_set, layouts = open_cache_set(path)
+    except CacheCorruptError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    size = sum(s for layout in layouts for _, s in layout.shards)
+    print(f"path:        {cache_set.path}")
+    print(f"format:      cache set of {len(cache_set.parts)} parts")
+    print(f"set:         {cache_set.name}")
+    print(f"samples:     {cache_set.sample_count}")
+    print(f"shards:      {sum(len(layout.shards) for layout in layouts)}, {size:,} bytes")
+    print("schema:      " + ", ".join(f"{n}: {k}" for n, k in cache_set.schema))
+    for part in cache_set.parts:
+        print(f"  {part.location:<40} {part.sample_count:>10} samples  cache_id {part.cache_id}")
+    if as_json:
+        print(json.dumps(json.loads((cache_set.path / "cacheset.json").read_text()), indent=2))
+    return 0
+
+
+def verify_set(path: str) -> int:
+    """Verify a set and every checksum of its parts; print ``ok`` or ``CORRUPT`` and return 0 or 1."""
+    try:
+        cache_set, layouts = open_cache_set(path, verify=True)
+    except CacheCorruptError as e:
+        print(f"CORRUPT {e.path}: {e.reason}")
+        return 1
+    files = sum(len(layout.checksums) for layout in layouts)
+    print(f"ok      {cache_set.path} (set of {len(layouts)} parts, {files} files verified)")
+    return 0
+
+
+def ls_line(entry: Path) -> str | None:
+    """The ``ls`` line of a set or of an unfinished set build; None for anything else."""
+    from torch_drt.build.lifecycle import read_journal
+
+    if is_cache_set(entry):
+        try:
+            cache_set, layouts = open_cache_set(entry)
+        except CacheCorruptError as e:
+            return f"{entry.name:<30} invalid set: {e.reason}"
+        size = sum(s for layout in layouts for _, s in layout.shards)
+        return f"{entry.name:<30} {cache_set.sample_count:>10} samples  {size:>14,} bytes  set of {len(layouts)} parts"
+    if (journal := read_journal(entry)) is None:
+        return None
+    planned = journal.get("parts") or []
+    published = sum((entry / str(p.get("name")) / "manifest.json").is_file() for p in planned if isinstance(p, dict))
+    return f"{entry.name:<30} unfinished set build: {published} of {len(planned)} parts published"

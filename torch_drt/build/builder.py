@@ -1,0 +1,73 @@
+"""``build_cache_set``: build a set from sources or row ranges, in this process or across torchrun ranks."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_drt.build.lifecycle import finish_build, start_build
+from torch_drt.build.part import write_part
+from torch_drt.build.plan import plan_parts
+from torch_drt.build.progress import BuildProgress
+from torch_drt.build.report import BuildReport
+from torch_drt.cache import WriterConfig
+
+__all__ = ["build_cache_set"]
+
+
+def build_cache_set(
+    inputs: Sequence[Any],
+    root: str | Path,
+    name: str,
+    *,
+    writer_config: WriterConfig | None = None,
+    exist_ok: bool = False,
+) -> BuildReport:
+    """Build the cache set ``root/name``, one part per input, and publish it once every part is written.
+
+    In a torchrun job (``torch.distributed`` initialized with several ranks) every rank calls this with the same
+    inputs: the parts left to write are dealt to the ranks in turn, rank 0 shows one progress bar for the whole
+    build and publishes the set after all ranks finished, and every rank returns the same report. Otherwise the
+    parts are written one after another in this process.
+
+    A rerun of a build that failed (a bad row, a killed rank) reuses every part already published and writes the
+    others; it must plan the same parts (same inputs, same split).
+
+    Args:
+        inputs: the parts' inputs: ``RowRange`` objects (see ``split_rows``) or cache sources (objects with
+            ``name`` and ``__iter__`` yielding ``CacheInput``), one part each.
+        root: the directory that holds the set (``root/name``); shared by every node of a multi-node job.
+        name: the set's name; part ``k`` is the cache ``root/name/name-0000k``.
+        writer_config: the parts' writer settings; ``show_progress`` governs the build's one bar.
+        exist_ok: when the set is already published, return its report instead of raising (the plan must
+            match the one it was built with).
+
+    Returns:
+        A ``BuildReport``: the set's path when published, each part's outcome (failures name the input row).
+
+    Raises:
+        FileExistsError: when the set is already published and not ``exist_ok`` (it is never overwritten).
+        ValueError: for an invalid name or split, when an earlier unfinished run planned other parts, or when
+            ranks pass different inputs.
+    """
+    config = writer_config or WriterConfig()
+    plan = plan_parts(name, inputs)
+    if "torch.distributed" in sys.modules:  # else no process group can be initialized (and torch stays unloaded)
+        from torch_drt.build._distributed import Ranks, build_on_ranks
+
+        ranks = Ranks.current()
+        if ranks is not None:
+            try:
+                return build_on_ranks(ranks, plan, root, name, config, exist_ok)
+            finally:
+                ranks.close()
+    start = start_build(root, name, plan, exist_ok=exist_ok, verify=config.validate_cache)
+    if start.complete is not None:
+        return start.complete
+    known = [p.rows for p in plan]
+    with BuildProgress(name, None if None in known else sum(known), enabled=config.show_progress) as bar:
+        bar.add(sum(plan[i].rows or 0 for i in start.done))
+        written = [write_part(p, start.set_dir, config, bar.add) for p in plan if p.index not in start.done]
+    return finish_build(start, name, [*start.done.values(), *written])

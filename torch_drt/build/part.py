@@ -1,0 +1,142 @@
+"""Writing one part: what every engine (this process, a torchrun rank, a Ray task) runs for each part.
+
+The part goes through the cache writer (``write_source``), so it is published by one atomic rename or not at
+all: a task killed mid-write leaves only a staging directory, which never loads and which the next writer of that
+part removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from torch_drt.build.plan import PartPlan
+from torch_drt.build.report import PartOutcome
+from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, WriterConfig, open_cache
+from torch_drt.cache.writer import write_source
+
+__all__ = ["PROGRESS_EVERY", "published_part", "write_part"]
+
+PROGRESS_EVERY = 64  # rows between two progress reports of a part
+_END = object()
+
+
+def published_part(part: PartPlan, parts_root: Path, *, verify: bool = False) -> PartOutcome | None:
+    """The ``"reused"`` outcome of ``part`` when a complete cache of it is already published, else None."""
+    path = parts_root / part.name
+    if not path.is_dir():
+        return None
+    try:
+        layout = open_cache(path, verify=verify)
+    except CacheCorruptError:
+        return None  # the writer moves it aside and writes the part again
+    return PartOutcome(part.index, part.name, "reused", path, layout.sample_count)
+
+
+class _TrackedRows:
+    """The part's samples as the writer pulls them, remembering the input row of each (for error reports)."""
+
+    def __init__(self, part: PartPlan, progress: Callable[[int], None] | None) -> None:
+        self.name = part.name
+        self._rows = iter(part.input)
+        self._convert = part.convert
+        self._progress = progress
+        self._unreported = 0
+        self.pulled = 0  # input rows taken so far
+        self.samples = 0  # samples handed to the writer
+        self.error_row: int | None = None  # the row at which the input or the conversion raised
+        self.last_row: int | None = None  # the row of the last sample handed to the writer
+        self.exhausted = False
+        self._first: Any = _END
+
+    def _next_sample(self) -> Any:
+        while True:
+            row_index = self.pulled
+            try:
+                row = next(self._rows)
+            except StopIteration:
+                self.exhausted = True
+                return _END
+            except Exception:
+                self.error_row = row_index
+                raise
+            self.pulled += 1
+            self._tick()
+            try:
+                sample = self._convert(row)
+            except Exception:
+                self.error_row = row_index
+                raise
+            if sample is not None:
+                self.last_row = row_index
+                self.samples += 1
+                return sample
+
+    def _tick(self) -> None:
+        self._unreported += 1
+        if self._progress is not None and self._unreported >= PROGRESS_EVERY:
+            self.flush_progress()
+
+    def flush_progress(self) -> None:
+        """Report the rows not reported yet."""
+        if self._progress is not None and self._unreported:
+            self._progress(self._unreported)
+        self._unreported = 0
+
+    def peek(self) -> bool:
+        """Take the first sample ahead; False when the part has none."""
+        self._first = self._next_sample()
+        return self._first is not _END
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._first is not _END:
+            first, self._first = self._first, _END
+            yield first
+        while (sample := self._next_sample()) is not _END:
+            yield sample
+
+    def failed_row(self) -> int | None:
+        """The input row (within the part) a failure comes from, or None when it is not a row's fault."""
+        if self.error_row is not None:
+            return self.error_row
+        return None if self.exhausted else self.last_row
+
+
+def write_part(
+    part: PartPlan, parts_root: str | Path, config: WriterConfig, progress: Callable[[int], None] | None = None
+) -> PartOutcome:
+    """Write ``part`` to ``parts_root/<part.name>`` unless it is already published there; never raises.
+
+    Args:
+        part: the part, with its input.
+        parts_root: the set directory.
+        config: writer settings (its progress bar is never shown: the driver shows one for the whole build).
+        progress: called with the number of input rows done since its last call.
+
+    Returns:
+        ``"reused"``, ``"written"``, ``"empty"`` (no sample: nothing written) or ``"failed"`` naming the input
+        row at fault when there is one (its position in the whole input).
+    """
+    parts_root = Path(parts_root)
+    if (done := published_part(part, parts_root, verify=config.validate_cache)) is not None:
+        if progress is not None and part.rows:
+            progress(part.rows)
+        return done
+    rows = _TrackedRows(part, progress)
+    try:
+        if not rows.peek():
+            return PartOutcome(part.index, part.name, "empty")
+        result = write_source(rows, parts_root, dataclasses.replace(config, show_progress=False), mode="reuse")
+        message = "" if isinstance(result, CacheWriteSuccess) else result.message
+    except Exception as e:  # the first row failed while peeking
+        message = f"{type(e).__name__}: {e}"
+    finally:
+        rows.flush_progress()
+    if not message:
+        return PartOutcome(part.index, part.name, "written", parts_root / part.name, rows.samples)
+    row = rows.failed_row()
+    return PartOutcome(
+        part.index, part.name, "failed", row=None if row is None else part.first_row + row, message=message
+    )

@@ -1,0 +1,135 @@
+"""Where the bytes of a cache come from: one small base class; each backend is one module beside it.
+
+A backend answers for one cache location. The read path asks it for three things only: the size of a file,
+a small file read whole (manifest, index, metadata), and an opened file (a shard or the index) from which byte
+ranges are gathered. Everything above it (validation, checksums, decompression, samples) is shared, so a new
+place to keep caches (object storage, say) is one new module here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+from torch_drt.cache.errors import CacheCorruptError
+
+__all__ = ["CacheBackend", "MissingFile", "StoredFile"]
+
+
+class MissingFile(CacheCorruptError):
+    """A file the cache needs is not there (backends raise it so that callers can say which file it is)."""
+
+
+class StoredFile(ABC):
+    """One opened file of a cache, read by byte ranges.
+
+    Attributes:
+        where: the file's location, for error messages.
+        size: its size in bytes when it was opened.
+    """
+
+    def __init__(self, where: Path | str, size: int) -> None:
+        self.where = where
+        self.size = size
+
+    @abstractmethod
+    def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Return the bytes ``[starts[i], ends[i])`` for each ``i``; every range lies inside ``[0, size]``."""
+
+    def view(self) -> memoryview | None:
+        """The whole file as a read-only buffer, or None when the backend reads by ranges only."""
+        return None
+
+    @abstractmethod
+    def check(self) -> None:
+        """Raise ``CacheCorruptError`` when the file no longer has the size it was opened with."""
+
+    def close(self) -> None:  # noqa: B027 - optional for backends that hold nothing
+        """Release what the file holds."""
+
+
+class CacheBackend(ABC):
+    """The files of one cache, addressed by paths relative to it (``"manifest.json"``, ``"shards/000000.bin"``).
+
+    Args:
+        location: the cache's location (a directory path for the local backend).
+    """
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def __reduce__(self):  # a backend travels as its location and is reopened on the other side
+        return (type(self), (self.location,))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.location!r})"
+
+    @abstractmethod
+    def where(self, rel: str = "") -> Path | str:
+        """The location of ``rel`` (or of the cache itself), as errors name it."""
+
+    @abstractmethod
+    def check_root(self) -> None:
+        """Raise ``FileNotFoundError`` when nothing is at the location, ``CacheCorruptError`` when it is no cache
+        directory."""
+
+    @abstractmethod
+    def size(self, rel: str) -> int:
+        """The size of a regular file.
+
+        Raises:
+            MissingFile: when it is missing.
+            CacheCorruptError: when it is not a regular file, or cannot be read.
+        """
+
+    @abstractmethod
+    def read(self, rel: str, limit: int) -> bytes:
+        """Read a whole regular file of at most ``limit`` bytes.
+
+        Raises:
+            MissingFile: when it is missing.
+            CacheCorruptError: when it is not a regular file (a FIFO, a device), larger than ``limit``, or
+                cannot be read.
+        """
+
+    @abstractmethod
+    def open(self, rel: str, size: int) -> StoredFile:
+        """Open a regular file that must be ``size`` bytes, for range reads.
+
+        Raises:
+            MissingFile: when it is missing.
+            CacheCorruptError: when it is not a regular file, or of another size.
+        """
+
+    def sha256(self, rel: str) -> str:
+        """The hex SHA-256 of a whole file, read in chunks (the strong check of ``validate_cache=True``)."""
+        import hashlib
+
+        size = self.size(rel)
+        file = self.open(rel, size)
+        h, chunk = hashlib.sha256(), 1 << 22
+        try:
+            for start in range(0, size, chunk):
+                h.update(file.gather([start], [min(start + chunk, size)])[0])
+        finally:
+            file.close()
+        return h.hexdigest()
+
+    def gather(
+        self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
+    ) -> list[bytes]:
+        """Bytes ``[starts[i], ends[i])`` of ``files[numbers[i]]`` for each ``i``, in order, one gather per file.
+
+        Each file read from is checked first (``StoredFile.check``).
+        """
+        groups: dict[int, list[int]] = {}
+        for i, number in enumerate(numbers):
+            groups.setdefault(number, []).append(i)
+        out: list[bytes] = [b""] * len(numbers)
+        for number, rows in groups.items():
+            file = files[number]
+            file.check()
+            for i, data in zip(rows, file.gather([starts[i] for i in rows], [ends[i] for i in rows])):
+                out[i] = data
+        return out

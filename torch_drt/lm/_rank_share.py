@@ -1,0 +1,138 @@
+"""RankShareNode: a rank's share of a global stream of packed sequences, by the global-batch/stride rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torchdata.nodes import BaseNode
+
+from torch_drt.lm.packed import PackedSequence
+
+__all__ = ["RankShareNode", "resolve_topology"]
+
+
+def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``(rank, world_size)``: as given, else torch.distributed's when initialised, else ``(0, 1)``."""
+    import torch.distributed as dist
+
+    live = dist.is_available() and dist.is_initialized()
+    rank = (dist.get_rank() if live else 0) if rank is None else rank
+    world_size = (dist.get_world_size() if live else 1) if world_size is None else world_size
+    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
+        raise ValueError(f"rank={rank!r} must be an int in [0, world_size={world_size!r})")
+    return rank, world_size
+
+
+class RankShareNode(BaseNode[PackedSequence]):
+    """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global sequence stream.
+
+    The global stream is the subclass's: ``_take()`` returns its next sequence, ``_skip()`` plans it without
+    reading tokens; both raise ``StopIteration`` at the end of the epoch. Each ``next()`` handles one group of
+    ``world_size`` positions: it takes this rank's and skips the others, so after k items every rank's state is
+    the global stream at position k * world_size, whatever the rank. That is why a checkpoint of any rank
+    resumes any other topology. ``reset(None)`` starts the next epoch once the current one has begun (an item
+    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of
+    the stream, the rest of the last group is padding (``PackedSequence.padding``), so every rank gets the same
+    number of items.
+
+    Args:
+        sequence_length: ``L``.
+        pad_id: the token id of padding.
+        rank: this rank (default: torch.distributed's, else 0).
+        world_size: number of ranks (default: torch.distributed's, else 1).
+    """
+
+    EPOCH_KEY = "epoch"
+    POSITION_KEY = "position"
+    ENDED_KEY = "ended"
+    STARTED_KEY = "started"
+    STREAM_KEY = "stream"
+
+    def __init__(self, sequence_length: int, pad_id: int, rank: int | None, world_size: int | None) -> None:
+        super().__init__()
+        self.rank, self.world_size = resolve_topology(rank, world_size)
+        self.sequence_length, self.pad_id = sequence_length, pad_id
+        self._epoch, self._position, self._ended = 0, 0, False
+        self._started = False
+        self._failed: str | None = None
+
+    dtype: np.dtype
+
+    def _restart(self, epoch: int, state: dict[str, Any] | None) -> None:
+        """Begin the global stream of ``epoch``, at its start or at ``state`` (from ``_stream_state()``)."""
+        raise NotImplementedError
+
+    def _stream_state(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _take(self) -> PackedSequence:
+        raise NotImplementedError
+
+    def _skip(self) -> int:
+        raise NotImplementedError
+
+    def take(self) -> PackedSequence:
+        """The next sequence of the global stream, read (for a parent node; ``next()`` is for consumers).
+
+        Raises:
+            StopIteration: at the end of the epoch.
+        """
+        self._started = True
+        return self._take()
+
+    def skip(self) -> int:
+        """Pass over the next sequence of the global stream without reading it; return its token count.
+
+        Raises:
+            StopIteration: at the end of the epoch.
+        """
+        self._started = True
+        return self._skip()
+
+    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
+        super().reset(initial_state)
+        if initial_state is None:  # a new epoch, unless the current one has not begun
+            self._epoch += 1 if self._started else 0
+            self._position, self._ended, self._started = 0, False, False
+            self._restart(self._epoch, None)
+        else:
+            self._epoch = int(initial_state[self.EPOCH_KEY])
+            self._position = int(initial_state[self.POSITION_KEY])
+            self._ended = bool(initial_state[self.ENDED_KEY])
+            self._started = bool(initial_state[self.STARTED_KEY])
+            self._restart(self._epoch, initial_state[self.STREAM_KEY])
+        self._failed = None
+
+    def next(self) -> PackedSequence:
+        if self._failed:
+            raise RuntimeError(f"{self._failed}; reset this node from a checkpoint to go on")
+        self._started = True
+        if self._ended:
+            raise StopIteration
+        mine = None
+        for i in range(self.world_size):
+            try:
+                if i == self.rank:
+                    mine = self._take()
+                else:
+                    self._skip()
+            except StopIteration:
+                self._ended = True
+                if i == 0:
+                    raise
+                break
+            except Exception as e:
+                self._failed = f"the stream stopped at position {self._position + i}: {type(e).__name__}"
+                raise
+        self._position += self.world_size
+        return mine if mine is not None else PackedSequence.padding(self.sequence_length, self.pad_id, self.dtype)
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            self.EPOCH_KEY: self._epoch,
+            self.POSITION_KEY: self._position,
+            self.ENDED_KEY: self._ended,
+            self.STARTED_KEY: self._started,
+            self.STREAM_KEY: self._stream_state(),
+        }
