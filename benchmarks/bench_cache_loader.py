@@ -170,9 +170,9 @@ def memory(work: Path, payloads: list[bytes]) -> dict[str, object]:
     it = iter(loader)
     for _ in range(100):
         next(it)
-    snapshot = loader.dataset.snapshot_path
+    snapshot = loader.snapshot_path
     size = os.path.getsize(snapshot)
-    workers = [w.pid for w in it._workers]
+    workers = loader.worker_pids()
     figures = {"snapshot_bytes": size, "workers": []}
     for pid in workers:
         s = smaps(pid)

@@ -53,8 +53,31 @@ def cache_budget(rank: int, world_size: int, port: int, out: str, cache: str, dr
         sizes = list(loader)
         gathered = [None] * world_size
         warned = [str(w.message) for w in caught if "samples_per_epoch adjusted" in str(w.message)]
-        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.dataset.seed})
+        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.seed})
         if rank == 0:
             Path(out).write_text(json.dumps(gathered))
     finally:
         dist.destroy_process_group()
+
+
+def cache_cover(rank: int, world_size: int, port: int, out: str, cache: str, workers: int) -> None:
+    """Each rank reads one sequential pass of the cache loader and reports the sample ids it saw."""
+    import torch_drt as drt
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        dataset = drt.DatasetRuntime(1).cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0))
+        loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=64,
+                                             shuffle=False, num_workers=workers, multiprocessing_context="fork")
+        seen = [x for batch in loader for x in batch]
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, seen)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()
+
+
+def sample_id(sample) -> int:
+    return sample.sample_id

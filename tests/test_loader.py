@@ -72,7 +72,8 @@ def test_padding_gives_equal_steps_and_empty_collate():
     assert [len(g) for g in got] == [2, 2, 2, 2]
     assert sorted(x for g in got for b in g for x in b) == R(10)
     assert [] in seen
-    assert StatefulDataLoader(R(3), batch_size=2)  # default collate handles a short last batch
+    short = [b.tolist() for b in StatefulDataLoader(R(3), batch_size=2)]  # default collate, short last batch
+    assert short == [[0, 1], [2]]
 
 
 def test_default_collate_of_empty_batch_is_an_empty_list():
@@ -233,15 +234,18 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
     loader.close()
 
 
-def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing():
+@pytest.mark.parametrize("workers", [0, 1])  # 0: the batch loads in the calling thread, which Ctrl-C interrupts
+def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing(workers):
     ds = Gate(10, open_from=2)
-    loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=workers, collate_fn=list)
     it = iter(loader)
     assert next(it) == [0, 1]
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt):
         next(it)
+    timer.join()
+    assert loader.state_dict()["observation_offset"] == 2
     ds.event.set()
     assert next(it) == [2, 3]
     assert loader.state_dict()["observation_offset"] == 4
@@ -310,7 +314,10 @@ def test_settings_mismatch_warns_and_random_seed_adopts_the_checkpoint():
     ({"batch_size": 0}, ValueError, "batch_size=0 must be an int > 0"),
     ({"prefetch_depth": 0}, ValueError, "prefetch_depth=0 must be"),
     ({"item_concurrency": 0}, ValueError, "item_concurrency=0 must be"),
-    ({"seed": 3}, ValueError, "seed=3 is only allowed with shuffle=True"),
+    ({"seed": -3}, ValueError, r"seed=-3 must be an int in \[0, 2\*\*64\)"),
+    ({"seed": True}, ValueError, "seed=True must be an int"),
+    ({"num_workers": 1 << 32}, ValueError, r"num_workers=4294967296 must be an int in \[0, 1024\]"),
+    ({"timeout": float("nan")}, ValueError, "timeout=nan must be a finite number"),
     ({"shuffle": True, "sampler": [0, 1]}, ValueError, "shuffle=True cannot be combined with a sampler"),
     ({"rank": 2, "world_size": 2}, ValueError, r"rank=2 must be in \[0, world_size=2\)"),
     ({"batch_size": 4, "world_size": 2, "rank": 0, "drop_last": True}, ValueError, "fewer than one global batch"),
@@ -329,7 +336,7 @@ def test_sampler_is_read_each_epoch_and_validated():
     loader = StatefulDataLoader(R(10), batch_size=2, sampler=[9, 0, 3], collate_fn=list)
     assert batches(loader) == [[9, 0], [3]] and len(loader) == 2
     with pytest.raises(ValueError, match="sampler item 1 is 10"):
-        iter(StatefulDataLoader(R(10), sampler=[1, 10]))
+        next(iter(StatefulDataLoader(R(10), sampler=[1, 10])))  # read lazily
     with pytest.raises(TypeError, match="sampler must be an iterable"):
         StatefulDataLoader(R(10), sampler=5)
 
@@ -344,10 +351,18 @@ def test_pin_memory_on_cpu_is_a_documented_no_op():
 
 
 def test_workers_persist_across_epochs():
-    names = []
-    loader = StatefulDataLoader(R(4), batch_size=2, num_workers=2, collate_fn=list,
-                                transform=lambda i, x: names.append(threading.current_thread().name) or x)
+    seen: list[list[threading.Thread]] = [[], []]
+    epoch = [0]
+
+    def record(i, x):
+        seen[epoch[0]].append(threading.current_thread())  # the thread objects themselves: names repeat per pool
+        time.sleep(0.002)  # slow enough to stay on the workers (cheap batches are mapped inline)
+        return x
+
+    loader = StatefulDataLoader(R(40), batch_size=2, num_workers=2, collate_fn=list, transform=record)
     batches(loader)
+    epoch[0] = 1
     batches(loader)
-    assert set(names) <= {n for n in names if n.startswith("torch_drt-worker")}
-    assert len(set(names)) <= 2
+    workers = [{t for t in threads if t is not threading.main_thread()} for threads in seen]
+    assert workers[0] and workers[1]
+    assert len(workers[0] | workers[1]) <= 2  # the same two threads served both epochs

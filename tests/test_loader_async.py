@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -46,14 +45,11 @@ class Slow:
 def test_async_items_in_flight_and_one_loop_across_epochs():
     ds = Slow(64)
     loader = StatefulDataLoader(ds, batch_size=16, num_workers=2, item_concurrency=8, collate_fn=list)
-    t0 = time.perf_counter()
     first = [x for b in loader for x in b]
-    elapsed = time.perf_counter() - t0
     second = [x for b in loader for x in b]
     assert first == second == list(range(64))
     assert ds.peak > 8  # two batches of up to 8 items each were in flight together
     assert len(ds.loops) == 1  # the same loop served both epochs
-    assert elapsed < 64 * ds.delay  # concurrency, not one item after another
     loader.close()
     assert ds.closed == 1
     loader.close()

@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling import derive_key
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,11 +41,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ITEM_DOMAIN",
+    "BatchSlot",
     "batch_scope",
+    "batch_slot",
+    "enter_batch",
+    "exit_batch",
     "item_generator",
     "item_numpy_generator",
     "item_scope",
     "item_seed",
+    "map_items",
 ]
 
 ITEM_DOMAIN = 0x17E4  # separates item streams from the shuffle permutation's keys of the same seed
@@ -93,8 +98,69 @@ class _Batch:
         return gen
 
 
-_batch: contextvars.ContextVar[_Batch | None] = contextvars.ContextVar("torch_drt_batch", default=None)
+_batch: contextvars.ContextVar[Any] = contextvars.ContextVar("torch_drt_batch", default=None)
 _item: contextvars.ContextVar[int | None] = contextvars.ContextVar("torch_drt_item", default=None)
+
+
+class BatchSlot:
+    """A loader thread's batch slot: ``slot.batch = [seed, epoch, indices, positions]`` opens the batch's scope and
+    ``slot.batch = None`` closes it, with no context-variable write per batch (see ``batch_slot``)."""
+
+    __slots__ = ("batch",)
+
+    def __init__(self) -> None:
+        self.batch: list | None = None
+
+
+def batch_slot() -> BatchSlot | None:
+    """This context's batch slot, made on first use (once per thread); None inside a ``batch_scope``, where a loader
+    uses ``enter_batch`` instead."""
+    value = _batch.get()
+    if type(value) is BatchSlot:
+        return value
+    if value is not None:
+        return None
+    slot = BatchSlot()
+    _batch.set(slot)
+    return slot
+
+
+def _current() -> _Batch | None:
+    batch = _batch.get()
+    if type(batch) is BatchSlot:
+        batch = batch.batch
+    if type(batch) is list:  # entered by enter_batch: set up on first use, then kept for the batch
+        if len(batch) == 4:
+            batch.append(_Batch(*batch))
+        return batch[4]
+    return batch
+
+
+def enter_batch(seed: int, epoch: int, indices: Sequence[int], positions: Sequence[int]) -> contextvars.Token:
+    """``batch_scope``'s entry for a loader's hot path: one context-variable write, the generators set up lazily.
+
+    Pair it with ``exit_batch(token)`` in a ``finally``.
+    """
+    return _batch.set([seed, epoch, indices, positions])
+
+
+def exit_batch(token: contextvars.Token) -> None:
+    """Leave the batch scope ``enter_batch`` opened."""
+    _batch.reset(token)
+
+
+def map_items(
+    fn: Callable[[int, Any], Any], indices: Sequence[int], items: Sequence[Any], positions: Sequence[int]
+) -> list:
+    """``[fn(index, item) ...]``, each call in its item's scope (``item_scope``'s hot path for loaders)."""
+    out = []
+    for index, item, position in zip(indices, items, positions):
+        token = _item.set(position)
+        try:
+            out.append(fn(index, item))
+        finally:
+            _item.reset(token)
+    return out
 
 
 @contextlib.contextmanager
@@ -118,7 +184,7 @@ def item_scope(*, position: int, seed: int | None = None, epoch: int | None = No
     augmentation), both must be given.
     """
     batch_token = None
-    if _batch.get() is None:
+    if _current() is None:
         if seed is None or epoch is None:
             raise ValueError("item_scope outside a loader batch needs seed= and epoch=")
         batch_token = _batch.set(_Batch(seed, epoch, (), ()))
@@ -141,7 +207,7 @@ def item_generator(index: int | None = None) -> torch.Generator:
         RuntimeError: inside a batch without an item scope and without ``index`` (pass the index).
         LookupError: for an ``index`` that is not in the batch being loaded.
     """
-    batch = _batch.get()
+    batch = _current()
     if batch is None:
         import torch
 

@@ -1,33 +1,37 @@
-"""One consumer of the cache loader: rebuilt from paths in each loading process, streams whole batches.
+"""The cache loader's fetch stage: a consumer's stream batch -> active-table rows -> samples -> transform -> collate.
 
-A consumer is a (rank, loading worker) pair. It maps the loader's exported metadata snapshot (one immutable
-Arrow file) and the caches' index files read-only, so several processes share those pages; what it allocates
-privately is its stream position, the rows of the batch in hand, and (split + shuffle only) the cumulative
-weights of its own span.
+It runs in the loading processes (or inline), rebuilt there from paths and settings: it maps the loader's
+exported metadata snapshot (one immutable Arrow file) and the caches' files read-only, so processes share those
+pages. What it allocates privately: the rows and payloads of the batch in hand, the batch it builds, and for
+split partitions with shuffle the population rows and weights of the consumers it serves (16 bytes per row of
+their spans).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
-from torch.utils.data import IterableDataset, get_worker_info
 
-from torch_drt.cache._transport import RingWriter
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
-from torch_drt.sampling.budget import row_span
+from torch_drt.loader.iterator import Fetched
+from torch_drt.nodes.stream_plan import StreamBatch
+from torch_drt.nodes.thread_pool import ThreadPool
+from torch_drt.random import enter_batch, exit_batch, map_items
+from torch_drt.sampling.budget import ConsumerPlan
+from torch_drt.sampling.permutation import KeyedPermutation
 from torch_drt.sampling.weighted import WeightedDraws
 
-__all__ = ["CacheBatches", "export_snapshot"]
+__all__ = ["RowFetcher", "export_snapshot"]
 
 CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT = "__cache_pos", "__sample_id", "__cache_id", "__cum_weight"
+_IDENTITY = 4  # the snapshot's leading columns; the metadata columns follow
 
 
 def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
@@ -54,69 +58,60 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).chunk(0).to_numpy(zero_copy_only=True)
 
 
-class CacheBatches(IterableDataset):
-    """The loader's iterable: yields this consumer's collated batches, pass after pass.
+class _OneArg:
+    """``sample_transform_fn(sample)`` as ``transform(row, sample)``."""
 
-    Its state (``position`` in its stream, batches done in the current pass) resumes a pass exactly through
-    ``torchdata``'s ``StatefulDataLoader``. A fresh copy (no persistent workers) starts its stream again.
+    def __init__(self, fn: Callable[[CachedSample], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, row: int, sample: CachedSample) -> Any:
+        return self.fn(sample)
+
+
+class RowFetcher:
+    """Loads ``StreamBatch``es of this rank's consumers (picklable: it opens its files in each process).
+
+    Consumer ``w`` (stream id ``rank * consumers + w``) reads stream positions ``s`` as rows: sequential, the
+    cyclic span ``(offset + s mod population) mod rows``; shuffled, draws by weight with replacement from
+    ``WeightedDraws(weights, seed, stream=id)`` over the whole table (replicate) or over its span of a keyed
+    permutation of the rows (split).
+
+    Args:
+        cache_paths: the caches, in cache-position order.
+        snapshot_path: the exported metadata snapshot.
+        plans: this rank's consumer plans.
+        shuffle: weighted draws instead of the sequential walk.
+        seed: the sampling seed (and the items' random generators' seed).
+        partition: ``"split"`` or ``"replicate"``.
+        transform: ``sample_transform_fn(sample) -> item`` or None.
+        collate_fn: ``collate_fn(items) -> batch``.
+        native_num_workers: reader threads per process.
+        pin: pin batches (when loading inline; process workers pin when unpacking).
     """
-
-    POSITION_KEY = "position"
-    DONE_KEY = "batches_done"
 
     def __init__(
         self,
         cache_paths: list[str],
         snapshot_path: str,
         *,
-        plans: list[list[int]],
-        rank: int,
-        world_size: int,
-        workers: int,
+        plans: tuple[ConsumerPlan, ...],
         shuffle: bool,
         seed: int,
         partition: str,
         transform: Callable[[CachedSample], Any] | None,
         collate_fn: Callable[[list[Any]], Any],
-        native_num_workers: int,
-        transport_slots: int = 0,
+        native_num_workers: int = 1,
+        pin: bool = False,
     ) -> None:
-        self.transport_slots = transport_slots
-        self.cache_paths = cache_paths
-        self.snapshot_path = snapshot_path
-        self.plans = plans
-        self.rank, self.world_size, self.workers = rank, world_size, workers
+        self.cache_paths, self.snapshot_path, self.plans = cache_paths, snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
-        self.transform, self.collate_fn = transform, collate_fn
-        self.native_num_workers = native_num_workers
-        self._position = 0
-        self._done = 0
-        self._resume = False
+        self.transform = None if transform is None else _OneArg(transform)
+        self.collate_fn, self.native_num_workers, self.pin = collate_fn, native_num_workers, pin
         self._opened_in: int | None = None
 
-    def __len__(self) -> int:
-        return sum(len(p) for p in self.plans)
-
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for key in (
-            "_reader",
-            "_table",
-            "_rows",
-            "_draws",
-            "_pool",
-            "_cache_pos",
-            "_sample_ids",
-            "_cache_ids",
-            "_ring",
-        ):
-            state.pop(key, None)
-        state["_opened_in"] = None
-        return state
-
-    def _worker(self) -> int:
-        info = get_worker_info()
-        return 0 if info is None else info.id
+        keep = ("cache_paths", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn")
+        return {k: self.__dict__[k] for k in (*keep, "native_num_workers", "pin")} | {"_opened_in": None}
 
     def _open(self) -> None:
         """Map the snapshot and the caches in this process (once per process)."""
@@ -124,74 +119,69 @@ class CacheBatches(IterableDataset):
             return
         self._reader = CacheReader.open(self.cache_paths)
         self._table = ipc.open_file(pa.memory_map(self.snapshot_path, "r")).read_all()
+        self._meta = self._table.select(self._table.column_names[_IDENTITY:])
         self._cache_pos = _column(self._table, CACHE_POS)
         self._sample_ids = _column(self._table, SAMPLE_ID)
         self._cache_ids = _column(self._table, CACHE_ID)
-        consumer = self.rank * self.workers + self._worker()
-        n = self._table.num_rows
-        if self.partition == "split":
-            span = row_span(n, parts=self.world_size * self.workers, part=consumer)
-            self._rows = np.arange(span.offset, span.offset + span.length, dtype=np.int64)
-        else:
-            self._rows = None  # the whole table, no private copy
-        if self.shuffle:
-            cum = _column(self._table, CUM_WEIGHT)
-            if self._rows is not None and len(self._rows):
-                a, b = int(self._rows[0]), int(self._rows[-1]) + 1
-                weights = np.diff(cum[a:b], prepend=cum[a - 1] if a else 0.0)  # the span's own weights
-                self._draws = WeightedDraws(weights, self.seed, stream=consumer)
-            else:
-                self._draws = WeightedDraws.from_cumulative(cum, self.seed, stream=consumer)
-        self._pool = ThreadPoolExecutor(self.native_num_workers) if self.native_num_workers > 1 else None
-        in_worker = get_worker_info() is not None
-        self._ring = RingWriter(self.transport_slots) if in_worker and self.transport_slots else None
+        self._streams: dict[int, Any] = {}
+        n = self.native_num_workers
+        self._pool = ThreadPool(self._read_part, n, name="torch_drt-reader") if n > 1 else None
         self._opened_in = os.getpid()
 
-    def _stream_rows(self, start: int, count: int) -> np.ndarray:
-        population = self._table.num_rows if self._rows is None else len(self._rows)
-        if population == 0:
-            raise ValueError("this consumer's share of the metadata table is empty (more consumers than rows)")
-        if self.shuffle:
-            local = self._draws.draws(start, count)
-        else:
-            local = np.arange(start, start + count, dtype=np.int64) % population
-        return local if self._rows is None else self._rows[local]
+    def _stream(self, worker: int) -> Any:
+        """The consumer's draw stream, or None for a sequential walk (built once per process)."""
+        if worker not in self._streams:
+            plan, rows = self.plans[worker], self._table.num_rows
+            stream_id = plan.rank * len(self.plans) + plan.worker
+            cum = _column(self._table, CUM_WEIGHT)
+            if not self.shuffle:
+                self._streams[worker] = None
+            elif self.partition == "replicate":
+                self._streams[worker] = WeightedDraws.from_cumulative(cum, self.seed, stream=stream_id)
+            else:
+                population = KeyedPermutation(rows, self.seed)((plan.offset + np.arange(plan.population_size)) % rows)
+                weights = np.diff(cum, prepend=0.0)[population]
+                self._streams[worker] = (population, WeightedDraws(weights, self.seed, stream=stream_id))
+        return self._streams[worker]
 
-    def _read(self, rows: np.ndarray) -> list[bytes]:
+    def rows(self, batch: StreamBatch) -> np.ndarray:
+        """The active-table rows of a stream batch."""
+        self._open()
+        plan, stream = self.plans[batch.worker], self._stream(batch.worker)
+        if stream is None:
+            s = np.arange(batch.start, batch.start + batch.count, dtype=np.int64)
+            return (plan.offset + s % plan.population_size) % self._table.num_rows
+        if isinstance(stream, WeightedDraws):
+            return stream.draws(batch.start, batch.count)
+        population, draws = stream
+        return population[draws.draws(batch.start, batch.count)]
+
+    def _read_part(self, part: tuple[np.ndarray, np.ndarray]) -> list[bytes]:
+        return self._reader.read_many(*part)
+
+    def read(self, rows: np.ndarray) -> list[CachedSample]:
+        """The samples of active-snapshot ``rows`` (payload, metadata dict, cache_id, sample_id)."""
+        self._open()
         cache_pos, sample_ids = self._cache_pos[rows], self._sample_ids[rows]
         if self._pool is None or len(rows) < 2 * self.native_num_workers:
-            return self._reader.read_many(cache_pos, sample_ids)
-        parts = np.array_split(np.arange(len(rows)), self.native_num_workers)
-        chunks = self._pool.map(lambda p: self._reader.read_many(cache_pos[p], sample_ids[p]), parts)
-        return [d for chunk in chunks for d in chunk]
+            data = self._reader.read_many(cache_pos, sample_ids)
+        else:
+            parts = np.array_split(np.arange(len(rows)), self.native_num_workers)
+            data = [d for chunk in self._pool.map([(cache_pos[p], sample_ids[p]) for p in parts]) for d in chunk]
+        return make_samples(data, self._meta.take(pa.array(rows)), self._cache_ids[rows], sample_ids)
 
-    def read_batch(self, rows: np.ndarray) -> list[CachedSample]:
-        """Read active-snapshot ``rows`` as samples (payload, metadata dict, cache_id, sample_id)."""
-        meta = self._table.select(self._table.column_names[4:]).take(pa.array(rows))
-        return make_samples(self._read(rows), meta, self._cache_ids[rows], self._sample_ids[rows])
+    def __call__(self, batch: StreamBatch) -> Fetched:
+        rows = self.rows(batch)
+        indices = rows.tolist()
+        token = enter_batch(self.seed, batch.epoch, indices, batch.positions)
+        try:
+            samples = self.read(rows)
+            items = samples if self.transform is None else map_items(self.transform, indices, samples, batch.positions)
+            out = self.collate_fn(items)
+        finally:
+            exit_batch(token)
+        if self.pin:
+            from torch.utils.data._utils.pin_memory import pin_memory
 
-    def __iter__(self) -> Iterator[Any]:
-        self._open()
-        plan = self.plans[self._worker()] if self._worker() < len(self.plans) else []
-        if not self._resume or self._done >= len(plan):  # a new pass, unless a loaded state is mid-pass
-            self._done = 0
-        self._resume = False
-        while self._done < len(plan):
-            size = plan[self._done]
-            rows = self._stream_rows(self._position, size)
-            self._position += size
-            self._done += 1
-            samples = self.read_batch(rows)
-            items = samples if self.transform is None else [self.transform(s) for s in samples]
-            batch = self.collate_fn(items)
-            yield batch if self._ring is None else self._ring.pack(batch)
-
-    def state_dict(self) -> dict[str, int]:
-        """This consumer's stream position and progress in the current pass."""
-        return {self.POSITION_KEY: self._position, self.DONE_KEY: self._done}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume this consumer's stream and pass."""
-        self._position = int(state[self.POSITION_KEY])
-        self._done = int(state[self.DONE_KEY])
-        self._resume = True
+            out = pin_memory(out)
+        return Fetched(out, indices, batch.last)

@@ -16,6 +16,7 @@ from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.cache.validate import CacheLayout, read_metadata
+from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
@@ -50,6 +51,15 @@ class CachedBatch:
         return make_samples(self.data, self.metadata, self.cache_id, self.sample_id)
 
 
+class _Window:
+    """One iterator's reserved window of the stream, and how much of it was delivered."""
+
+    __slots__ = ("count", "delivered", "start")
+
+    def __init__(self, start: int, count: int) -> None:
+        self.start, self.count, self.delivered = start, count, 0
+
+
 class CachedDataset(DatasetInterop):
     """An immutable set of caches read through one editable metadata table.
 
@@ -64,6 +74,7 @@ class CachedDataset(DatasetInterop):
     STATE_VERSION = 1
     MODE_KEY = "mode"
     POSITION_KEY = "position"
+    REMAINING_KEY = "remaining"
     EPOCH_LEN_KEY = "epoch_len"
     FINGERPRINT_KEY = "table_fingerprint"
     SEED_KEY = "seed"
@@ -95,7 +106,9 @@ class CachedDataset(DatasetInterop):
         self._stored_tables = list(tables) if tables is not None else [read_metadata(lay) for lay in self.layouts]
         self._active = build_table(self.layouts, self._stored_tables)
         self._epoch_len = len(self._active)
-        self._position = 0
+        self._position = 0  # the stream position after every window reserved so far
+        self._latest: _Window | None = None  # the most recent iterator's window: what state_dict() reports
+        self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
         self._draws: WeightedDraws | None = None
 
     # -- population ---------------------------------------------------------------------------------------
@@ -138,6 +151,7 @@ class CachedDataset(DatasetInterop):
             self._active = active
             self._epoch_len = len(active)
             self._position = 0
+            self._latest, self._resume_len = None, None
             self._draws = None
 
     def set_epoch_len(self, n: int) -> None:
@@ -167,19 +181,32 @@ class CachedDataset(DatasetInterop):
             return self._weighted(active).draws(start, count)
         return (np.arange(start, start + count, dtype=np.int64)) % len(active)
 
-    def _reserve(self) -> tuple[ActiveTable, int, int]:
+    def _reserve(self) -> tuple[ActiveTable, _Window]:
         with self._lock:
-            start, count = self._position, self._epoch_len
+            count = self._epoch_len if self._resume_len is None else self._resume_len
+            window = self._latest = _Window(self._position, count)
             self._position += count
-            return self._active, start, count
+            self._resume_len = None
+            return self._active, window
 
     def state_dict(self) -> dict[str, Any]:
-        """The reader position: mode, stream position, epoch length, seed and the table's fingerprint."""
+        """The reader position after the samples delivered so far: mode, stream position, samples left in the
+        interrupted epoch (None: a whole epoch comes next), epoch length, seed and the table's fingerprint.
+
+        It counts what the most recent iterator delivered: taken mid-iteration, a resume yields the rest of that
+        epoch, then whole epochs, exactly as the uninterrupted reader would.
+        """
         with self._lock:
+            window = self._latest
+            if window is not None and window.delivered < window.count:
+                position, remaining = window.start + window.delivered, window.count - window.delivered
+            else:
+                position, remaining = self._position, self._resume_len
             return {
                 self.VERSION_KEY: self.STATE_VERSION,
                 self.MODE_KEY: "shuffle" if self.reader_config.shuffle else "sequential",
-                self.POSITION_KEY: self._position,
+                self.POSITION_KEY: position,
+                self.REMAINING_KEY: remaining,
                 self.EPOCH_LEN_KEY: self._epoch_len,
                 self.SEED_KEY: self.reader_config.seed,
                 self.FINGERPRINT_KEY: self._active.fingerprint,
@@ -189,8 +216,9 @@ class CachedDataset(DatasetInterop):
         """Resume at a saved position in O(1).
 
         Raises:
-            ValueError: when the state was taken on another table, mode or seed.
+            ValueError: when the state was taken on another table, mode or seed, or is not a dataset state.
         """
+        state = require_mapping(state, "CachedDataset", (self.POSITION_KEY, self.EPOCH_LEN_KEY))
         mode = "shuffle" if self.reader_config.shuffle else "sequential"
         if state.get(self.FINGERPRINT_KEY) != self._active.fingerprint:
             raise ValueError(
@@ -203,11 +231,11 @@ class CachedDataset(DatasetInterop):
                 f"state was taken with mode={state.get(self.MODE_KEY)!r} seed={state.get(self.SEED_KEY)!r}, "
                 f"this dataset reads with mode={mode!r} seed={self.reader_config.seed!r}"
             )
-        position, epoch_len = int(state[self.POSITION_KEY]), int(state[self.EPOCH_LEN_KEY])
-        if position < 0 or epoch_len < 1:
-            raise ValueError(f"invalid state: {position=} {epoch_len=}")
+        position = state_int(state, self.POSITION_KEY, what="CachedDataset")
+        epoch_len = state_int(state, self.EPOCH_LEN_KEY, low=1, what="CachedDataset")
+        remaining = None if state.get(self.REMAINING_KEY) is None else state_int(state, self.REMAINING_KEY, low=1)
         with self._lock:
-            self._position, self._epoch_len = position, epoch_len
+            self._position, self._epoch_len, self._resume_len, self._latest = position, epoch_len, remaining, None
 
     # -- reading ------------------------------------------------------------------------------------------
 
@@ -233,40 +261,43 @@ class CachedDataset(DatasetInterop):
         """Yield this iterator's ``len(self)`` samples as batches of ``batch_size`` (the last may be short)."""
         if batch_size < 1:
             raise ValueError(f"{batch_size=} must be > 0")
-        active, start, count = self._reserve()
-        return self._batches(active, start, count, batch_size)
+        active, window = self._reserve()
+        return self._delivered_batches(active, window, batch_size)
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
         for offset in range(0, count, batch_size):
             yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
 
-    def __iter__(self) -> Iterator[CachedSample]:
-        active, start, count = self._reserve()
-        return self._samples(active, start, count)
+    def _delivered_batches(self, active: ActiveTable, window: _Window, batch_size: int) -> Iterator[CachedBatch]:
+        for batch in self._batches(active, window.start, window.count, batch_size):
+            window.delivered += len(batch)  # counted as it is handed over
+            yield batch
 
-    def _samples(self, active: ActiveTable, start: int, count: int) -> Iterator[CachedSample]:
-        for batch in self._batches(active, start, count, self.reader_config.prefetch_size):
-            yield from batch.samples()
+    def __iter__(self) -> Iterator[CachedSample]:
+        active, window = self._reserve()
+        return self._samples(active, window)
+
+    def _samples(self, active: ActiveTable, window: _Window) -> Iterator[CachedSample]:
+        for batch in self._batches(active, window.start, window.count, self.reader_config.prefetch_size):
+            for sample in batch.samples():
+                window.delivered += 1  # counted as it is handed over
+                yield sample
 
     def to_torch_dataloader(self, **kwargs: Any) -> Any:
-        """A finite ``torchdata`` ``StatefulDataLoader`` over the active table (a snapshot taken now).
+        """A finite, resumable ``torchdata`` ``StatefulDataLoader`` over the active table (a snapshot taken now).
 
         Keyword arguments (dataset-rt's): ``sample_transform_fn`` (``CachedSample -> item``, on the loading
         workers), ``collate_fn`` (default torch's ``default_collate``), ``batch_size``, ``samples_per_epoch``
-        (global samples per pass; default ``len(self)``), ``num_workers`` (loading processes), ``native_num_workers``
-        (reader threads per consumer), ``shuffle`` and ``seed`` (default: the ``ReaderConfig``'s; ``"random"``
-        draws one that all ranks share), ``worker_partition`` (``"replicate"`` when shuffled, ``"split"`` when
-        sequential), ``drop_last``, ``pin_memory``, ``timeout``, ``multiprocessing_context`` (spawn, fork,
-        forkserver), ``persistent_workers`` (default True with workers), ``prefetch_factor``, ``worker_init_fn``
-        and ``dataloader_kwargs`` (keys that collide with these or set ``dataset``, ``sampler`` or
-        ``batch_sampler`` are refused).
-
-        Budgets: each of W ranks takes ``ceil(S / W)`` samples (or ``floor(S / (W * B)) * B`` with
-        ``drop_last``); rank zero warns when that changes the global budget. Loading workers divide a rank's
-        batches. See ``docs/cache-loader.md`` for the sampling streams and what reproduces them.
+        (global samples per pass; default ``len(self)``), ``num_workers`` (loading processes, each a consumer),
+        ``native_num_workers`` (reader threads per process), ``shuffle`` and ``seed`` (default: the
+        ``ReaderConfig``'s; ``"random"`` draws one that all ranks share), ``worker_partition`` (``"replicate"``
+        when shuffled, ``"split"`` when sequential), ``drop_last``, ``pin_memory``, ``timeout``,
+        ``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn`` and
+        ``dataloader_kwargs`` (only ``in_order=True`` and ``snapshot_every_n_steps``; keys that collide with
+        these are refused). Budgets, partitions and streams are dataset-rt's: see ``docs/cache-loader.md``.
 
         Raises:
-            ValueError: for invalid arguments or colliding ``dataloader_kwargs``.
+            ValueError: for invalid arguments or ``dataloader_kwargs``.
             TypeError: for a transform or collate function that cannot be pickled for loading processes.
         """
         from torch_drt.cache.torch_loader import to_torch_dataloader

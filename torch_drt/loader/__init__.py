@@ -1,6 +1,26 @@
-"""The StatefulDataLoader subclass, its workers and its state."""
+"""torch_drt's loaders: one pipeline of nodes and stages (``base.PipelineLoader``), its workers and its state.
 
-from torch_drt.loader._fetch import default_collate
-from torch_drt.loader.dataloader import StatefulDataLoader
+The public names import torch: they load on first use, so ``torch_drt.loader.state`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch_drt.loader._fetch import default_collate
+    from torch_drt.loader.dataloader import StatefulDataLoader
 
 __all__ = ["StatefulDataLoader", "default_collate"]
+
+_LAZY = {"StatefulDataLoader": "torch_drt.loader.dataloader", "default_collate": "torch_drt.loader._fetch"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torch_drt.loader' has no attribute {name!r}")

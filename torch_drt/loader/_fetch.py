@@ -1,20 +1,41 @@
-"""Fetching one batch on a worker: items (sync, concurrent or async), transform, collate, pin."""
+"""The fetch stage of a map-style or node loader: items (sync, concurrent or async), transform, collate, pin.
+
+Each batch is loaded inside its batch scope (``torch_drt.random``): the loader's seed, the epoch, the items'
+indices and global positions, so ``item_generator`` works in ``__getitem__`` and ``transform``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
-import threading
+import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
+from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.batch_plan import BatchPlan
+from torch_drt.nodes.item_batcher import ItemBatch
+from torch_drt.nodes.ordered_map import OrderedMapper
+from torch_drt.nodes.thread_pool import ThreadPool
+from torch_drt.nodes.transport import SharedMemoryTransport
+from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "EventLoopThread", "ItemBatchFetcher", "default_collate", "is_async_dataset"]
+__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "pin_batch"]
 
-logger = logging.getLogger("torch_drt.loader")
+
+def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
+    """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch depth and time-out."""
+    return OrderedMapper(
+        source,
+        fetch,
+        num_workers=loader.num_workers,
+        in_flight=loader.num_workers + loader.prefetch_depth,
+        method=loader.worker_method,
+        multiprocessing_context=loader.multiprocessing_context,
+        timeout=loader.timeout,
+        transport=SharedMemoryTransport(pin=loader.pin_memory),
+    )
 
 
 def default_collate(batch: list[Any]) -> Any:
@@ -24,6 +45,13 @@ def default_collate(batch: list[Any]) -> Any:
     from torch.utils.data import default_collate as torch_collate
 
     return torch_collate(batch)
+
+
+def pin_batch(batch: Any) -> Any:
+    """The batch with its CPU tensors in pinned memory."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    return pin_memory(batch)
 
 
 class _ItemOnly:
@@ -36,71 +64,39 @@ class _ItemOnly:
         return self.fn(item)
 
 
-def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
+def two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
+    """``transform`` as ``transform(index, item)`` (torch_drt transforms take the item only)."""
     from torch_drt.transforms.base import Transform
 
     return _ItemOnly(transform) if isinstance(transform, Transform) else transform
 
 
-def is_async_dataset(dataset: Any) -> bool:
-    """True when the dataset's ``__getitem__`` is ``async def`` or it has an ``async def aget(index)``."""
-    cls = type(dataset)
-    return inspect.iscoroutinefunction(getattr(cls, "__getitem__", None)) or inspect.iscoroutinefunction(
-        getattr(cls, "aget", None)
-    )
-
-
-class EventLoopThread:
-    """One asyncio event loop on a daemon thread, kept across epochs; ``start()`` creates the thread."""
-
-    def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        """Start the loop thread if it is not running (called from a node's ``reset()``)."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="torch_drt-event-loop", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Any) -> Any:
-        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
-        if self.loop is None:
-            self.start()
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def stop(self, aclose: Callable[[], Any] | None = None, timeout: float = 5.0) -> None:
-        """Await ``aclose()`` once on the loop (errors and time-outs are logged), then stop the loop."""
-        if self.loop is None or self._thread is None:
-            return
-        if aclose is not None and self._thread.is_alive():
-            try:
-                asyncio.run_coroutine_threadsafe(aclose(), self.loop).result(timeout)
-            except Exception:
-                logger.exception("aclose() failed or timed out; stopping the event loop anyway")
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout)
-        if not self._thread.is_alive():
-            self.loop.close()
-        self.loop, self._thread = None, None
+def _no_coroutines(dataset: Any, items: list[Any]) -> None:
+    if items and inspect.iscoroutine(items[0]):
+        for item in items:
+            item.close()
+        raise TypeError(
+            f"{type(dataset).__name__}.__getitem__ returned a coroutine: declare it 'async def' or await the helper "
+            "it calls"
+        )
 
 
 class BatchFetcher:
-    """Turns a ``BatchPlan`` into ``(plan, batch)``; runs on the loader's workers.
+    """Turns a ``BatchPlan`` into ``Fetched(batch, indices, last)``; runs on the loader's workers.
 
     Items come from ``__getitems__(indices)`` when the dataset has it and ``item_concurrency == 1``, else one
     ``__getitem__`` per item, ``item_concurrency`` at a time (threads, or coroutines on the loader's event loop
-    for an ``async def __getitem__``). ``transform(index, item)`` is applied to each item, then ``collate_fn``
-    to the list. It pickles without its pools and loop, which a worker process rebuilds on first use.
+    for an ``async def __getitem__``/``__getitems__``). ``transform(index, item)`` is applied to each item, then
+    ``collate_fn`` to the list. It pickles without its pools and loop, which a worker process rebuilds.
 
     Args:
-        dataset: a map-style dataset (sync or async ``__getitem__``).
+        dataset: a map-style dataset (sync or async).
         transform: ``transform(index, item) -> item`` or None.
         collate_fn: ``collate_fn(items) -> batch``.
         item_concurrency: items of one batch fetched at once.
-        pin: pin the batch's tensors (CUDA only).
+        pin: pin the batch's tensors (thread workers; process workers pin when unpacking).
+        seed: the loader's seed, keying the items' random generators.
+        item_threads: threads fetching items (``num_workers x item_concurrency``).
     """
 
     def __init__(
@@ -110,125 +106,156 @@ class BatchFetcher:
         collate_fn: Callable[[list[Any]], Any],
         item_concurrency: int = 1,
         pin: bool = False,
+        seed: int = 0,
+        item_threads: int = 1,
     ) -> None:
         self.dataset = dataset
-        self.transform = _two_arg(transform)
+        self.transform = two_arg(transform)
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
         self.pin = pin
+        self.seed = seed
+        self.item_threads = item_threads
         self.is_async = is_async_dataset(dataset)
-        getitems = getattr(dataset, "__getitems__", None)
-        self._getitems = getitems if callable(getitems) and item_concurrency == 1 else None
-        self.item_pool: ThreadPoolExecutor | None = None
-        self.event_loop: EventLoopThread | None = None
+        self.event_loop: EventLoopThread | None = EventLoopThread() if self.is_async else None
+        self.item_pool: ThreadPool | None = None
+        self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
+        self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
+        self._getitem = getattr(dataset, "__getitem__", None)
+        self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["item_pool"] = None
-        state["event_loop"] = None
-        state["_getitems"] = None
-        return state
+        state = {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None}
+        return state | {"event_loop": EventLoopThread() if self.is_async else None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        getitems = getattr(self.dataset, "__getitems__", None)
-        self._getitems = getitems if callable(getitems) and self.item_concurrency == 1 else None
+        self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
+        self._getitem = getattr(self.dataset, "__getitem__", None)
 
-    def _one(self, index: int) -> Any:
-        item = self.dataset[index]
-        if inspect.iscoroutine(item):
-            item.close()
-            raise TypeError(
-                f"{type(self.dataset).__name__}.__getitem__ returned a coroutine: declare it 'async def' "
-                "or await the helper it calls"
-            )
-        return item if self.transform is None else self.transform(index, item)
+    def _pool(self) -> ThreadPool:
+        pool = self.item_pool
+        if pool is None or pool.pid != os.getpid():  # first use, or a forked child
+            pool = self.item_pool = ThreadPool(self._one, self.item_threads, name="torch_drt-item")
+        return pool
 
-    def _sync_items(self, indices: list[int]) -> list[Any]:
-        if self._getitems is not None and not self.is_async:
+    def _one(self, job: tuple[int, int, int]) -> Any:
+        """One item in its own scope (item threads do not see the batch's context)."""
+        epoch, index, position = job
+        token = enter_batch(self.seed, epoch, (index,), (position,))
+        try:
+            item = self.dataset[index]
+            _no_coroutines(self.dataset, [item])
+            return item if self.transform is None else map_items(self.transform, (index,), (item,), (position,))[0]
+        finally:
+            exit_batch(token)
+
+    def _items(self, plan: BatchPlan) -> list[Any]:
+        indices = plan.indices
+        if self._getitems is not None:
             items = list(self._getitems(indices))
             if len(items) != len(indices):
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
-            if self.transform is not None:
-                items = [self.transform(i, x) for i, x in zip(indices, items)]
-            return items
-        if self.transform is None and self.item_concurrency == 1 and indices:
-            items = list(map(self.dataset.__getitem__, indices))
-            if inspect.iscoroutine(items[0]):
-                for item in items:
-                    item.close()
-                raise TypeError(
-                    f"{type(self.dataset).__name__}.__getitem__ returned a coroutine: declare it 'async def' "
-                    "or await the helper it calls"
-                )
-            return items
-        if self.item_concurrency > 1 and len(indices) > 1:
-            if self.item_pool is None:  # a worker process builds its own pool on first use
-                self.item_pool = ThreadPoolExecutor(self.item_concurrency, thread_name_prefix="torch_drt-item")
-            return list(self.item_pool.map(self._one, indices))
-        return [self._one(i) for i in indices]
+        elif self.item_concurrency > 1 and len(indices) > 1:
+            return self._pool().map([(plan.epoch, i, p) for i, p in zip(indices, plan.positions)])
+        else:
+            items = list(map(self._getitem, indices))
+            if not self._checked:
+                _no_coroutines(self.dataset, items)
+                self._checked = bool(items)
+        return items if self.transform is None else map_items(self.transform, indices, items, plan.positions)
 
-    async def _gather(self, indices: Sequence[int]) -> list[Any]:
-        getitems = getattr(self.dataset, "__getitems__", None)
-        if self.item_concurrency == 1 and inspect.iscoroutinefunction(getitems):
-            items = list(await getitems(list(indices)))
-            if len(items) != len(indices):
-                raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
-            return items
-        semaphore = asyncio.Semaphore(self.item_concurrency)
-        get = getattr(self.dataset, "aget", None) or self.dataset.__getitem__
-
-        async def one(index: int) -> Any:
-            async with semaphore:
-                return await get(index)
-
+    async def _gather(self, plan: BatchPlan) -> list[Any]:
+        token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)  # tasks below copy this context
         try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i)) for i in indices]
-        except BaseExceptionGroup as eg:  # surface the first item's error with its own type
-            raise eg.exceptions[0] from None
-        return [t.result() for t in tasks]
+            indices = plan.indices
+            getitems = getattr(self.dataset, "__getitems__", None)
+            get = getattr(self.dataset, "aget", None) or self.dataset.__getitem__
+            if inspect.iscoroutinefunction(getitems) and (self.item_concurrency == 1 or not _awaitable(get)):
+                items = list(await getitems(list(indices)))
+                if len(items) != len(indices):
+                    raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
+                return items
+            semaphore = asyncio.Semaphore(self.item_concurrency)
 
-    def _async_items(self, indices: list[int]) -> list[Any]:
-        if self.event_loop is None:
-            self.event_loop = EventLoopThread()
-        items = self.event_loop.run(self._gather(indices))
-        if self.transform is not None:
-            items = [self.transform(i, x) for i, x in zip(indices, items)]
-        return items
+            async def one(index: int) -> Any:
+                async with semaphore:
+                    return await get(index)
 
-    def __call__(self, plan: BatchPlan) -> tuple[BatchPlan, Any]:
-        indices = plan.indices
-        items = self._async_items(indices) if self.is_async else self._sync_items(indices)
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(one(i)) for i in indices]
+            except BaseExceptionGroup as eg:  # surface the first item's error with its own type
+                raise eg.exceptions[0] from None
+            return [t.result() for t in tasks]
+        finally:
+            exit_batch(token)
+
+    def _async_items(self, plan: BatchPlan) -> list[Any]:
+        assert self.event_loop is not None
+        items = self.event_loop.run(self._gather(plan))
+        return items if self.transform is None else map_items(self.transform, plan.indices, items, plan.positions)
+
+    def __call__(self, plan: BatchPlan) -> Fetched:
+        slot = batch_slot()
+        if slot is None:  # inside a user's batch_scope: a scope of our own
+            token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
+            try:
+                return self._load(plan)
+            finally:
+                exit_batch(token)
+        slot.batch = [self.seed, plan.epoch, plan.indices, plan.positions]
+        try:
+            if self._checked and self._plain:  # the common case, inline: this costs a few attribute reads
+                batch = self.collate_fn(list(map(self._getitem, plan.indices)))
+            else:
+                return self._load(plan)
+        finally:
+            slot.batch = None
+        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+
+    def _load(self, plan: BatchPlan) -> Fetched:
+        items = self._async_items(plan) if self.is_async else self._items(plan)
         batch = self.collate_fn(items)
-        if self.pin:
-            from torch.utils.data._utils.pin_memory import pin_memory
+        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
 
-            batch = pin_memory(batch)
-        return plan, batch
+
+_fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per batch
+
+
+def _awaitable(get: Any) -> bool:
+    return inspect.iscoroutinefunction(get)
 
 
 class ItemBatchFetcher:
-    """Turns an ``ItemBatch`` from a node into ``(batch, collated)``: transform, collate, pin (picklable).
+    """Turns an ``ItemBatch`` from a node into ``Fetched(batch, positions, False)``: transform, collate, pin.
+
+    ``transform(position, item)`` gets the item's position in the node's epoch (a node's items have no index).
 
     Args:
         transform: ``transform(position, item) -> item`` or None.
         collate_fn: ``collate_fn(items) -> batch``.
-        pin: pin the batch's tensors (CUDA only).
+        pin: pin the batch's tensors (thread workers; process workers pin when unpacking).
+        seed: the loader's seed, keying the items' random generators.
     """
 
     def __init__(
-        self, transform: Callable[[int, Any], Any] | None, collate_fn: Callable[[list[Any]], Any], pin: bool = False
+        self,
+        transform: Callable[[int, Any], Any] | None,
+        collate_fn: Callable[[list[Any]], Any],
+        pin: bool = False,
+        seed: int = 0,
     ) -> None:
-        self.transform, self.collate_fn, self.pin = _two_arg(transform), collate_fn, pin
+        self.transform, self.collate_fn, self.pin, self.seed = two_arg(transform), collate_fn, pin, seed
 
-    def __call__(self, batch: Any) -> tuple[Any, Any]:
-        items = batch.items
-        if self.transform is not None:
-            items = [self.transform(i, x) for i, x in zip(batch.indices, items)]
-        out = self.collate_fn(items)
-        if self.pin:
-            from torch.utils.data._utils.pin_memory import pin_memory
-
-            out = pin_memory(out)
-        return batch, out
+    def __call__(self, batch: ItemBatch) -> Fetched:
+        positions: Sequence[int] = batch.positions
+        token = enter_batch(self.seed, batch.epoch, positions, positions)
+        try:
+            items = batch.items
+            if self.transform is not None:
+                items = map_items(self.transform, positions, items, positions)
+            out = self.collate_fn(items)
+        finally:
+            exit_batch(token)
+        return Fetched(pin_batch(out) if self.pin else out, list(positions), False)

@@ -1,106 +1,79 @@
-"""StatefulDataLoader over a torchdata node: batches of the node's items, with the node's own order and state."""
+"""Node mode: a torchdata node's items in its own order, batched (ItemBatcher), transformed and collated."""
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from torch_drt.loader._device import move_to_device
-from torch_drt.loader._fetch import ItemBatchFetcher
+from torchdata.nodes import BaseNode
+
+from torch_drt.loader._fetch import ItemBatchFetcher, fetch_stage
+from torch_drt.loader.base import LoaderMode
+from torch_drt.loader.position import Cursor
+from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.ordered_map import OrderedMapper
 
-if TYPE_CHECKING:
-    from torch_drt.loader.dataloader import StatefulDataLoader
-
-__all__ = ["NodeIterator", "setup_node_mode"]
-
-NODE_KEY = "node_state"
+__all__ = ["NodeMode"]
 
 
-def setup_node_mode(loader: StatefulDataLoader, node: Any) -> None:
-    """Build the node pipeline: ItemBatcher -> OrderedMapper(transform + collate) on the loader's workers."""
-    if loader.shuffle or loader.sampler is not None:
-        raise ValueError("a node yields its own order: shuffle and sampler apply to map-style datasets")
-    fetcher = ItemBatchFetcher(loader.transform, loader.collate_fn, pin=loader.pin_memory)
-    loader._mapper = OrderedMapper(
-        ItemBatcher(node, loader.batch_size, loader.drop_last),
-        fetcher,
-        num_workers=loader.num_workers,
-        in_flight=loader.num_workers + loader.prefetch_depth,
-        method=loader.worker_method,
-        multiprocessing_context=loader.multiprocessing_context,
-        timeout=loader.timeout,
-    )
+class NodeMode(LoaderMode):
+    """A node's pipeline and checkpoint: ``{version, epoch, node_state, batch_size}``.
 
+    ``node_state`` is the batcher's state after the last delivered batch (the node's own state inside it), or
+    None at the start of an epoch, which starts from the node's own ``reset()`` (a ``CacheSampler`` continues
+    its stream). Items have no dataset index: ``transform`` and ``return_indices`` get their positions in the
+    node's epoch. The node decides order, shuffling and rank striding.
+    """
 
-class NodeIterator:
-    """One epoch of a node-backed loader; its state is the node's state after the last delivered batch."""
+    VERSION = 1
+    VERSION_KEY = "version"
+    EPOCH_KEY = "epoch"
+    NODE_KEY = "node_state"
+    BATCH_SIZE_KEY = "batch_size"
 
-    def __init__(self, loader: StatefulDataLoader, generation: int) -> None:
-        self._loader, self._generation = loader, generation
-        self._lock = threading.Lock()
-        self._done = False
+    def __init__(self, loader: Any, node: BaseNode) -> None:
+        self.node, self.batch_size, self.drop_last = node, loader.batch_size, loader.drop_last
+        self.batcher = ItemBatcher(node, loader.batch_size, loader.drop_last)
+        threads = loader.worker_method == "thread"
+        fetcher = ItemBatchFetcher(
+            loader.transform, loader.collate_fn, pin=loader.pin_memory and threads, seed=loader.seed
+        )
+        self.mapper = fetch_stage(loader, self.batcher, fetcher)
 
-    def __iter__(self) -> NodeIterator:
-        return self
+    def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
+        self.batcher.epoch = epoch
+        return None if cursor is None else {OrderedMapper.SOURCE_KEY: cursor}
 
-    def __next__(self) -> Any:
-        if not self._lock.acquire(blocking=False):
-            raise RuntimeError("another thread is advancing this loader iterator; use one thread per iterator")
-        try:
-            loader = self._loader
-            if self._done:
-                raise StopIteration
-            if self._generation != loader._generation:
-                raise RuntimeError("this iterator was superseded by a newer iter(loader)")
-            try:
-                batch, out = loader._mapper.next()
-            except StopIteration:
-                self._done = True
-                loader._pos.epoch, loader._pos.active = loader._pos.epoch + 1, False
-                loader._node_state = None  # the next epoch starts from the node's own reset
-                raise
-            finally:
-                if not self._done:
-                    loader._node_state = loader._mapper.state_dict()
-            if loader._device is not None:
-                out = move_to_device(out, loader._device)
-            return (out, batch.indices) if loader.return_indices else out
-        finally:
-            self._lock.release()
+    def _items(self) -> int:
+        if not hasattr(self.node, "__len__"):
+            raise TypeError("the number of batches needs a node with __len__")
+        return len(self.node)
 
-    def close(self) -> None:
-        """Stop this iterator."""
-        self._done = True
-        if self._generation == self._loader._generation:
-            self._loader._pos.active = False
+    def remaining(self, cursor: Cursor) -> int:
+        left = self._items() - (cursor[ItemBatcher.POSITION_KEY] if cursor else 0)
+        return max(0, left // self.batch_size if self.drop_last else -(-left // self.batch_size))
 
+    def num_batches(self) -> int:
+        return self.remaining(None)
 
-def node_iter(loader: StatefulDataLoader) -> NodeIterator:
-    """Start (or resume) an epoch of a node-backed loader."""
-    if loader._pending_state is not None:
-        loader._pos.epoch = int(loader._pending_state["epoch"])
-        state = loader._pending_state.get(NODE_KEY)
-        loader._pending_state = None
-    elif loader._pos.active:
-        loader._pos.epoch += 1
-        state = None
-    else:
-        state = loader._node_state
-    loader._generation += 1
-    loader._mapper.reset(state)
-    loader._pos.active = True
-    return NodeIterator(loader, loader._generation)
+    def items_per_epoch(self) -> int:
+        return self._items()
 
+    def state_dict(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        return {
+            self.VERSION_KEY: self.VERSION,
+            self.EPOCH_KEY: epoch,
+            self.NODE_KEY: cursor,
+            self.BATCH_SIZE_KEY: self.batch_size,
+        }
 
-def node_state_dict(loader: StatefulDataLoader) -> dict[str, Any]:
-    """The epoch and the node pipeline's delivered state (JSON-serialisable when the node's state is)."""
-    if loader._pending_state is not None:
-        return dict(loader._pending_state)
-    return {
-        loader.VERSION_KEY: loader.VERSION,
-        loader.EPOCH_KEY: loader._pos.epoch,
-        NODE_KEY: loader._node_state,
-        loader.BATCH_SIZE_KEY: loader.batch_size,
-    }
+    def parse_state(self, state: Any) -> tuple[int, Cursor]:
+        state = require_mapping(state, "torch_drt node loader", (self.EPOCH_KEY, self.NODE_KEY))
+        if self.VERSION_KEY in state:
+            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
+        epoch = state_int(state, self.EPOCH_KEY)
+        cursor = state[self.NODE_KEY]
+        if cursor is not None:
+            cursor = dict(require_mapping(cursor, "node", (ItemBatcher.SOURCE_KEY, ItemBatcher.POSITION_KEY)))
+            state_int(cursor, ItemBatcher.POSITION_KEY, what="node")
+        return epoch, cursor

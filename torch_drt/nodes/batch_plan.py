@@ -1,16 +1,18 @@
-"""BatchPlanner: the source node of a loader, yielding which dataset indices form each of this rank's batches."""
+"""BatchPlanner: the source node of a map-style loader, yielding which dataset indices form this rank's batches."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
-import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import PositionSampler
 
 __all__ = ["BatchPlan", "BatchPlanner"]
+
+_UNBOUNDED = 1 << 62  # the epoch length of a user sampler that has not ended yet
 
 
 class BatchPlan(NamedTuple):
@@ -20,11 +22,15 @@ class BatchPlan(NamedTuple):
         epoch: the epoch it belongs to.
         offset: the global offset of its global batch.
         indices: the dataset indices of this rank's items (may be empty on a padded last batch).
+        positions: the items' global positions in the epoch.
+        last: whether it is the epoch's last batch (False when that is not known yet).
     """
 
     epoch: int
     offset: int
     indices: list[int]
+    positions: range
+    last: bool
 
 
 class BatchPlanner(BaseNode[BatchPlan]):
@@ -35,66 +41,84 @@ class BatchPlanner(BaseNode[BatchPlan]):
     resumes under any other.
 
     Args:
-        source: maps positions of the epoch to dataset indices.
-        partition: this rank's batch arithmetic (``partition.n`` positions per epoch).
-        epoch: the epoch to walk when reset without a state.
+        source: maps positions of the epoch to dataset indices (``source.n`` positions, maybe unknown yet).
+        batch_size: samples per batch on this rank.
+        world_size: number of ranks.
+        rank: this rank.
+        drop_last: drop an incomplete last global batch.
     """
 
     EPOCH_KEY = "epoch"
     OFFSET_KEY = "observation_offset"
     _CHUNK = 64  # batches planned per numpy pass
 
-    def __init__(self, source: PositionSampler, partition: Partition, epoch: int = 0) -> None:
+    def __init__(
+        self, source: PositionSampler, batch_size: int, world_size: int = 1, rank: int = 0, drop_last: bool = False
+    ) -> None:
         super().__init__()
         self.source = source
-        self.partition = partition
-        self._start_epoch = epoch
-        self.epoch = epoch
+        self.partition = Partition(
+            _UNBOUNDED if source.n is None else source.n, batch_size, world_size, rank, drop_last
+        )
+        self.epoch = 0
         self.offset = 0
-        self._chunk = []
+        self._chunk: list[BatchPlan] = []
         self._chunk_pos = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
-        if initial_state is not None:
-            self.epoch = int(initial_state[self.EPOCH_KEY])
-            self.offset = int(initial_state[self.OFFSET_KEY])
-        else:
-            self.epoch, self.offset = self._start_epoch, 0
-        self.source.start_epoch(self.epoch)
-        self._chunk: list[list[int]] = []
-        self._chunk_pos = 0
+        state = initial_state or {}
+        self.epoch = int(state.get(self.EPOCH_KEY, 0))
+        self.offset = int(state.get(self.OFFSET_KEY, 0))
+        self.source.start_epoch(self.epoch, self.offset)
+        self._sync_length()
+        self._chunk, self._chunk_pos = [], 0
 
-    def remaining(self) -> int:
-        """Batches left in this epoch from the current offset."""
-        return self.partition.num_batches(self.offset)
+    def _sync_length(self) -> None:
+        n = _UNBOUNDED if self.source.n is None else self.source.n
+        if n != self.partition.n:
+            self.partition = dataclasses.replace(self.partition, n=n)
 
     def _plan_chunk(self) -> None:
         """Compute the index lists of the next batches at once (one numpy pass, one ``tolist``)."""
         part = self.partition
         count = min(part.num_batches(self.offset), self._CHUNK)
-        g = part.global_batch_size
-        starts = self.offset + g * np.arange(count, dtype=np.int64)
-        positions = starts[:, None] + part.rank + part.world_size * np.arange(part.batch_size, dtype=np.int64)
+        self.source.available(self.offset + count * part.global_batch_size)  # a user sampler is read this far
+        self._sync_length()
+        part = self.partition
+        count = min(part.num_batches(self.offset), self._CHUNK)
+        positions = part.positions(self.offset, count)
         valid = positions < part.n
         flat = self.source.indices(self.epoch, positions[valid])
         if valid.all():
-            self._chunk = flat.reshape(count, part.batch_size).tolist()
+            lists = flat.reshape(count, part.batch_size).tolist()
         else:
-            ends = np.cumsum(valid.sum(axis=1))
             values = flat.tolist()
-            self._chunk = [values[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist())]
+            ends = valid.sum(axis=1).cumsum().tolist()
+            lists = [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+        offsets = range(self.offset, self.offset + count * part.global_batch_size, part.global_batch_size)
+        epoch, new = self.epoch, tuple.__new__  # plans built here, a chunk at a time: next() only hands them out
+        self._chunk = [
+            new(BatchPlan, (epoch, o, idx, part.rank_positions(o), part.is_last(o))) for o, idx in zip(offsets, lists)
+        ]
         self._chunk_pos = 0
 
     def next(self) -> BatchPlan:
-        if self._chunk_pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
+        pos = self._chunk_pos
+        if pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
             if self.offset >= self.partition.end_offset:
                 raise StopIteration
             self._plan_chunk()
-        plan = BatchPlan(self.epoch, self.offset, self._chunk[self._chunk_pos])
-        self._chunk_pos += 1
+            if not self._chunk:
+                raise StopIteration
+            pos = 0
+        self._chunk_pos = pos + 1
         self.offset += self.partition.global_batch_size
-        return plan
+        return self._chunk[pos]
 
     def get_state(self) -> dict[str, Any]:
         return {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: self.offset}
+
+    def state_before(self, plan: BatchPlan) -> dict[str, Any]:
+        """The state whose next batch is ``plan`` (what a loader keeps when that batch was interrupted)."""
+        return {self.EPOCH_KEY: plan.epoch, self.OFFSET_KEY: plan.offset}

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_drt.nodes._topology import topology
-from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling import derive_key
+from torch_drt.sampling.stride import rank_share, stride_positions
+from torch_drt.sampling.topology import resolve_topology
 from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
@@ -54,11 +55,11 @@ class CacheSampler(BaseNode[int]):
         world_size: int | None = None,
     ) -> None:
         super().__init__()
-        self.rank, self.world_size = topology(rank, world_size)
+        self.rank, self.world_size = resolve_topology(rank, world_size)
         self.active = source.active
         self.shuffle = source.reader_config.shuffle if shuffle is None else shuffle
         self.seed = source.reader_config.seed if seed is None else seed
-        self.num_samples = -(-len(source) // self.world_size) if num_samples is None else num_samples
+        self.num_samples = rank_share(len(source), world_size=self.world_size) if num_samples is None else num_samples
         if self.num_samples < 1:
             raise ValueError(f"num_samples={self.num_samples} must be > 0")
         self._draws = (
@@ -78,10 +79,20 @@ class CacheSampler(BaseNode[int]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            if initial_state[self.FINGERPRINT_KEY] != self.active.fingerprint:
+            if (
+                not isinstance(initial_state, dict)
+                or initial_state.get(self.FINGERPRINT_KEY) != self.active.fingerprint
+            ):
                 raise ValueError("state was taken on a different metadata table; apply the same update_metadata()")
-            self._position = int(initial_state[self.POSITION_KEY])
-            self._yielded = int(initial_state[self.YIELDED_KEY])
+            position, yielded = (initial_state.get(key) for key in (self.POSITION_KEY, self.YIELDED_KEY))
+            for key, value, limit in (
+                (self.POSITION_KEY, position, None),
+                (self.YIELDED_KEY, yielded, self.num_samples),
+            ):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (limit and value > limit):
+                    bound = f" and <= num_samples={limit}" if limit else ""
+                    raise ValueError(f"invalid CacheSampler state: {key}={value!r} must be an int >= 0{bound}")
+            self._position, self._yielded = position, yielded
         else:
             self._yielded = 0  # a new epoch continues the stream
         self._rows, self._rows_start = np.empty(0, dtype=np.int64), self._position
@@ -91,7 +102,7 @@ class CacheSampler(BaseNode[int]):
         if self._draws is not None:
             self._rows = self._draws.draws(start, count)
         else:
-            positions = (start + np.arange(count, dtype=np.int64)) * self.world_size + self.rank
+            positions = stride_positions(start, count, rank=self.rank, world_size=self.world_size)
             self._rows = positions % len(self.active)
         self._rows_start = start
 

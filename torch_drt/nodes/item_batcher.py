@@ -15,15 +15,26 @@ class ItemBatch(NamedTuple):
     Attributes:
         start: the position of the first item in the epoch.
         items: the items.
+        before: the batcher's state before this batch (a resume from it yields this batch again).
+        epoch: the epoch the batcher was told it walks (``ItemBatcher.epoch``; a loader sets it).
     """
 
     start: int
     items: list[Any]
+    before: dict[str, Any]
+    epoch: int = 0
 
     @property
-    def indices(self) -> list[int]:
-        """The items' positions in the epoch."""
-        return list(range(self.start, self.start + len(self.items)))
+    def positions(self) -> range:
+        """The items' positions in the epoch (a node's items have no other index)."""
+        return range(self.start, self.start + len(self.items))
+
+
+def _count(state: dict[str, Any], key: str) -> int:
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"invalid node state: {key}={value!r} must be an int >= 0")
+    return value
 
 
 class ItemBatcher(BaseNode[ItemBatch]):
@@ -46,6 +57,7 @@ class ItemBatcher(BaseNode[ItemBatch]):
         if batch_size < 1:
             raise ValueError(f"{batch_size=} must be > 0")
         self.source, self.batch_size, self.drop_last = source, batch_size, drop_last
+        self.epoch = 0
         self._position = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -53,11 +65,15 @@ class ItemBatcher(BaseNode[ItemBatch]):
         if initial_state is None:
             self.source.reset(None)
             self._position = 0
-        else:
-            self.source.reset(initial_state[self.SOURCE_KEY])
-            self._position = int(initial_state[self.POSITION_KEY])
+            return
+        if not isinstance(initial_state, dict) or self.SOURCE_KEY not in initial_state:
+            raise ValueError(f"invalid node state: {initial_state!r} is not an ItemBatcher state")
+        position = _count(initial_state, self.POSITION_KEY)
+        self.source.reset(initial_state[self.SOURCE_KEY])
+        self._position = position
 
     def next(self) -> ItemBatch:
+        before = self.get_state()
         items: list[Any] = []
         try:
             while len(items) < self.batch_size:
@@ -65,9 +81,13 @@ class ItemBatcher(BaseNode[ItemBatch]):
         except StopIteration:
             if not items or self.drop_last:
                 raise
-        batch = ItemBatch(self._position, items)
+        batch = ItemBatch(self._position, items, before, self.epoch)
         self._position += len(items)
         return batch
 
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self.source.state_dict(), self.POSITION_KEY: self._position}
+
+    def state_before(self, batch: ItemBatch) -> dict[str, Any]:
+        """The state whose next batch is ``batch``."""
+        return batch.before

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_drt.nodes._topology import topology
-from torch_drt.sampling._counter import derive_key, uniform
+from torch_drt.sampling import derive_key, uniform
+from torch_drt.sampling.stride import owns
+from torch_drt.sampling.topology import resolve_topology
 
 __all__ = ["WeightedMixer"]
 
@@ -69,7 +70,7 @@ class WeightedMixer(BaseNode[Any]):
         self.weights = np.array([float(weights[k]) for k in self.names])
         self.seed = seed
         self.stop_criteria = stop_criteria
-        self.rank, self.world_size = topology(rank, world_size)
+        self.rank, self.world_size = resolve_topology(rank, world_size)
         self._cum = np.cumsum(self.weights) / self.weights.sum()
         self._epoch = 0
         self._started = False
@@ -82,8 +83,9 @@ class WeightedMixer(BaseNode[Any]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            self._epoch = int(initial_state[self.EPOCH_KEY])
-            self._draws = int(initial_state[self.DRAWS_KEY])
+            self._check(initial_state)
+            self._epoch = initial_state[self.EPOCH_KEY]
+            self._draws = initial_state[self.DRAWS_KEY]
             self._pulled = dict(initial_state[self.PULLED_KEY])
             self._exhausted = dict(initial_state[self.EXHAUSTED_KEY])
             for name in self.names:
@@ -98,6 +100,20 @@ class WeightedMixer(BaseNode[Any]):
                 self.sources[name].reset()
         self._started = False
         self._choices, self._choices_start = np.empty(0, dtype=np.int64), self._draws
+
+    def _check(self, state: Any) -> None:
+        """Refuse a state that does not describe this mixer (other sources, negative counts)."""
+        keys = (self.EPOCH_KEY, self.DRAWS_KEY, self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY)
+        if not isinstance(state, dict) or any(key not in state for key in keys):
+            raise ValueError(f"invalid WeightedMixer state: needs {keys}")
+        counts = {self.EPOCH_KEY: state[self.EPOCH_KEY], self.DRAWS_KEY: state[self.DRAWS_KEY]}
+        for name in (self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY):
+            if not isinstance(state[name], dict) or set(state[name]) != set(self.names):
+                raise ValueError(f"invalid WeightedMixer state: {name} must have the sources {self.names}")
+        counts.update({f"{self.PULLED_KEY}.{k}": v for k, v in state[self.PULLED_KEY].items()})
+        for key, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"invalid WeightedMixer state: {key}={value!r} must be an int >= 0")
 
     def _choice(self) -> str:
         k = self._draws - self._choices_start
@@ -123,7 +139,7 @@ class WeightedMixer(BaseNode[Any]):
             item = next(node)
             index = self._pulled[name]
             self._pulled[name] = index + 1
-            if index % self.world_size == self.rank:
+            if owns(index, rank=self.rank, world_size=self.world_size):
                 return item
 
     def next(self) -> Any:

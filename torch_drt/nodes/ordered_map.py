@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import pickle
+import dataclasses
+import os
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
+
+from torch_drt.nodes._process_pool import ProcessPool
+from torch_drt.nodes.thread_pool import ThreadPool
+from torch_drt.nodes.transport import SharedMemoryTransport
 
 __all__ = ["OrderedMapper"]
 
@@ -20,27 +21,19 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _POLL_S = 0.1  # a waiting next() wakes this often, so Ctrl-C interrupts it promptly
-_installed: Callable[[Any], Any] | None = None
+_NOTHING = object()
 
 
-def _install(payload: bytes) -> None:
-    global _installed
-    _installed = pickle.loads(payload)
+class _Timed:
+    """``fn`` returning ``(seconds, result)``: what the adaptive path measures."""
 
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
 
-def _call_installed(item: Any) -> Any:
-    assert _installed is not None
-    return _installed(item)
-
-
-def _timed(fn: Callable[[Any], Any], item: Any) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    result = fn(item)
-    return time.perf_counter() - t0, result
-
-
-def _shutdown(executor: Executor) -> None:
-    executor.shutdown(wait=False, cancel_futures=True)
+    def __call__(self, item: Any) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        result = self.fn(item)
+        return time.perf_counter() - t0, result
 
 
 class OrderedMapper(BaseNode[R], Generic[T, R]):
@@ -48,15 +41,22 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     At most ``in_flight`` items are submitted ahead of the consumer. An exception raised by ``map_fn`` is
     re-raised by the ``next()`` that reaches its item, with its own type, and the following ``next()`` goes on
-    with the next item. The state is the source's state after the last item *delivered* (items submitted ahead
-    are not counted), so resuming never skips or repeats an item whatever ``num_workers`` was.
+    with the next item. So does a ``TimeoutError`` after ``timeout`` seconds without the item's result (the stuck
+    work is abandoned: a thread is replaced, a process killed and replaced) and a ``BrokenProcessPool`` when the
+    process mapping the item died (it is replaced). A ``KeyboardInterrupt`` while waiting, or inside ``map_fn``
+    when mapping inline, loses nothing: the same item comes next. The state is the source's state after the last
+    item *delivered* (items submitted ahead are not counted), so resuming never skips or repeats an item whatever
+    ``num_workers`` was.
 
     Threads cost a hand-off per item. With ``adaptive`` (threads only), items whose ``map_fn`` takes less than
     ``inline_below_s`` on average are mapped in the calling thread instead, once the items in flight are
     drained; if they grow slower again, the workers take over. Order and state are the same either way.
 
-    The worker pool is created by ``reset()`` on first use and reused by later resets (persistent workers);
-    ``close()`` shuts it down. With ``method="process"`` the function is pickled once per worker process.
+    ``reset()`` creates the workers on first use (and again in a forked child or after ``close()``); later resets
+    reuse them (persistent workers). Worker threads and processes are daemons: they never keep the interpreter
+    from exiting. With ``method="process"`` the function is pickled once per worker process, results' large
+    tensors travel through ``transport`` (shared-memory rings), and an item whose ``worker`` attribute is an int is
+    mapped on that worker (modulo ``num_workers``), which keeps per-worker caches warm.
 
     Args:
         source: the node whose items are mapped.
@@ -68,6 +68,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         timeout: seconds a ``next()`` waits for its item before raising ``TimeoutError`` (0: forever).
         adaptive: map cheap items inline (threads only).
         inline_below_s: the mean ``map_fn`` time under which items are mapped inline.
+        transport: how process workers hand large tensors over (default: shared-memory rings).
+        worker_init: called as ``worker_init(worker_index)`` in each worker process when it starts.
     """
 
     SOURCE_KEY = "source"
@@ -85,10 +87,12 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         timeout: float = 0,
         adaptive: bool = True,
         inline_below_s: float = 100e-6,
+        transport: SharedMemoryTransport | None = None,
+        worker_init: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__()
-        if num_workers < 0:
-            raise ValueError(f"{num_workers=} must be >= 0")
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"{num_workers=} must be an int >= 0")
         if method not in ("thread", "process"):
             raise ValueError(f"{method=} must be 'thread' or 'process'")
         in_flight = 2 * num_workers if in_flight is None else in_flight
@@ -103,42 +107,40 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.timeout = timeout
         self.adaptive = adaptive and method == "thread" and num_workers > 0
         self.inline_below_s = inline_below_s
-        self._executor: Executor | None = None
-        self._finalizer: weakref.finalize | None = None
-        self._pending: deque[tuple[dict[str, Any], Future]] = deque()
+        transport = SharedMemoryTransport() if transport is None else transport
+        if transport.slots is None:  # more than one worker's results in flight, plus the one being unpacked
+            transport = dataclasses.replace(transport, slots=-(-in_flight // max(1, num_workers)) + 2)
+        self.transport = transport
+        self.worker_init = worker_init
+        self._pool: ThreadPool | ProcessPool | None = None
+        self._pending: deque[tuple[dict[str, Any], Any]] = deque()
         self._exhausted = False
         self._delivered: dict[str, Any] | None = None
+        self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
         self._inline = num_workers == 0
         self._mean: float | None = None
         self._samples = 0
 
-    @property
-    def inline(self) -> bool:
-        """True while items are mapped in the calling thread."""
-        return self._inline
-
-    def _make_executor(self) -> Executor:
+    def _make_pool(self) -> ThreadPool | ProcessPool:
         if self.method == "thread":
-            return ThreadPoolExecutor(self.num_workers, thread_name_prefix="torch_drt-worker")
-        ctx = multiprocessing.get_context(self.multiprocessing_context)
-        payload = pickle.dumps(self.map_fn)
-        return ProcessPoolExecutor(self.num_workers, mp_context=ctx, initializer=_install, initargs=(payload,))
+            return ThreadPool(_Timed(self.map_fn) if self.adaptive else self.map_fn, self.num_workers)
+        return ProcessPool(
+            self.map_fn, self.num_workers, self.multiprocessing_context, self.transport, self.worker_init
+        )
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self._drop_pending()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._delivered = None
+        self._held = _NOTHING
         self._exhausted = False
-        if self.num_workers and (self._executor is None or getattr(self._executor, "_broken", False)):
-            if self._executor is not None:
-                _shutdown(self._executor)
-            self._executor = self._make_executor()
-            self._finalizer = weakref.finalize(self, _shutdown, self._executor)
+        if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
+            self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
 
     def _drop_pending(self) -> None:
-        for _, future in self._pending:
-            future.cancel()  # ones already running finish in the background and are discarded
+        for _, task in self._pending:
+            self._pool.drop(task)  # ones already running finish in the background and are discarded
         self._pending.clear()
 
     def _observe(self, seconds: float) -> None:
@@ -152,67 +154,91 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._inline = False
 
     def _submit(self) -> None:
-        assert self._executor is not None
+        assert self._pool is not None
         while not self._exhausted and len(self._pending) < self.in_flight:
             try:
-                item = next(self.source)
+                item = self.source.next()
             except StopIteration:
                 self._exhausted = True
                 return
-            if self.method == "process":
-                future = self._executor.submit(_call_installed, item)
-            elif self.adaptive:
-                future = self._executor.submit(_timed, self.map_fn, item)
-            else:
-                future = self._executor.submit(self.map_fn, item)
-            self._pending.append((self.source.state_dict(), future))
+            task = self._pool.submit(item, getattr(item, "worker", None))
+            self._pending.append((self.source.state_dict(), task))
 
     def _next_inline(self) -> R:
-        item = self.source.next()  # reset() initialised the source: skip BaseNode.__next__'s check
-        self._delivered = None  # nothing in flight: the source's own state is the delivered one
-        if not self.adaptive:
-            return self.map_fn(item)
-        seconds, result = _timed(self.map_fn, item)
-        self._observe(seconds)
+        item = self._held
+        if item is _NOTHING:
+            item = self._held = self.source.next()  # reset() initialised the source: skip BaseNode.__next__'s check
+            self._delivered = None  # nothing in flight: the source's own state is the delivered one
+        try:
+            if not self.adaptive:
+                result = self.map_fn(item)
+            else:
+                t0 = time.perf_counter()
+                result = self.map_fn(item)
+                self._observe(time.perf_counter() - t0)
+        except Exception:
+            self._held = _NOTHING  # a failed item counts as delivered
+            raise
+        self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
         return result
 
-    def _wait(self, future: Future) -> None:
+    def _wait(self, task: Any) -> bool:
+        """Wait for ``task``; False after ``timeout`` seconds. Wakes every ``_POLL_S`` so Ctrl-C is prompt."""
+        assert self._pool is not None
         waited = 0.0
-        while not future.done():
-            try:
-                future.exception(timeout=_POLL_S)  # wakes every _POLL_S, so Ctrl-C interrupts promptly
-            except FutureTimeout:
-                waited += _POLL_S
-                if self.timeout and waited >= self.timeout and not future.done():
-                    raise TimeoutError(
-                        f"no result from the workers after {self.timeout}s (timeout={self.timeout})"
-                    ) from None
+        while not self._pool.wait(task, _POLL_S):
+            waited += _POLL_S
+            if self.timeout and waited >= self.timeout:
+                return False
+        return True
 
     def next(self) -> R:
         if self._inline and not self._pending:
-            return self._next_inline()
+            if self.adaptive or self._held is not _NOTHING:
+                return self._next_inline()
+            item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
+            self._delivered = None
+            try:
+                result = self.map_fn(item)
+            except Exception:
+                self._held = _NOTHING  # a failed item counts as delivered
+                raise
+            self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
+            return result
         if not self._inline:
             self._submit()
         if not self._pending:
             raise StopIteration
-        state, future = self._pending[0]
-        self._wait(future)  # a KeyboardInterrupt here leaves the item at the head
+        state, task = self._pending[0]
+        done = self._wait(task)  # a KeyboardInterrupt here leaves the item at the head
         self._pending.popleft()
         self._delivered = state
+        if not done:
+            self._pool.abandon(task)
+            raise TimeoutError(
+                f"no result from the workers after {self.timeout}s (timeout={self.timeout}); the "
+                "batch was abandoned and loading goes on"
+            )
         if not self._inline:
             self._submit()
-        result = future.result()
+        result = self._pool.result(task)
         if self.adaptive:
             seconds, result = result
             self._observe(seconds)
         return result
 
     def get_state(self) -> dict[str, Any]:
+        if self._held is not _NOTHING and hasattr(self.source, "state_before"):
+            return {self.SOURCE_KEY: self.source.state_before(self._held)}
         return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}
 
+    def worker_pids(self) -> list[int]:
+        """The worker processes' pids (none for threads or before the first ``reset()``)."""
+        return self._pool.pids() if isinstance(self._pool, ProcessPool) else []
+
     def close(self) -> None:
-        """Cancel pending items and shut the worker pool down."""
-        self._drop_pending()
-        if self._finalizer is not None:
-            self._finalizer()
-        self._executor = None
+        """Drop pending items and stop the workers (a later ``reset()`` starts new ones)."""
+        if self._pool is not None:
+            self._drop_pending()
+            self._pool.close()
+        self._pool = None

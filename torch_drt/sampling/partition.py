@@ -1,4 +1,4 @@
-"""Rank arithmetic over global positions: the only place that knows batches, ranks, padding and drop_last.
+"""Rank arithmetic over the global positions of an epoch: batches, ranks, padding and drop_last.
 
 An epoch is the sequence of global positions 0 .. n-1. Starting from a global ``offset`` (what a checkpoint
 stores), global batch b covers positions [offset + b*G, offset + (b+1)*G) with G = batch_size * world_size, and
@@ -34,6 +34,11 @@ class Partition:
     rank: int = 0
     drop_last: bool = False
 
+    global_batch_size: int = field(init=False, repr=False)
+    """Samples per step over all ranks: ``batch_size * world_size``."""
+    end_offset: int = field(init=False, repr=False)
+    """The epoch is over once the offset reaches this value."""
+
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size} must be > 0")
@@ -43,14 +48,9 @@ class Partition:
             raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
         if self.n < 0:
             raise ValueError(f"n={self.n} must be >= 0")
-        object.__setattr__(self, "global_batch_size", self.batch_size * self.world_size)
         g = self.batch_size * self.world_size
+        object.__setattr__(self, "global_batch_size", g)
         object.__setattr__(self, "end_offset", self.n - g + 1 if self.drop_last else self.n)
-
-    global_batch_size: int = field(init=False, repr=False)
-    """Samples per step over all ranks: ``batch_size * world_size``."""
-    end_offset: int = field(init=False, repr=False)
-    """The epoch is over once the offset reaches this value."""
 
     def num_batches(self, offset: int = 0) -> int:
         """Batches this rank takes from ``offset`` to the end of the epoch."""
@@ -58,11 +58,21 @@ class Partition:
         g = self.global_batch_size
         return left // g if self.drop_last else -(-left // g)
 
-    def batch_offset(self, offset: int, b: int) -> int:
-        """Global offset of the start of batch ``b`` counted from ``offset``."""
-        return offset + b * self.global_batch_size
+    def is_last(self, offset: int) -> bool:
+        """Whether the global batch at ``offset`` is the epoch's last."""
+        return offset + self.global_batch_size >= self.end_offset
 
-    def positions(self, start: int) -> np.ndarray:
-        """This rank's positions in the global batch starting at ``start``, padding removed."""
-        pos = start + self.rank + self.world_size * np.arange(self.batch_size, dtype=np.int64)
-        return pos[pos < self.n]
+    def positions(self, offset: int, count: int) -> np.ndarray:
+        """This rank's positions in ``count`` global batches from ``offset``, one row each (padding included)."""
+        starts = offset + self.global_batch_size * np.arange(count, dtype=np.int64)
+        return starts[:, None] + self.rank + self.world_size * np.arange(self.batch_size, dtype=np.int64)
+
+    def items(self) -> int:
+        """Items this rank takes per epoch (padding removed)."""
+        if self.drop_last:
+            return self.num_batches(0) * self.batch_size
+        return len(range(self.rank, self.n, self.world_size))
+
+    def rank_positions(self, offset: int) -> range:
+        """This rank's positions in the global batch at ``offset``, padding removed."""
+        return range(offset + self.rank, min(self.n, offset + self.global_batch_size), self.world_size)

@@ -1,11 +1,13 @@
 """Position samplers: map the global positions of an epoch to dataset indices.
 
-Each is a pure function of (epoch, position), so a loader's whole sampling state is (epoch, offset).
+Sequential and shuffled samplers are pure functions of (epoch, position), so a loader's whole sampling state is
+(epoch, offset). A user sampler is read lazily, a window at a time, from a fresh iterator at each epoch start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -15,16 +17,25 @@ __all__ = ["IndexListSampler", "PositionSampler", "SequentialSampler", "Shuffled
 
 
 class PositionSampler:
-    """Base class: ``n`` positions per epoch, ``indices(epoch, positions)`` gives their dataset indices."""
+    """Base class: positions ``0 .. n-1`` per epoch; ``indices(epoch, positions)`` gives their dataset indices.
 
-    n: int
+    Attributes:
+        n: positions per epoch; None while an unsized user sampler has not ended.
+    """
+
+    n: int | None
+
+    def start_epoch(self, epoch: int, offset: int = 0) -> None:
+        """Called when an epoch starts (or resumes at ``offset``), before any ``indices`` call for it."""
+
+    def available(self, end: int) -> int:
+        """How many of the positions ``[0, end)`` the epoch has (``end`` unless it ends before)."""
+        assert self.n is not None
+        return min(end, self.n)
 
     def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
-        """Dataset indices of ``positions`` (int64 array) in ``epoch``."""
+        """Dataset indices of ``positions`` (an int64 array of available positions) in ``epoch``."""
         raise NotImplementedError
-
-    def start_epoch(self, epoch: int) -> None:
-        """Called when an epoch starts (before any ``indices`` call for it)."""
 
 
 class SequentialSampler(PositionSampler):
@@ -69,11 +80,16 @@ class ShuffledSampler(PositionSampler):
 
 
 class IndexListSampler(PositionSampler):
-    """Position p is the p-th index a user sampler yields; the sampler is read whole at each epoch start.
+    """Position p is the p-th index a user sampler yields, read lazily from a new iterator each epoch.
+
+    Only a window of indices is held at a time, so an endless sampler (``itertools.repeat(0)``) works and
+    Ctrl-C interrupts it. A resume at ``offset`` skips that many indices of the new iterator. ``n`` is
+    ``len(sampler)`` (an iterator that ends earlier shortens the epoch; indices beyond it are not read), or
+    unknown until an unsized sampler ends.
 
     Raises:
         TypeError: when the sampler is not iterable.
-        ValueError: when it yields something other than a non-negative int below ``dataset_len``.
+        ValueError: when it yields something other than an int in ``[0, dataset_len)``.
     """
 
     def __init__(self, sampler: Iterable[int], dataset_len: int) -> None:
@@ -81,21 +97,44 @@ class IndexListSampler(PositionSampler):
             raise TypeError(f"sampler must be an iterable of int indices, got {type(sampler).__name__}")
         self.sampler = sampler
         self.dataset_len = dataset_len
-        self._epoch: int | None = None
-        self._indices = np.empty(0, dtype=np.int64)
-        self.n = len(sampler) if hasattr(sampler, "__len__") else 0
+        self.sized = hasattr(sampler, "__len__")
+        self.n = len(sampler) if self.sized else None
+        self._iterator: Iterator[int] | None = None
+        self._base = 0
+        self._window = np.empty(0, dtype=np.int64)
 
-    def start_epoch(self, epoch: int) -> None:
-        if self._epoch == epoch:
-            return
-        values = list(iter(self.sampler))
+    def start_epoch(self, epoch: int, offset: int = 0) -> None:
+        self.n = len(self.sampler) if self.sized else None
+        self._iterator = iter(self.sampler)
+        for _ in itertools.islice(self._iterator, offset):
+            pass
+        self._base, self._window = offset, np.empty(0, dtype=np.int64)
+
+    def _read(self, count: int) -> list[int]:
+        assert self._iterator is not None
+        values = list(itertools.islice(self._iterator, count))
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or not 0 <= int(v) < self.dataset_len:
-                raise ValueError(f"sampler item {i} is {v!r}: samplers must yield ints in [0, {self.dataset_len})")
-        self._indices = np.asarray(values, dtype=np.int64)
-        self.n = len(values)
-        self._epoch = epoch
+                position = self._base + len(self._window) + i
+                raise ValueError(
+                    f"sampler item {position} is {v!r}: samplers must yield ints in [0, {self.dataset_len})"
+                )
+        return values
+
+    def available(self, end: int) -> int:
+        have = self._base + len(self._window)
+        limit = end if self.n is None else min(end, self.n)
+        if have < limit:
+            values = self._read(limit - have)
+            if len(values) < limit - have:
+                self.n = have + len(values)  # the iterator ended: the epoch is this long
+            self._window = np.concatenate([self._window, np.asarray(values, dtype=np.int64)])
+        return min(end, self._base + len(self._window))
 
     def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
-        self.start_epoch(epoch)
-        return self._indices[positions]
+        if positions.size == 0:
+            return positions.astype(np.int64)
+        lo = int(positions.min())
+        if lo > self._base:  # positions only move forward within an epoch: drop what was planned
+            self._window, self._base = self._window[lo - self._base :], lo
+        return self._window[positions - self._base]

@@ -1,0 +1,109 @@
+"""The cache loader's mode: consumers' streams in torch's order, checkpointed as (pass, batches done)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch_drt.cache._consumer import RowFetcher
+from torch_drt.loader.base import LoaderMode
+from torch_drt.loader.position import Cursor
+from torch_drt.loader.state import require_mapping, state_int, state_seed
+from torch_drt.nodes.ordered_map import OrderedMapper
+from torch_drt.nodes.stream_plan import StreamPlanner
+from torch_drt.nodes.transport import SharedMemoryTransport
+
+__all__ = ["StreamMode"]
+
+
+class StreamMode(LoaderMode):
+    """The cache loader's pipeline and checkpoint.
+
+    The checkpoint is ``{version, epoch, batches_done}`` plus what makes the streams: ``world_size``,
+    ``num_workers``, ``samples_per_epoch``, ``batch_size``, ``drop_last``, ``shuffle``, ``seed``,
+    ``worker_partition`` and ``table_fingerprint``. A state whose settings differ is refused (the streams would
+    be others), except a seed drawn with ``seed="random"``, which is adopted from the checkpoint.
+    """
+
+    VERSION = 1
+    VERSION_KEY = "version"
+    EPOCH_KEY = StreamPlanner.EPOCH_KEY
+    DONE_KEY = StreamPlanner.DONE_KEY
+    FINGERPRINT_KEY = "table_fingerprint"
+    SETTINGS = (
+        "world_size",
+        "num_workers",
+        "samples_per_epoch",
+        "batch_size",
+        "drop_last",
+        "shuffle",
+        "worker_partition",
+    )
+    SEED_KEY = "seed"
+
+    def __init__(self, fetcher: RowFetcher, settings: dict[str, Any], fingerprint: str, seed_given: bool) -> None:
+        self.fetcher, self.fingerprint, self.seed_given = fetcher, fingerprint, seed_given
+        self.settings = {key: settings[key] for key in self.SETTINGS}
+        self.seed = settings["seed"]
+        workers = settings["num_workers"]
+        continue_streams = settings["persistent_workers"] or workers == 0
+        self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], continue_streams)
+        self.mapper = OrderedMapper(
+            self.planner,
+            fetcher,
+            num_workers=workers,
+            in_flight=workers * settings["prefetch_factor"],
+            method="process",
+            multiprocessing_context=settings["multiprocessing_context"],
+            timeout=settings["timeout"],
+            transport=SharedMemoryTransport(pin=settings["pin_memory"]),
+            worker_init=settings["worker_init_fn"],
+        )
+
+    def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.DONE_KEY: 0}}
+
+    def at_end(self, cursor: Cursor) -> bool:
+        return cursor is not None and cursor[self.DONE_KEY] >= self.planner.total
+
+    def remaining(self, cursor: Cursor) -> int:
+        return self.planner.total - (cursor[self.DONE_KEY] if cursor else 0)
+
+    def num_batches(self) -> int:
+        return self.planner.total
+
+    def items_per_epoch(self) -> int:
+        return sum(plan.sample_count for plan in self.fetcher.plans)
+
+    def state_dict(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        return {
+            self.VERSION_KEY: self.VERSION,
+            self.EPOCH_KEY: epoch,
+            self.DONE_KEY: cursor[self.DONE_KEY] if cursor else 0,
+            **self.settings,
+            self.SEED_KEY: self.seed,
+            self.FINGERPRINT_KEY: self.fingerprint,
+        }
+
+    def parse_state(self, state: Any) -> tuple[int, Cursor]:
+        keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, *self.SETTINGS, self.SEED_KEY, self.FINGERPRINT_KEY)
+        state = require_mapping(state, "cache loader", keys)
+        state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION, what="cache loader")
+        epoch = state_int(state, self.EPOCH_KEY, what="cache loader")
+        done = state_int(state, self.DONE_KEY, high=self.planner.total, what="cache loader")
+        for key, ours in self.settings.items():
+            if isinstance(ours, int) and not isinstance(ours, bool):
+                state_int(state, key, what="cache loader")
+            if state[key] != ours or type(state[key]) is not type(ours):
+                raise ValueError(
+                    f"the state was saved with {key}={state[key]!r}, this loader has {key}={ours!r}: "
+                    "the consumers' streams differ, so it cannot resume there"
+                )
+        if state[self.FINGERPRINT_KEY] != self.fingerprint:
+            raise ValueError("the state was taken on a different metadata table; apply the same update_metadata()")
+        seed = state_seed(state, self.SEED_KEY, what="cache loader")
+        if seed != self.seed:
+            if self.seed_given or seed is None:
+                raise ValueError(f"the state was saved with seed={seed!r}, this loader has seed={self.seed!r}")
+            self.seed = self.fetcher.seed = seed  # seed="random": take the checkpoint's
+            self.mapper.close()  # loading processes hold the old seed: start new ones
+        return epoch, {self.EPOCH_KEY: epoch, self.DONE_KEY: done}

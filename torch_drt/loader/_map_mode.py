@@ -1,0 +1,160 @@
+"""Map-style mode: positions -> this rank's indices (BatchPlanner) -> items, transform, collate (BatchFetcher)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from typing import Any
+
+from torch_drt.loader._fetch import BatchFetcher, fetch_stage
+from torch_drt.loader.base import LoaderMode
+from torch_drt.loader.position import Cursor
+from torch_drt.loader.state import require_mapping, state_int, state_seed
+from torch_drt.nodes.batch_plan import BatchPlanner
+from torch_drt.nodes.ordered_map import OrderedMapper
+from torch_drt.sampling.partition import Partition
+from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
+
+__all__ = ["MapMode"]
+
+
+class MapMode(LoaderMode):
+    """A map-style dataset's pipeline and checkpoint: ``{version, epoch, observation_offset, ...}``.
+
+    ``observation_offset`` is the global position of the next global batch; ``num_samples`` the epoch's
+    positions (a state of another size is refused); ``shuffle``, ``shuffle_seed`` (the loader's seed: the
+    shuffle order and the items' random generators) and ``drop_last`` are the loader's settings.
+    """
+
+    VERSION = 1
+    VERSION_KEY = "version"
+    EPOCH_KEY = BatchPlanner.EPOCH_KEY
+    OFFSET_KEY = BatchPlanner.OFFSET_KEY
+    SHUFFLE_KEY = "shuffle"
+    SEED_KEY = "shuffle_seed"
+    DROP_LAST_KEY = "drop_last"
+    BATCH_SIZE_KEY = "batch_size"
+    WORLD_SIZE_KEY = "world_size"
+    NUM_SAMPLES_KEY = "num_samples"
+
+    def __init__(self, loader: Any, sampler: Iterable[int] | None, seed_given: bool) -> None:
+        self.shuffle, self.seed, self.seed_given = loader.shuffle, loader.seed, seed_given
+        self.drop_last, self.batch_size = loader.drop_last, loader.batch_size
+        self.rank, self.world_size = loader.rank, loader.world_size
+        n = len(loader.dataset)
+        self.sampler: PositionSampler = (
+            IndexListSampler(sampler, n)
+            if sampler is not None
+            else ShuffledSampler(n, self.seed)
+            if self.shuffle
+            else SequentialSampler(n)
+        )
+        self.planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last)
+        threads = loader.worker_method == "thread"
+        self.fetcher = BatchFetcher(
+            loader.dataset,
+            loader.transform,
+            loader.collate_fn,
+            loader.item_concurrency,
+            pin=loader.pin_memory and threads,
+            seed=self.seed,
+            item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
+        )
+        self.mapper = fetch_stage(loader, self.planner, self.fetcher)
+
+    def _partition(self) -> Partition:
+        if self.sampler.n is None:
+            raise TypeError("the number of batches needs a sampler with __len__")
+        return Partition(self.sampler.n, self.batch_size, self.world_size, self.rank, self.drop_last)
+
+    def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        if self.fetcher.event_loop is not None and self.mapper.method == "thread":
+            self.fetcher.event_loop.start()
+        return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.OFFSET_KEY: 0}}
+
+    def at_end(self, cursor: Cursor) -> bool:
+        return (
+            cursor is not None
+            and self.sampler.n is not None
+            and cursor[self.OFFSET_KEY] >= self._partition().end_offset
+        )
+
+    def remaining(self, cursor: Cursor) -> int:
+        return self._partition().num_batches(cursor[self.OFFSET_KEY] if cursor else 0)
+
+    def num_batches(self) -> int:
+        return self._partition().num_batches(0)
+
+    def items_per_epoch(self) -> int:
+        return self._partition().items()
+
+    def epoch_indices(self, epoch: int) -> Iterable[int]:
+        if isinstance(self.sampler, IndexListSampler):
+            raise TypeError("a user sampler is read once per epoch, by the loader")
+        planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last)
+        planner.reset({self.EPOCH_KEY: epoch, self.OFFSET_KEY: 0})
+        return (i for plan in planner for i in plan.indices)
+
+    def state_dict(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        return {
+            self.VERSION_KEY: self.VERSION,
+            self.EPOCH_KEY: epoch,
+            self.OFFSET_KEY: cursor[self.OFFSET_KEY] if cursor else 0,
+            self.SHUFFLE_KEY: self.shuffle,
+            self.SEED_KEY: self.seed,
+            self.DROP_LAST_KEY: self.drop_last,
+            self.BATCH_SIZE_KEY: self.batch_size,
+            self.WORLD_SIZE_KEY: self.world_size,
+            self.NUM_SAMPLES_KEY: self.sampler.n
+            if not isinstance(self.sampler, IndexListSampler) or self.sampler.sized
+            else None,
+        }
+
+    def parse_state(self, state: Any) -> tuple[int, Cursor]:
+        state = require_mapping(state, "torch_drt loader", (self.EPOCH_KEY, self.OFFSET_KEY))
+        if self.VERSION_KEY in state:
+            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
+        epoch = state_int(state, self.EPOCH_KEY)
+        n = self.sampler.n if not isinstance(self.sampler, IndexListSampler) or self.sampler.sized else None
+        if state.get(self.NUM_SAMPLES_KEY) is not None and n is not None:
+            saved = state_int(state, self.NUM_SAMPLES_KEY)
+            if saved != n:
+                raise ValueError(
+                    f"invalid loader state: num_samples={saved} was saved on an epoch of another size; "
+                    f"this loader has {n} positions per epoch"
+                )
+        offset = state_int(state, self.OFFSET_KEY, high=n if n is not None else (1 << 62))
+        seed = state_seed(state, self.SEED_KEY)
+        for key in (self.SHUFFLE_KEY, self.DROP_LAST_KEY):
+            if key in state and not isinstance(state[key], bool):
+                raise ValueError(f"invalid loader state: {key}={state[key]!r} must be a bool")
+        self._adopt(state, seed, epoch, offset)
+        return epoch, {self.EPOCH_KEY: epoch, self.OFFSET_KEY: offset}
+
+    def close(self) -> None:
+        self.mapper.close()
+        if self.fetcher.item_pool is not None:
+            self.fetcher.item_pool.close()
+            self.fetcher.item_pool = None
+        if self.fetcher.event_loop is not None:
+            self.fetcher.event_loop.stop(getattr(self.fetcher.dataset, "aclose", None))
+
+    def _adopt(self, state: Any, seed: int | None, epoch: int, offset: int) -> None:
+        """A loader whose seed was drawn at random takes the checkpoint's; other differences are warned about."""
+        if not self.seed_given and seed is not None and seed != self.seed:
+            self.seed = self.fetcher.seed = seed
+            if isinstance(self.sampler, ShuffledSampler):
+                self.sampler = self.planner.source = ShuffledSampler(self.sampler.n, seed)
+            self.mapper.close()  # process workers hold the old seed: start new ones
+        ours = {self.SHUFFLE_KEY: self.shuffle, self.SEED_KEY: self.seed, self.DROP_LAST_KEY: self.drop_last}
+        differences = [
+            f"{k}: checkpoint {state[k]!r}, loader {v!r}"
+            for k, v in ours.items()
+            if state.get(k) is not None and state[k] != v
+        ]
+        if differences:
+            warnings.warn(
+                "checkpoint settings differ; applied this loader's (" + "; ".join(differences) + f"), resuming at "
+                f"epoch {epoch}, global offset {offset}",
+                stacklevel=4,
+            )

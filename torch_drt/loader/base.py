@@ -1,0 +1,144 @@
+"""PipelineLoader: the loader every torch_drt loader is, one pipeline of nodes and stages.
+
+A mode supplies the source node (which batches, in which order), the fetch stage (what loading a batch means)
+and the checkpoint format; the rest is shared::
+
+    source node --plan--> OrderedMapper(fetch on threads or processes [-> shared-memory transport]) --Fetched-->
+        LoaderIterator (device copy; end of epoch) ---> caller
+    LoaderPosition: epoch + the source's state after the last delivered batch; rollover in one place
+
+``torch_drt.StatefulDataLoader`` uses the map-style mode (``BatchPlanner`` + ``BatchFetcher``) or the node mode
+(``ItemBatcher`` + ``ItemBatchFetcher``); ``CachedDataset.to_torch_dataloader`` the cache mode (``StreamPlanner``
++ the cache's row fetcher).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+
+from torch_drt.loader._sampler_view import LoaderShards
+from torch_drt.loader.iterator import LoaderIterator
+from torch_drt.loader.position import Cursor, LoaderPosition
+from torch_drt.nodes.ordered_map import OrderedMapper
+
+__all__ = ["LoaderMode", "PipelineLoader"]
+
+
+class LoaderMode:
+    """What distinguishes one kind of loader: its pipeline (``mapper``) and its checkpoint format.
+
+    A cursor is the source node's state after the last delivered batch (None: the start of an epoch).
+    """
+
+    mapper: OrderedMapper
+
+    def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
+        """The mapper's initial state for ``epoch`` at ``cursor`` (called by ``iter(loader)``)."""
+        raise NotImplementedError
+
+    def at_end(self, cursor: Cursor) -> bool:
+        """Whether ``cursor`` stands at the very end of its epoch."""
+        return False
+
+    def remaining(self, cursor: Cursor) -> int:
+        """Batches left in the epoch after ``cursor``."""
+        raise NotImplementedError
+
+    def num_batches(self) -> int:
+        """Batches per epoch on this rank."""
+        raise NotImplementedError
+
+    def items_per_epoch(self) -> int:
+        """Items per epoch on this rank."""
+        raise NotImplementedError
+
+    def epoch_indices(self, epoch: int) -> Iterable[int]:
+        """The indices this rank loads in ``epoch``, where the mode can tell them."""
+        raise TypeError("this loader's items have no dataset indices to list")
+
+    def state_dict(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
+        """The checkpoint of ``(epoch, cursor)``."""
+        raise NotImplementedError
+
+    def parse_state(self, state: Any) -> tuple[int, Cursor]:
+        """``(epoch, cursor)`` of a checkpoint.
+
+        Raises:
+            ValueError: when the state does not describe this loader.
+        """
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the workers (a later ``iter()`` starts new ones)."""
+        self.mapper.close()
+
+
+class PipelineLoader(_TorchdataLoader):
+    """A ``torchdata`` ``StatefulDataLoader`` run by a ``LoaderMode``'s pipeline (see the module docstring).
+
+    Subclasses set the torch attributes (``dataset``, ``batch_size``, ...) and call ``_setup_pipeline``.
+    """
+
+    multiprocessing_context: Any = None  # a plain attribute here, not DataLoader's validating property
+    rank: int = 0
+    world_size: int = 1
+    shuffle: bool = False
+    seed: int | None = None
+    drop_last: bool = False
+    return_indices: bool = False
+    _device: Any = None
+
+    def _setup_pipeline(self, mode: LoaderMode) -> None:
+        self._mode = mode
+        self._position = LoaderPosition(self._read_cursor)
+        self._generation = 0
+        self.batch_sampler = None
+
+    def _read_cursor(self) -> Cursor:
+        return self._mode.mapper.get_state()[OrderedMapper.SOURCE_KEY]
+
+    @property
+    def sampler(self) -> LoaderShards:  # type: ignore[override]
+        """This loader's sharding as a ``DistributedSampler`` (what Lightning and Fabric look for)."""
+        return LoaderShards(self)
+
+    def __len__(self) -> int:
+        """This rank's batches per epoch."""
+        return self._mode.num_batches()
+
+    def __iter__(self) -> LoaderIterator:
+        mode = self._mode
+        self._position.begin(mode.at_end, lambda epoch, cursor: mode.mapper.reset(mode.start_state(epoch, cursor)))
+        self._generation += 1
+        return LoaderIterator(self, self._generation)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded)."""
+        return self._mode.state_dict(*self._position.snapshot())
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Resume at a checkpoint on the next ``iter()``.
+
+        Raises:
+            RuntimeError: while an iterator of this loader is mid-epoch.
+            ValueError: when the state does not describe this loader.
+        """
+        if self._position.active:
+            raise RuntimeError("load_state_dict() while an iterator is active: exhaust or close it first")
+        self._position.load(*self._mode.parse_state(state_dict))
+
+    def close(self) -> None:
+        """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""
+        self._position.stop()
+        self._mode.close()
+
+    def __del__(self) -> None:
+        try:
+            mode = self.__dict__.get("_mode")
+            if mode is not None:
+                mode.close()
+        except Exception:  # interpreter shutdown: nothing left to stop
+            pass

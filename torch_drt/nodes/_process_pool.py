@@ -1,0 +1,274 @@
+"""Worker processes for OrderedMapper: per-worker pipes, death detection, restarts, abandon on time-out.
+
+Each worker has its own task pipe and result pipe, so the pool knows which tasks a worker holds (in order) and
+a dead worker never leaves a shared lock taken. The consumer polls the result pipes and the workers' sentinels
+while it waits: a worker that dies is replaced and its tasks go to the replacement, except a task that was running
+in two dead workers, which fails once (``BrokenProcessPool``); a task abandoned after a time-out has its worker
+killed and replaced the same way.
+Workers ignore SIGINT (Ctrl-C is the consumer's), are daemons, so they never keep the interpreter alive, and run
+torch with one thread (as torch's loader workers do: ``worker_init`` may raise it).
+Large tensors of results travel through the worker's shared-memory ring (``SharedMemoryTransport``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import itertools
+import multiprocessing
+import os
+import pickle
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait as wait_ready
+from time import monotonic
+from typing import Any
+
+from torch_drt.nodes._process_worker import worker_main
+from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
+
+__all__ = ["ProcessPool"]
+
+
+def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
+    """A batch's tensors are gone: its slot may be written again (nothing to do once the pool is gone)."""
+    owner = pool()
+    if owner is not None:
+        owner._free(worker, task)
+
+
+_STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
+
+
+class Task:
+    """One submitted item: where it went and, once received, its outcome."""
+
+    __slots__ = ("done", "dropped", "id", "item", "ok", "packed", "slot", "strikes", "value", "worker")
+
+    def __init__(self, task_id: int, item: Any) -> None:
+        self.id, self.item = task_id, item
+        self.strikes = 0
+        self.done = self.dropped = self.ok = self.packed = False
+        self.slot: int | None = None
+        self.value: Any = None
+        self.worker: _Worker | None = None
+
+
+class _Worker:
+    __slots__ = ("answered", "free_slots", "process", "queued", "results", "tasks", "uid")
+
+
+class ProcessPool:
+    """``num_workers`` daemon processes running ``fn(item)``; created by the owner's ``reset()``.
+
+    Args:
+        fn: the picklable function (pickled once, installed in each worker).
+        num_workers: processes.
+        context: multiprocessing start method (spawn, fork, forkserver; None: the default).
+        transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
+        initializer: called as ``initializer(worker_index)`` in each worker process when it starts.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        num_workers: int,
+        context: str | None = None,
+        transport: SharedMemoryTransport | None = None,
+        initializer: Callable[[int], None] | None = None,
+    ) -> None:
+        self.pid = os.getpid()
+        self._ctx = multiprocessing.get_context(context)
+        self._payload = pickle.dumps((fn, initializer))
+        self._transport = transport if transport is not None and transport.available else None
+        self._reader = RingReader(pin=transport.pin) if transport is not None else None
+        self._uids = itertools.count()
+        self._ids = itertools.count()
+        self._turn = itertools.count()
+        self._startup_failures = 0
+        self._workers = [self._spawn(i) for i in range(num_workers)]
+
+    def _spawn(self, index: int) -> _Worker:
+        w = _Worker()
+        w.uid = next(self._uids)
+        tasks_r, w.tasks = self._ctx.Pipe(duplex=False)
+        w.results, results_w = self._ctx.Pipe(duplex=False)
+        ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
+        w.process = self._ctx.Process(
+            target=worker_main,
+            args=(self._payload, index, tasks_r, results_w, ring),
+            name=f"torch_drt-worker-{w.uid}",
+            daemon=True,
+        )
+        w.process.start()
+        tasks_r.close()
+        results_w.close()
+        w.queued = deque()
+        w.answered = False
+        w.free_slots = list(range(self._transport.slots)) if self._transport is not None else []
+        return w
+
+    def _send(self, w: _Worker, task: Task) -> None:
+        task.worker = w
+        task.slot = w.free_slots.pop() if w.free_slots else None
+        w.queued.append(task)
+        w.tasks.send((task.id, task.item, task.slot))
+
+    def submit(self, item: Any, affinity: int | None = None) -> Task:
+        """Queue ``fn(item)`` on worker ``affinity % num_workers``, or on the least busy worker."""
+        task = Task(next(self._ids), item)
+        if affinity is not None:
+            w = self._workers[affinity % len(self._workers)]
+        else:
+            turn = next(self._turn)
+            n = len(self._workers)
+            w = min((self._workers[(turn + k) % n] for k in range(n)), key=lambda w: len(w.queued))
+        self._send(w, task)
+        return task
+
+    def _receive(self, w: _Worker) -> None:
+        while w.queued and w.results.poll():
+            task = w.queued.popleft()
+            try:
+                _, task.ok, task.value, task.packed = w.results.recv()
+            except (EOFError, OSError):
+                w.queued.appendleft(task)
+                return
+            except Exception as e:  # the result does not unpickle here
+                task.ok, task.value, task.packed = False, RuntimeError(f"cannot receive a worker's result: {e}"), False
+            w.answered = True
+            self._settle(w, task)
+
+    def _settle(self, w: _Worker, task: Task) -> None:
+        task.done = True
+        task.item = None
+        if task.dropped:
+            self._free(w, task)
+
+    def _free(self, w: _Worker, task: Task) -> None:
+        if task.slot is not None:
+            w.free_slots.append(task.slot)
+            task.slot = None
+        task.value = None
+
+    def _replace(self, index: int, culprit: Task | None, error: BaseException) -> None:
+        """Retire worker ``index``: fail ``culprit``, resend its other tasks to a new worker.
+
+        Without a named culprit (the worker died), its oldest task is suspected: a task suspected twice fails.
+        (Once is not enough: a worker's last results may have been lost with it, and a worker killed from
+        outside is not its task's fault.)
+        """
+        w = self._workers[index]
+        self._receive(w)
+        self._retire(w, grace=0)
+        new = self._workers[index] = self._spawn(index)
+        if culprit is None:
+            suspect = next((task for task in w.queued if not task.dropped), None)
+            if suspect is not None:
+                suspect.strikes += 1
+                culprit = suspect if suspect.strikes >= 2 else None
+        for task in w.queued:
+            if task is culprit or task.dropped:
+                task.slot = None
+                task.ok, task.value = False, error
+                self._settle(w, task)
+            else:
+                self._send(new, task)
+
+    def _retire(self, w: _Worker, grace: float) -> None:
+        """Let ``w`` exit within ``grace`` seconds, else kill it; close its pipes and remove its ring files."""
+        if grace:
+            w.process.join(grace)
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+        for conn in (w.tasks, w.results):
+            conn.close()
+        unlink_rings(ring_prefix(self.pid, w.uid))
+
+    def _poll(self, timeout: float) -> None:
+        by_conn = {w.results: w for w in self._workers}
+        for ready in wait_ready([*by_conn, *(w.process.sentinel for w in self._workers)], timeout):
+            if ready in by_conn:
+                self._receive(by_conn[ready])
+        for index in range(len(self._workers)):
+            w = self._workers[index]
+            if not w.process.is_alive():
+                code = w.process.exitcode
+                self._startup_failures = 0 if w.answered else self._startup_failures + 1
+                if self._startup_failures >= _STARTUP_FAILURES:
+                    raise RuntimeError(
+                        f"loading worker processes exit as they start (exit code {code}); their stderr says why. "
+                        "With spawn or forkserver the main script must guard its entry point with "
+                        "`if __name__ == '__main__':` and the dataset must import in a fresh interpreter"
+                    )
+                self._replace(
+                    index,
+                    None,
+                    BrokenProcessPool(
+                        f"a worker process terminated abruptly (exit code {code}) while loading this batch; "
+                        "the worker was replaced and loading goes on"
+                    ),
+                )
+
+    def wait(self, task: Task, timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
+        w = task.worker
+        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
+            self._receive(w)
+        deadline = monotonic() + timeout
+        while not task.done:
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                return False
+            self._poll(remaining)
+        return True
+
+    def result(self, task: Task) -> Any:
+        """The task's result (its large tensors copied out of the ring), or its error with its own type."""
+        value, ok, packed, worker = task.value, task.ok, task.packed, task.worker
+        task.value = None
+        if not ok or self._reader is None:
+            self._free(worker, task)
+            if not ok:
+                raise value
+            return value
+        return self._reader.unpack(value, packed, functools.partial(_release_slot, weakref.ref(self), worker, task))
+
+    def pids(self) -> list[int]:
+        """The worker processes' pids."""
+        return [w.process.pid for w in self._workers]
+
+    def drop(self, task: Task) -> None:
+        """The result is no longer wanted: it is discarded (and its slot freed) when it arrives."""
+        task.dropped = True
+
+    def abandon(self, task: Task) -> None:
+        """Give up on a stuck task: its worker is killed and replaced; its other tasks go to the replacement."""
+        if not task.done and task.worker in self._workers:
+            self._replace(self._workers.index(task.worker), task, TimeoutError("abandoned after a time-out"))
+
+    def close(self) -> None:
+        """Stop the workers: idle ones exit, busy ones are killed; their ring files are removed."""
+        if self.pid != os.getpid():  # a forked child must not stop its parent's workers
+            self._workers = []
+            return
+        for w in self._workers:
+            try:
+                if w.queued:
+                    w.process.kill()
+                else:
+                    w.tasks.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for w in self._workers:
+            self._retire(w, grace=1.0)
+        self._workers = []
+        if self._reader is not None:
+            self._reader.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown multiprocessing stops daemon workers itself
+            self.close()

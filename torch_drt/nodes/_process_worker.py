@@ -1,0 +1,97 @@
+"""The inside of a worker process of ``ProcessPool``: receive tasks, run them, send results whole, in order.
+
+One thread does everything. A result is written whole before the next task starts, so a worker that dies loses
+no finished result; while the result pipe is full the worker keeps reading the tasks that arrive, so the pool
+never blocks sending a task while this worker waits to send a result (no deadlock, whatever their sizes).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import traceback
+from collections import deque
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import torch
+
+from torch_drt.nodes.transport import RingWriter
+
+__all__ = ["portable", "worker_main"]
+
+
+def portable(error: BaseException) -> BaseException:
+    """The error as it can travel to the consumer: itself with the worker's traceback as a note, or a copy."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error} (in a worker process)\n{text}")
+    error.add_note(f"in a worker process:\n{text}")
+    return error
+
+
+def _message(reply: tuple) -> bytes:
+    """``reply`` framed as ``Connection.recv_bytes`` reads it (a result that does not pickle becomes an error)."""
+    try:
+        body = bytes(ForkingPickler.dumps(reply))
+    except Exception as e:
+        error = portable(TypeError(f"the batch cannot be sent from the worker: {e}"))
+        body = bytes(ForkingPickler.dumps((reply[0], False, error, False)))
+    n = len(body)
+    return (struct.pack("!i", n) if n < 0x7FFFFFFF else struct.pack("!iQ", -1, n)) + body
+
+
+def _write(results: Connection, tasks: Connection, data: bytes, inbox: deque) -> None:
+    """Write ``data`` whole; while the pipe is full, take the tasks that arrive into ``inbox``."""
+    out, view = results.fileno(), memoryview(data)
+    while view:
+        try:
+            view = view[os.write(out, view) :]
+        except BlockingIOError:
+            readable, _, _ = select.select([tasks.fileno()], [out], [])
+            if readable:
+                inbox.append(_receive(tasks))
+
+
+def _receive(tasks: Connection) -> Any:
+    try:
+        return tasks.recv()
+    except (EOFError, OSError):
+        return None
+
+
+def worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)  # as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
+    fn, initializer = pickle.loads(payload)
+    failed: BaseException | None = None
+    if initializer is not None:
+        try:
+            initializer(index)
+        except BaseException as e:  # every task of this worker reports it
+            failed = portable(e)
+    writer = None if ring is None else RingWriter(*ring)
+    os.set_blocking(results.fileno(), False)
+    inbox: deque = deque()
+    while (msg := inbox.popleft() if inbox else _receive(tasks)) is not None:
+        task_id, item, slot = msg
+        try:
+            if failed is not None:
+                raise failed
+            value = fn(item)
+            value, packed = (value, False) if writer is None else writer.pack(value, slot)
+            reply = (task_id, True, value, packed)
+        except BaseException as e:
+            reply = (task_id, False, e if e is failed else portable(e), False)
+        msg = item = value = None
+        try:
+            _write(results, tasks, _message(reply), inbox)
+        except OSError:  # the pool is gone
+            return
+        reply = None

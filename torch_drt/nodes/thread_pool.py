@@ -1,0 +1,115 @@
+"""ThreadPool: daemon worker threads that never keep the interpreter from exiting (OrderedMapper, item fetches).
+
+A task that never returns is abandoned: the pool starts a replacement thread and the stuck one, when it ever
+finishes, exits instead of taking more work. Threads hold the task queue only (not the pool or the function
+between tasks), so a pool whose owner is garbage-collected is collected too, and its ``__del__`` stops the threads.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+__all__ = ["ThreadPool"]
+
+
+class _Shared:
+    """What the threads share with the pool: the queue and the abandoned tasks (their threads exit after them)."""
+
+    def __init__(self) -> None:
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.abandoned: set[Future] = set()
+
+
+def _run(shared: _Shared) -> None:
+    while True:
+        task = shared.tasks.get()
+        if task is None:
+            return
+        future, fn, item = task
+        del task
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(item))
+            except BaseException as e:  # delivered to the consumer, which re-raises it
+                future.set_exception(e)
+        del fn, item
+        with shared.lock:
+            if future in shared.abandoned:  # a replacement took this thread's place
+                shared.abandoned.discard(future)
+                return
+        del future
+
+
+class ThreadPool:
+    """``num_workers`` daemon threads running ``fn(item)``, created by the owner's ``reset()``.
+
+    Args:
+        fn: the function (held by the pool; a thread holds it only while running a task).
+        num_workers: threads.
+        name: thread name prefix.
+    """
+
+    def __init__(self, fn: Callable[[Any], Any], num_workers: int, name: str = "torch_drt-worker") -> None:
+        self.pid = os.getpid()
+        self.fn = fn
+        self.name = name
+        self._shared = _Shared()
+        self._threads = 0
+        for _ in range(num_workers):
+            self._start()
+
+    def _start(self) -> None:
+        self._threads += 1
+        thread = threading.Thread(target=_run, args=(self._shared,), name=f"{self.name}_{self._threads}", daemon=True)
+        thread.start()
+
+    def submit(self, item: Any, affinity: int | None = None) -> Future:
+        """Queue ``fn(item)``; ``affinity`` is ignored (threads share memory)."""
+        future: Future = Future()
+        self._shared.tasks.put((future, self.fn, item))
+        return future
+
+    def map(self, items: list[Any]) -> list[Any]:
+        """``[fn(x) for x in items]`` on the threads, in order (the first error is raised with its own type)."""
+        futures = [self.submit(x) for x in items]
+        return [f.result() for f in futures]
+
+    @staticmethod
+    def wait(task: Future, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for ``task``; True when it is done."""
+        return bool(wait_futures([task], timeout).done)
+
+    @staticmethod
+    def result(task: Future) -> Any:
+        """The task's result, or its exception raised with its own type."""
+        return task.result()
+
+    @staticmethod
+    def drop(task: Future) -> None:
+        """The result is no longer wanted (a task already running finishes and is discarded)."""
+        task.cancel()
+
+    def abandon(self, task: Future) -> None:
+        """Give up on a stuck task: a new thread takes over its place; the stuck one exits if it ever returns."""
+        with self._shared.lock:
+            if task.cancel() or task.done():
+                return
+            self._shared.abandoned.add(task)
+        self._start()
+
+    def close(self) -> None:
+        """Ask every thread to exit once its current task is done (never waits)."""
+        if self.pid == os.getpid():  # a forked child must not touch its parent's queue
+            for _ in range(self._threads):
+                self._shared.tasks.put(None)
+        self._threads = 0
+
+    def __del__(self) -> None:
+        self.close()
