@@ -19,7 +19,8 @@ import torch_drt.compat.dataset_rt as drt
 
 dataset_rt = pytest.importorskip("dataset_rt")
 
-AFTER_REDESIGN = pytest.mark.xfail(reason="issue 13 item 1: after the loader redesign", strict=True)
+# LEAD: not strict while item 1 is finished on the redesigned loader (some cases pass already); strict again after
+AFTER_REDESIGN = pytest.mark.xfail(reason="issue 13 item 1: after the loader redesign", strict=False)
 N = 40
 
 
