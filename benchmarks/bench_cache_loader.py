@@ -70,6 +70,7 @@ def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, flo
                 batch_size=BATCH,
                 shuffle=shuffle,
                 num_workers=workers,
+                native_num_workers=1,
                 multiprocessing_context="spawn",
             )
             key = f"drt_{'shuffled' if shuffle else 'sequential'}_{workers}"
@@ -106,7 +107,8 @@ def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, flo
 
 
 def resume(ds) -> dict[str, float]:
-    kwargs = dict(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH, samples_per_epoch=1_000_000)
+    kwargs = dict(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH, samples_per_epoch=1_000_000,
+                  num_workers=0)
     loader = ds.to_torch_dataloader(**kwargs)
     it = iter(loader)
     for _ in range(int(0.9 * 1_000_000 / BATCH)):

@@ -112,6 +112,7 @@ class CacheDataModule(pl.LightningDataModule):
             self._train.update_metadata(table.filter(pa.array(~mask)))
 
     def _loader(self, dataset: drt.CachedDataset, *, shuffle: bool, samples: int | None) -> Any:
+        seeded = {"seed": self.seed} if shuffle else {}  # a seed is refused without shuffle, as in dataset-rt
         return dataset.to_torch_dataloader(
             sample_transform_fn=self.sample_transform_fn,
             collate_fn=self.collate_fn,
@@ -119,8 +120,8 @@ class CacheDataModule(pl.LightningDataModule):
             samples_per_epoch=samples,
             num_workers=self.num_workers,
             shuffle=shuffle,
-            seed=self.seed if shuffle else None,
-            multiprocessing_context=self.multiprocessing_context if self.num_workers else None,
+            multiprocessing_context=self.multiprocessing_context or "inherit",
+            **seeded,
         )
 
     def train_dataloader(self) -> Any:

@@ -1,8 +1,7 @@
 """``CachedDataset.to_torch_dataloader`` as dataset-rt 0.4.8 builds it (issue 13 item 1), each expectation taken
 from dataset-rt itself in the same test.
 
-The cases torch_drt does not meet yet wait for the loader redesign (strict xfail: each must start passing then);
-the ones it meets already are plain tests. /work/notes/compat.md lists dataset-rt's exact behaviours.
+Each case runs dataset-rt's loader and torch_drt's (through ``torch_drt.compat.dataset_rt``) side by side.
 """
 
 from __future__ import annotations
@@ -18,9 +17,6 @@ import pytest
 import torch_drt.compat.dataset_rt as drt
 
 dataset_rt = pytest.importorskip("dataset_rt")
-
-# LEAD: not strict while item 1 is finished on the redesigned loader (some cases pass already); strict again after
-AFTER_REDESIGN = pytest.mark.xfail(reason="issue 13 item 1: after the loader redesign", strict=False)
 N = 40
 
 
@@ -66,7 +62,6 @@ def order(loader) -> list[int]:
     return [i for batch in loader for i in batch]
 
 
-@AFTER_REDESIGN
 def test_shuffle_true_and_a_random_seed_by_default(theirs, ours):
     sequential = list(range(N))
     assert order(theirs.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0, verbose=False)) != sequential
@@ -83,7 +78,6 @@ def test_an_explicit_seed_reproduces_and_shuffle_false_reads_in_order(theirs, ou
         assert order(make(shuffle=False)) == list(range(N))
 
 
-@AFTER_REDESIGN
 def test_the_default_worker_count_is_dataset_rts(theirs, ours, monkeypatch):
     expected, got = [], []
     for cpus in (1, 2, 3, 6, 16):  # dataset-rt: min(4, cpus per local rank - 1), from affinity and cgroup limits
@@ -94,7 +88,6 @@ def test_the_default_worker_count_is_dataset_rts(theirs, ours, monkeypatch):
     assert got == expected
 
 
-@AFTER_REDESIGN
 def test_verbose_reports_the_loaders_settings(theirs, ours, caplog):
     caplog.set_level(logging.INFO)
     order(theirs.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0, seed=3))
@@ -107,7 +100,6 @@ def test_verbose_reports_the_loaders_settings(theirs, ours, caplog):
     assert not [r for r in caplog.records if r.name.startswith("torch_drt")]
 
 
-@AFTER_REDESIGN
 def test_work_dir_keeps_each_loaders_export(theirs, ours, tmp_path):
     for dataset, extra, root in ((theirs, {"verbose": False}, tmp_path / "theirs"), (ours, {}, tmp_path / "ours")):
         root.mkdir()
@@ -122,7 +114,6 @@ def test_work_dir_keeps_each_loaders_export(theirs, ours, tmp_path):
         ours.to_torch_dataloader(collate_fn=ids, num_workers=0, work_dir=tmp_path / "missing")
 
 
-@AFTER_REDESIGN
 def test_multiprocessing_context_inherit_is_the_platform_default(theirs, ours):
     theirs_loader = theirs.to_torch_dataloader(
         collate_fn=ids, num_workers=1, multiprocessing_context="inherit", verbose=False
@@ -133,7 +124,6 @@ def test_multiprocessing_context_inherit_is_the_platform_default(theirs, ours):
     assert loader.multiprocessing_context.get_start_method() == method
 
 
-@AFTER_REDESIGN
 def test_prefetch_factor_auto_is_two_with_workers_and_none_without(theirs, ours):
     for dataset, extra in ((theirs, {"verbose": False}), (ours, {})):
         with_workers = dataset.to_torch_dataloader(collate_fn=ids, num_workers=1, prefetch_factor="auto", **extra)
@@ -141,7 +131,6 @@ def test_prefetch_factor_auto_is_two_with_workers_and_none_without(theirs, ours)
         assert (with_workers.prefetch_factor, without.prefetch_factor) == (2, None)
 
 
-@AFTER_REDESIGN
 def test_persistent_workers_auto_follows_the_workers(theirs, ours):
     for dataset, extra in ((theirs, {"verbose": False}), (ours, {})):
         with_workers = dataset.to_torch_dataloader(collate_fn=ids, num_workers=1, persistent_workers="auto", **extra)
@@ -149,7 +138,6 @@ def test_persistent_workers_auto_follows_the_workers(theirs, ours):
         assert (with_workers.persistent_workers, without.persistent_workers) == (True, False)
 
 
-@AFTER_REDESIGN
 def test_persistent_workers_false_warns_that_epochs_repeat(theirs, ours):
     match = "each epoch repeats the same sample sequence"
     with pytest.warns(UserWarning, match=match):
@@ -161,15 +149,7 @@ def test_persistent_workers_false_warns_that_epochs_repeat(theirs, ours):
         ours.to_torch_dataloader(collate_fn=ids, num_workers=0, persistent_workers=False)
 
 
-def _refused(theirs, ours, kwargs: dict) -> None:
-    base = {"collate_fn": ids, "num_workers": 0} | kwargs
-    with pytest.raises(ValueError):
-        theirs.to_torch_dataloader(**base, verbose=False)
-    with pytest.raises(ValueError):
-        ours.to_torch_dataloader(**base)
-
-
-REFUSED_AFTER_REDESIGN = [
+REFUSED = [
     {"shuffle": 1},
     {"drop_last": 0},
     {"pin_memory": None},
@@ -190,8 +170,6 @@ REFUSED_AFTER_REDESIGN = [
     {"timeout": float("inf")},
     {"multiprocessing_context": "nope"},
     {"verbose": 1},
-]
-REFUSED_NOW = [
     {"batch_size": 0},
     {"samples_per_epoch": 0},
     {"shuffle": False, "seed": 3},
@@ -206,15 +184,14 @@ REFUSED_NOW = [
 ]
 
 
-@AFTER_REDESIGN
-@pytest.mark.parametrize("kwargs", REFUSED_AFTER_REDESIGN, ids=repr)
-def test_argument_validation_after_the_redesign(theirs, ours, kwargs):
-    _refused(theirs, ours, kwargs)
-
-
-@pytest.mark.parametrize("kwargs", REFUSED_NOW, ids=repr)
+@pytest.mark.parametrize("kwargs", REFUSED, ids=repr)
 def test_argument_validation(theirs, ours, kwargs):
-    _refused(theirs, ours, kwargs)
+    base = {"collate_fn": ids, "num_workers": 0} | kwargs
+    with pytest.raises(ValueError) as expected:
+        theirs.to_torch_dataloader(**{"verbose": False} | base)
+    with pytest.raises(ValueError) as got:
+        ours.to_torch_dataloader(**base)
+    assert str(got.value) == str(expected.value)  # dataset-rt's message
 
 
 def test_an_unpicklable_transform_with_workers_is_a_type_error(theirs, ours):
@@ -234,3 +211,83 @@ def test_collation_receives_a_list_even_with_batch_size_one(theirs, ours):
     for dataset, extra in ((theirs, {"verbose": False}), (ours, {})):
         order(dataset.to_torch_dataloader(collate_fn=record, batch_size=1, num_workers=0, shuffle=False, **extra))
     assert set(seen) == {list}
+
+
+def test_torch_drts_own_loader_follows_the_reader_config_and_is_quiet(cache, caplog):
+    """``torch_drt.CachedDataset`` keeps its own defaults (documented in migrating.md): the ReaderConfig decides."""
+    import torch_drt
+
+    caplog.set_level(logging.INFO)
+
+    def dataset(**config):
+        return torch_drt.DatasetRuntime(1).cached_dataset([cache], reader_config=torch_drt.ReaderConfig(**config))
+
+    sequential = dataset(seed=7, shuffle=False)
+    assert order(sequential.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0)) == list(range(N))
+    shuffled = dataset(seed=7, shuffle=True)
+    first = order(shuffled.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0))
+    again = order(shuffled.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0))
+    explicit = order(shuffled.to_torch_dataloader(collate_fn=ids, batch_size=8, num_workers=0, shuffle=True, seed=7))
+    assert first == again == explicit != list(range(N))
+    assert not [r for r in caplog.records if r.name.startswith(("torch_drt", "dataset_rt"))]
+    loader = sequential.to_torch_dataloader(collate_fn=ids, num_workers=0)
+    assert (loader.shuffle, loader.seed, loader.verbose) == (False, 7, False)
+    # the same validation as dataset-rt's otherwise: an explicit seed needs shuffle, None is not a seed
+    for kwargs in ({"shuffle": False, "seed": 7}, {"seed": None}):
+        with pytest.raises(ValueError, match="seed"):
+            shuffled.to_torch_dataloader(collate_fn=ids, num_workers=0, **kwargs)
+
+
+def events(stderr: str, logger: str) -> list[dict[str, str]]:
+    prefix = f"[{logger}] "
+    lines = [line[len(prefix) :] for line in stderr.splitlines() if line.startswith(prefix)]
+    return [dict(field.split("=", 1) for field in line.split()) for line in lines]
+
+
+def test_verbose_events_are_printed_from_the_processes_that_load_as_dataset_rt_prints_them(cache):
+    """No logging configured: each package prints its events to stderr, the consumers' from the worker process."""
+    from script_runner import run_script
+
+    result = run_script(f"""
+        import os, sys
+        import dataset_rt
+        import torch_drt
+        import torch_drt.compat.dataset_rt as drt
+
+        for name, mod, extra in (("theirs", dataset_rt, {{}}), ("ours", drt, {{}}),
+                                 ("torch_drt", torch_drt, {{"verbose": True}}), ("quiet", torch_drt, {{}})):
+            print(f"== {{name}} {{os.getpid()}}", file=sys.stderr, flush=True)
+            config = mod.ReaderConfig(seed=7, shuffle=False)
+            dataset = mod.DatasetRuntime(num_workers=1).cached_dataset([{str(cache)!r}], reader_config=config)
+            loader = dataset.to_torch_dataloader(collate_fn=len, batch_size=8, num_workers=1,
+                                                 multiprocessing_context="fork", **extra)
+            assert [sum(loader), sum(loader)] == [{N}, {N}]
+            del loader
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sections = {}
+    for part in result.stderr.split("== ")[1:]:
+        header, _, rest = part.partition("\n")
+        name, pid = header.split()
+        logger = "torch_drt.cache.loader" if name in ("torch_drt", "quiet") else "dataset_rt.loader"
+        sections[name] = (pid, events(rest, logger))
+    names = {name: [e["event"] for e in found] for name, (_, found) in sections.items()}
+    expected = ["loader_ready", "reader_started", "reader_pass", "reader_pass"]
+    assert names == {"theirs": expected, "ours": expected, "torch_drt": expected, "quiet": []}
+    for name in ("theirs", "ours", "torch_drt"):
+        pid, (ready, *readers) = sections[name]
+        assert ready["pid"] == pid and {r["pid"] for r in readers} != {pid}  # consumers report from their worker
+        assert {r["worker"] for r in readers} == {"0"} and ready["num_workers"] == "1"
+    theirs_keys = set(sections["theirs"][1][0]) - {"worker_seeds"}  # torch_drt's consumers share one seed: streams
+    assert theirs_keys | {"streams"} == set(sections["ours"][1][0])
+    assert set(sections["theirs"][1][1]) | {"stream"} == set(sections["ours"][1][1])
+
+
+def test_inherit_a_context_object_and_an_int_prefetch_factor_load_batches(ours):
+    reference = order(ours.to_torch_dataloader(collate_fn=ids, batch_size=4, shuffle=False, num_workers=0))
+    for context in ("inherit", multiprocessing.get_context("fork")):
+        loader = ours.to_torch_dataloader(collate_fn=ids, batch_size=4, shuffle=False, num_workers=2,
+                                          multiprocessing_context=context, prefetch_factor=3)
+        assert loader.multiprocessing_context.get_start_method() == multiprocessing.get_context().get_start_method()
+        assert sorted(order(loader)) == reference == list(range(N))
+        loader.close()

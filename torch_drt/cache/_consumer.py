@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from torch_drt.cache._loader_log import ReaderEvents
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.loader.iterator import Fetched
@@ -87,6 +88,7 @@ class RowFetcher:
         collate_fn: ``collate_fn(items) -> batch``.
         native_num_workers: reader threads per process.
         pin: pin batches (when loading inline; process workers pin when unpacking).
+        events: the consumers' ``verbose`` events, or None.
     """
 
     def __init__(
@@ -102,16 +104,18 @@ class RowFetcher:
         collate_fn: Callable[[list[Any]], Any],
         native_num_workers: int = 1,
         pin: bool = False,
+        events: ReaderEvents | None = None,
     ) -> None:
         self.cache_paths, self.snapshot_path, self.plans = cache_paths, snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
         self.transform = None if transform is None else _OneArg(transform)
         self.collate_fn, self.native_num_workers, self.pin = collate_fn, native_num_workers, pin
+        self.events = events
         self._opened_in: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         keep = ("cache_paths", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn")
-        return {k: self.__dict__[k] for k in (*keep, "native_num_workers", "pin")} | {"_opened_in": None}
+        return {k: self.__dict__[k] for k in (*keep, "native_num_workers", "pin", "events")} | {"_opened_in": None}
 
     def _open(self) -> None:
         """Map the snapshot and the caches in this process (once per process)."""
@@ -171,6 +175,8 @@ class RowFetcher:
         return make_samples(data, self._meta.take(pa.array(rows)), self._cache_ids[rows], sample_ids)
 
     def __call__(self, batch: StreamBatch) -> Fetched:
+        if self.events is not None:
+            self.events.on_batch(batch)
         rows = self.rows(batch)
         indices = rows.tolist()
         token = enter_batch(self.seed, batch.epoch, indices, batch.positions)

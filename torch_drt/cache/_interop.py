@@ -56,9 +56,14 @@ class DatasetInterop:
     Attributes:
         metadata_backend: what ``get_metadata()`` returns by default: ``"arrow"`` (a ``pyarrow.Table``) here,
             ``"polars"`` (a ``polars.DataFrame``, as dataset-rt returns) for ``torch_drt.compat.dataset_rt``.
+        loader_defaults: what ``to_torch_dataloader`` does with ``shuffle``, ``seed`` and ``verbose`` left out:
+            ``"torch_drt"`` (the ``ReaderConfig``'s shuffle and seed, quiet) here, ``"dataset-rt"`` (shuffled
+            with a random seed whatever the ``ReaderConfig`` says, events printed) for
+            ``torch_drt.compat.dataset_rt``.
     """
 
     metadata_backend: ClassVar[MetadataBackend] = "arrow"
+    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "torch_drt"
 
     if TYPE_CHECKING:  # what CachedDataset provides
         _runtime: DatasetRuntime

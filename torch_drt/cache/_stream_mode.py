@@ -44,16 +44,15 @@ class StreamMode(LoaderMode):
         self.fetcher, self.fingerprint, self.seed_given = fetcher, fingerprint, seed_given
         self.settings = {key: settings[key] for key in self.SETTINGS}
         self.seed = settings["seed"]
-        workers = settings["num_workers"]
-        continue_streams = settings["persistent_workers"] or workers == 0
-        self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], continue_streams)
+        workers, context = settings["num_workers"], settings["multiprocessing_context"]
+        self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], settings["continue_streams"])
         self.mapper = OrderedMapper(
             self.planner,
             fetcher,
             num_workers=workers,
-            in_flight=workers * settings["prefetch_factor"],
+            in_flight=workers * (settings["prefetch_factor"] or 1),
             method="process",
-            multiprocessing_context=settings["multiprocessing_context"],
+            multiprocessing_context=None if context is None else context.get_start_method(),
             timeout=settings["timeout"],
             transport=SharedMemoryTransport(pin=settings["pin_memory"]),
             worker_init=settings["worker_init_fn"],

@@ -286,15 +286,15 @@ class CachedDataset(DatasetInterop):
     def to_torch_dataloader(self, **kwargs: Any) -> Any:
         """A finite, resumable ``torchdata`` ``StatefulDataLoader`` over the active table (a snapshot taken now).
 
-        Keyword arguments (dataset-rt's): ``sample_transform_fn`` (``CachedSample -> item``, on the loading
-        workers), ``collate_fn`` (default torch's ``default_collate``), ``batch_size``, ``samples_per_epoch``
-        (global samples per pass; default ``len(self)``), ``num_workers`` (loading processes, each a consumer),
-        ``native_num_workers`` (reader threads per process), ``shuffle`` and ``seed`` (default: the
-        ``ReaderConfig``'s; ``"random"`` draws one that all ranks share), ``worker_partition`` (``"replicate"``
-        when shuffled, ``"split"`` when sequential), ``drop_last``, ``pin_memory``, ``timeout``,
-        ``multiprocessing_context``, ``persistent_workers``, ``prefetch_factor``, ``worker_init_fn`` and
-        ``dataloader_kwargs`` (only ``in_order=True`` and ``snapshot_every_n_steps``; keys that collide with
-        these are refused). Budgets, partitions and streams are dataset-rt's: see ``docs/cache-loader.md``.
+        Keyword arguments are dataset-rt 0.4.8's, with its defaults, validation and messages (see
+        ``docs/cache-loader.md``): ``sample_transform_fn``, ``collate_fn`` (torch's ``default_collate``),
+        ``batch_size=1``, ``samples_per_epoch`` (global samples per pass; default ``len(self)``),
+        ``num_workers="auto"`` (loading processes, each a consumer), ``native_num_workers="auto"``, ``shuffle``,
+        ``seed`` (an int or ``"random"``), ``worker_partition``, ``work_dir``, ``drop_last``, ``pin_memory``,
+        ``timeout``, ``multiprocessing_context="spawn"`` (``"inherit"``, a start method or a context),
+        ``worker_init_fn``, ``prefetch_factor="auto"``, ``persistent_workers="auto"``, ``verbose`` and
+        ``dataloader_kwargs`` (only ``in_order=True``, ``snapshot_every_n_steps``). Left out, ``shuffle``/``seed``
+        are the ``ReaderConfig``'s, ``verbose`` False; compat datasets: ``True``, ``"random"``, ``True``.
 
         Raises:
             ValueError: for invalid arguments or ``dataloader_kwargs``.

@@ -8,56 +8,36 @@ transport, pinned as they are unpacked.
 
 from __future__ import annotations
 
-import math
-import multiprocessing
 import os
-import pickle
 import secrets
 import shutil
 import tempfile
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from torch_drt.cache._consumer import RowFetcher, export_snapshot
+from torch_drt.cache._loader_log import ReaderEvents, loader_event
+from torch_drt.cache._loader_options import (
+    MAX_SAMPLE_BUDGET,
+    LoaderOptions,
+    check_dataloader_kwargs,
+    check_picklable,
+)
 from torch_drt.cache._stream_mode import StreamMode
 from torch_drt.loader.base import PipelineLoader
-from torch_drt.loader.dataloader import check_workers
-from torch_drt.sampling.budget import consumer_plans
+from torch_drt.sampling.budget import ConsumerPlan, consumer_plans
 from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
-__all__ = ["CacheDataLoader", "to_torch_dataloader"]
+__all__ = ["DEFAULT", "CacheDataLoader", "to_torch_dataloader"]
 
-_EXPLICIT = frozenset(
-    {
-        "sample_transform_fn",
-        "collate_fn",
-        "batch_size",
-        "samples_per_epoch",
-        "num_workers",
-        "native_num_workers",
-        "shuffle",
-        "seed",
-        "worker_partition",
-        "drop_last",
-        "pin_memory",
-        "timeout",
-        "multiprocessing_context",
-        "persistent_workers",
-        "prefetch_factor",
-        "worker_init_fn",
-        "dataset",
-        "sampler",
-        "batch_sampler",
-    }
-)
-_HONOURED = {"in_order": (True,), "snapshot_every_n_steps": None}  # torch keywords with a meaning here
-
+SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
 
 class CacheDataLoader(PipelineLoader):
     """The cache's torch loader: a ``torchdata`` ``StatefulDataLoader`` whose checkpoint is (pass, batches done).
@@ -68,12 +48,15 @@ class CacheDataLoader(PipelineLoader):
     ``ValueError`` naming them (a world-size or worker-count change changes the consumers' streams).
     """
 
-    def __init__(self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path) -> None:
+    def __init__(
+        self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool
+    ) -> None:
         self.__dict__.update(settings)
         self.dataset = dataset
-        self.snapshot_path = str(workdir / "meta.arrow")
+        self.snapshot_path = str(workdir / SNAPSHOT)
         self._setup_pipeline(mode)
-        weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
+        if not keep:  # a work_dir export is the caller's; a temporary one goes with the loader
+            weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
 
     def worker_pids(self) -> list[int]:
         """The loading processes' pids (empty before the first ``iter()`` and without loading processes)."""
@@ -90,59 +73,78 @@ def _common_seed(world_size: int) -> int:
     return int(values[0])
 
 
-def _count(value: Any, name: str, low: int, auto: int) -> int:
-    if value == "auto":
-        return auto
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name}={value!r} must be 'auto' or an int >= {low}")
-    return value
+class _Default:
+    """An argument left out: the dataset's ``loader_defaults`` decide (torch_drt's or dataset-rt's)."""
+
+    def __repr__(self) -> str:
+        return "<the dataset's default>"
 
 
-def _check_options(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """dataset-rt's ``dataloader_kwargs``: collisions refused; torch keywords without a meaning here refused."""
-    extra = dict(kwargs or {})
-    clashes = sorted(set(extra) & _EXPLICIT)
-    if clashes:
-        raise ValueError(f"dataloader_kwargs may not set {clashes}: pass them as arguments of to_torch_dataloader")
-    unknown = sorted(set(extra) - set(_HONOURED))
-    if unknown:
-        raise ValueError(f"dataloader_kwargs {unknown} are not supported by torch_drt's cache loader")
-    if "in_order" in extra and extra["in_order"] is not True:
-        raise ValueError("in_order=False is not supported: batches are always delivered in order")
-    return extra
+DEFAULT: Any = _Default()
+# what an argument left out means: torch_drt's defaults (the dataset's ReaderConfig decides shuffle and seed, quiet)
+# or dataset-rt's (shuffled with a random seed, whatever the ReaderConfig says; events printed); then the logger
+_STYLES: dict[str, tuple[bool | None, int | str | None, bool, str]] = {
+    "torch_drt": (None, None, False, "torch_drt.cache.loader"),
+    "dataset-rt": (True, "random", True, "dataset_rt.loader"),
+}
+_RESTART_WARNING = (
+    "persistent_workers=False restarts the loader's consumers on every pass with the same sampling seed and reset "
+    "draw offset or sequential cursor. With unchanged metadata, each epoch repeats the same sample sequence, "
+    "including when seed='random'. Short epochs can repeatedly omit the rest of the population. Set "
+    "persistent_workers=True to continue sampling across epochs."
+)
+_READY_EVENT = (
+    "event=loader_ready pid=%s rank=%s seed=%s streams=%s num_workers=%s native_threads_per_consumer=%s "
+    "partition=%s persistent=%s prefetch_factor=%s native_prefetch=%s samples=%s samples_per_rank=%s "
+    "batch_size=%s world_size=%s shuffle=%s multiprocessing_context=%s"
+)
 
 
-def _check_callables(num_workers: int, **fns: Any) -> None:
-    if num_workers > 0:
-        for name, fn in fns.items():
-            try:
-                pickle.dumps(fn)
-            except Exception as e:
-                raise TypeError(
-                    f"{name} must be picklable for loading processes (num_workers={num_workers}): define it at "
-                    f"module level ({e})"
-                ) from e
+def _log_ready(logger: str, loader: CacheDataLoader, plans: tuple[ConsumerPlan, ...], native_prefetch: int) -> None:
+    context = loader.multiprocessing_context
+    # fmt: off
+    loader_event(logger, _READY_EVENT, os.getpid(), loader.rank, loader.seed,
+                 ",".join(f"{p.worker}:{p.rank * len(plans) + p.worker}" for p in plans), loader.num_workers,
+                 loader.native_num_workers, loader.worker_partition, loader.persistent_workers,
+                 "disabled" if loader.prefetch_factor is None else loader.prefetch_factor, native_prefetch,
+                 loader.samples_per_epoch, sum(p.sample_count for p in plans), loader.batch_size, loader.world_size,
+                 loader.shuffle, "disabled" if context is None else context.get_start_method())
+    # fmt: on
 
+
+def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
+    """The loader's directory: its snapshot, and with ``work_dir`` the dataset's ``dump_config`` export (kept)."""
+    workdir = Path(tempfile.mkdtemp(prefix="torch_drt-loader-", dir=work_dir))
+    try:
+        export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / SNAPSHOT)
+        if work_dir is not None:
+            dataset.dump_config(workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return workdir
 
 def to_torch_dataloader(
     dataset: CachedDataset,
     *,
+    shuffle: bool = DEFAULT,
+    seed: int | Literal["random"] = DEFAULT,
+    samples_per_epoch: int | None = None,
+    worker_partition: Literal["split", "replicate"] | None = None,
+    work_dir: str | Path | None = None,
+    batch_size: int = 1,
+    num_workers: int | Literal["auto"] = "auto",
     sample_transform_fn: Callable[[Any], Any] | None = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
-    batch_size: int = 1,
-    samples_per_epoch: int | None = None,
-    num_workers: int | Literal["auto"] = 0,
-    native_num_workers: int | Literal["auto"] = 1,
-    shuffle: bool | None = None,
-    seed: int | Literal["random"] | None = None,
-    worker_partition: Literal["split", "replicate"] | None = None,
     drop_last: bool = False,
     pin_memory: bool = False,
     timeout: float = 0,
-    multiprocessing_context: str | None = "spawn",
-    persistent_workers: bool | None = None,
-    prefetch_factor: int | None = None,
+    native_num_workers: int | Literal["auto"] = "auto",
+    multiprocessing_context: str | BaseContext = "spawn",
     worker_init_fn: Callable[[int], None] | None = None,
+    prefetch_factor: int | Literal["auto"] = "auto",
+    persistent_workers: bool | Literal["auto"] = "auto",
+    verbose: bool = DEFAULT,
     dataloader_kwargs: Mapping[str, Any] | None = None,
 ) -> CacheDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
@@ -150,80 +152,83 @@ def to_torch_dataloader(
 
     from torch_drt.loader.device import resolve_pin_memory
 
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"{batch_size=} must be an int > 0")
-    num_workers = check_workers(_count(num_workers, "num_workers", 0, 0 if (os.cpu_count() or 1) <= 2 else 2))
-    native_num_workers = check_workers(_count(native_num_workers, "native_num_workers", 1, 1))
-    shuffle = dataset.reader_config.shuffle if shuffle is None else bool(shuffle)
-    if seed is not None and seed != "random" and not shuffle:
-        raise ValueError(f"{seed=} requires shuffle=True; sequential reading has no seed")
-    if seed not in (None, "random") and (
-        isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64
-    ):
-        raise ValueError(f"{seed=} must be 'random' or an int in [0, 2**64)")
-    partition = worker_partition or ("replicate" if shuffle else "split")
-    if partition not in ("split", "replicate"):
-        raise ValueError(f"{worker_partition=} must be 'split' or 'replicate'")
-    if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"{timeout=} must be a finite number >= 0")
-    if timeout and num_workers == 0:
-        raise ValueError(f"{timeout=} needs num_workers > 0 (as in dataset-rt)")
-    if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
-        raise ValueError(f"{prefetch_factor=} must be an int > 0")
-    if num_workers and multiprocessing_context not in (None, *multiprocessing.get_all_start_methods()):
-        raise ValueError(f"{multiprocessing_context=} must be one of {multiprocessing.get_all_start_methods()}")
-    _check_options(dataloader_kwargs)
-    _check_callables(num_workers, sample_transform_fn=sample_transform_fn, collate_fn=collate_fn)
-    rank, world_size = resolve_topology()
-    samples = len(dataset) if samples_per_epoch is None else samples_per_epoch
-    seed_given = seed not in (None, "random")
-    seed = _common_seed(world_size) if seed == "random" else dataset.reader_config.seed if seed is None else seed
+    check_dataloader_kwargs(dataloader_kwargs)
+    default_shuffle, default_seed, default_verbose, logger = _STYLES[dataset.loader_defaults]
+    if shuffle is DEFAULT:
+        shuffle = dataset.reader_config.shuffle if default_shuffle is None else default_shuffle
+    seed_given = seed is not DEFAULT
+    if not seed_given:
+        seed = dataset.reader_config.seed if default_seed is None else default_seed
     # fmt: off
-    plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=num_workers,
-                           world_size=world_size, rank=rank, partition=partition, drop_last=drop_last)
+    options = LoaderOptions(
+        shuffle=shuffle, seed=seed, seed_given=seed_given, samples_per_epoch=samples_per_epoch,
+        worker_partition=worker_partition, batch_size=batch_size, num_workers=num_workers,
+        native_num_workers=native_num_workers, drop_last=drop_last, pin_memory=pin_memory,
+        persistent_workers=persistent_workers, timeout=timeout, multiprocessing_context=multiprocessing_context,
+        prefetch_factor=prefetch_factor, verbose=default_verbose if verbose is DEFAULT else verbose, work_dir=work_dir,
+    )
     # fmt: on
-    persistent = True if persistent_workers is None else bool(persistent_workers)
-    if num_workers and not persistent:
-        warnings.warn(
-            "persistent_workers=False restarts the consumers' streams every pass: with unchanged metadata "
-            "each pass repeats the first one (as in dataset-rt)",
-            UserWarning,
-            stacklevel=3,
-        )
+    rank, world_size = resolve_topology()
+    workers = options.resolve_workers(world_size)
+    processes = workers.counts.processes
+    check_picklable(processes, sample_transform_fn=sample_transform_fn, collate_fn=collate_fn)
+    if processes and not workers.persistent:
+        warnings.warn(_RESTART_WARNING, UserWarning, stacklevel=3)
+    samples = len(dataset) if samples_per_epoch is None else samples_per_epoch
+    if not 1 <= samples <= MAX_SAMPLE_BUDGET:
+        raise ValueError(f"inherited samples_per_epoch must be between 1 and {MAX_SAMPLE_BUDGET}")
+    seed = _common_seed(world_size) if seed == "random" else int(seed)
+    # fmt: off
+    plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=processes,
+                           world_size=world_size, rank=rank, partition=options.partition, drop_last=drop_last)
+    # fmt: on
     pin = resolve_pin_memory(pin_memory)
-    workdir = Path(tempfile.mkdtemp(prefix="torch_drt_loader_"))
-    snapshot = export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / "meta.arrow")
+    continue_streams = workers.persistent or processes == 0
+    # fmt: off
+    events = None if not options.verbose else ReaderEvents(
+        logger, plans, seed=seed, native_threads=workers.counts.native_threads, persistent=continue_streams,
+        inline=processes == 0)
+    # fmt: on
+    workdir = _workdir(dataset, work_dir)
     fetcher = RowFetcher(
         [str(p) for p in dataset.cache_paths],
-        str(snapshot),
+        str(workdir / SNAPSHOT),
         plans=plans,
         shuffle=shuffle,
-        seed=int(seed),
-        partition=partition,
+        seed=seed,
+        partition=options.partition,
         transform=sample_transform_fn,
         collate_fn=collate_fn or default_collate,
-        native_num_workers=native_num_workers,
-        pin=pin and num_workers == 0,
+        native_num_workers=workers.counts.native_threads,
+        pin=pin and processes == 0,
+        events=events,
     )
     settings = dict(
         batch_size=batch_size,
-        num_workers=num_workers,
-        native_num_workers=native_num_workers,
+        num_workers=processes,
+        native_num_workers=workers.counts.native_threads,
         shuffle=shuffle,
-        seed=int(seed),
-        worker_partition=partition,
+        seed=seed,
+        worker_partition=options.partition,
         drop_last=drop_last,
         pin_memory=pin,
         timeout=timeout,
-        multiprocessing_context=multiprocessing_context,
-        persistent_workers=persistent,
-        prefetch_factor=prefetch_factor or 2,
+        multiprocessing_context=workers.context,
+        persistent_workers=workers.persistent,
+        continue_streams=continue_streams,
+        prefetch_factor=workers.prefetch_factor,
         worker_init_fn=worker_init_fn,
         collate_fn=fetcher.collate_fn,
         sample_transform_fn=sample_transform_fn,
         samples_per_epoch=samples,
         rank=rank,
         world_size=world_size,
+        verbose=options.verbose,
+        work_dir=workdir if work_dir is not None else None,
     )
-    mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=seed_given)
-    return CacheDataLoader(dataset, mode, settings, workdir)
+    mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
+    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None)
+    if events is not None:
+        _log_ready(logger, loader, plans, dataset.reader_config.prefetch_size)
+        events.empty()
+    return loader

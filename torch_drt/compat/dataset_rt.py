@@ -2,7 +2,8 @@
 as drt``.
 
 Everything is torch_drt's own class except two thin subclasses whose datasets return their metadata as a polars
-``DataFrame`` (dataset-rt's table type) by default: ``get_metadata(backend="arrow")`` still gives pyarrow.
+``DataFrame`` (dataset-rt's table type) by default (``get_metadata(backend="arrow")`` still gives pyarrow) and
+whose ``to_torch_dataloader`` keeps dataset-rt's defaults (shuffled with a random seed, verbose).
 """
 
 from __future__ import annotations
@@ -60,9 +61,12 @@ __all__ = [
 
 
 class CachedDataset(_CachedDataset):
-    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default."""
+    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default and
+    whose ``to_torch_dataloader`` has dataset-rt's defaults (``shuffle=True``, ``seed="random"``, ``verbose=True``
+    on the ``dataset_rt.loader`` logger)."""
 
     metadata_backend: ClassVar = "polars"
+    loader_defaults: ClassVar = "dataset-rt"
 
 
 class DatasetRuntime(_DatasetRuntime):

@@ -1,0 +1,119 @@
+"""``to_torch_dataloader(verbose=True)``: dataset-rt 0.4.8's loader events, through standard logging.
+
+Each event is one INFO record ``event=NAME key=value ...`` on the loader's logger (``torch_drt.cache.loader``, or
+``dataset_rt.loader`` for ``torch_drt.compat.dataset_rt``). When that logger has no handler (nor its ancestors; the
+``NullHandler`` torch_drt installs does not count) and its level allows INFO, the record is printed to stderr as
+``[logger] message`` by a handler that is not kept, as dataset-rt does, so configuring logging later never
+duplicates output.
+
+Events: ``loader_ready`` (the parent, once the loader is built), ``reader_empty`` (a consumer without samples),
+``reader_started`` (a consumer's stream starts or restarts in the process that loads it) and ``reader_pass`` (a
+consumer begins a pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from torch_drt.nodes.stream_plan import StreamBatch
+from torch_drt.sampling.budget import ConsumerPlan, first_positions
+
+__all__ = ["ReaderEvents", "loader_event"]
+
+_READER_EVENT = (
+    "event=%s pid=%s rank=%s worker=%s seed=%s native_threads=%s persistent=%s samples=%s population=%s "
+    "sampling_reset=%s stream=%s"
+)
+
+
+def _handled(logger: logging.Logger) -> bool:
+    """Whether a handler other than a ``NullHandler`` (torch_drt's library default) would see its records."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        if any(not isinstance(h, logging.NullHandler) for h in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+def loader_event(logger_name: str, message: str, *args: Any) -> None:
+    """Log ``message % args`` at INFO on ``logger_name`` (stderr when nothing handles that logger)."""
+    logger = logging.getLogger(logger_name)
+    if _handled(logger):
+        logger.info(message, *args)
+        return
+    if logger.level != logging.NOTSET and not logger.isEnabledFor(logging.INFO):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    try:
+        handler.handle(logger.makeRecord(logger_name, logging.INFO, "", 0, message, args, None))
+    finally:
+        handler.close()
+
+
+class ReaderEvents:
+    """The consumers' events, emitted where their batches are loaded (picklable: it travels to the processes).
+
+    Args:
+        logger_name: the logger.
+        plans: this rank's consumer plans.
+        seed: the loader's seed.
+        native_threads: reader threads per consumer.
+        persistent: whether streams continue across passes (else every pass restarts them).
+        inline: batches are loaded in the training process (``worker=main``).
+    """
+
+    def __init__(
+        self,
+        logger_name: str,
+        plans: tuple[ConsumerPlan, ...],
+        *,
+        seed: int,
+        native_threads: int,
+        persistent: bool,
+        inline: bool,
+    ) -> None:
+        self.logger_name, self.plans, self.seed = logger_name, plans, seed
+        self.native_threads, self.persistent, self.inline = native_threads, persistent, inline
+        self._firsts = first_positions(plans)
+        self._started: set[tuple[int, int]] = set()  # (pid, consumer)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_started": set()}
+
+    def _emit(self, event: str, worker: int, reset: bool) -> None:
+        plan = self.plans[worker]
+        loader_event(
+            self.logger_name,
+            _READER_EVENT,
+            event,
+            os.getpid(),
+            plan.rank,
+            "main" if self.inline else worker,
+            self.seed,
+            self.native_threads if plan.sample_count else 0,
+            self.persistent,
+            plan.sample_count,
+            plan.population_size,
+            reset,
+            plan.rank * len(self.plans) + worker,
+        )
+
+    def empty(self) -> None:
+        """``reader_empty`` for each consumer without samples (they never load a batch)."""
+        for worker, plan in enumerate(self.plans):
+            if plan.sample_count == 0:
+                self._emit("reader_empty", worker, False)
+
+    def on_batch(self, batch: StreamBatch) -> None:
+        """``reader_started`` / ``reader_pass`` when ``batch`` is the first of its consumer's pass."""
+        if batch.positions.start != self._firsts[batch.worker]:
+            return
+        key = (os.getpid(), batch.worker)
+        if key not in self._started or not self.persistent:
+            self._started.add(key)
+            self._emit("reader_started", batch.worker, True)
+        self._emit("reader_pass", batch.worker, False)
