@@ -517,8 +517,7 @@ def test_the_readmes_rust_transforms_and_image_collator(tmp_path):
         np.testing.assert_allclose(x[i].numpy(), expected, rtol=0, atol=1e-6)
 
 
-@pytest.mark.xfail(reason="LEAD: Image is (C, H, W) now; the compat Image must keep dataloader-rs HWC views",
-                   strict=True)
+
 def test_a_python_transform_mixing_rust_steps_and_image_from_array(tmp_path):
     paths = [str(tmp_path / f"{i}.png") for i in range(2)]
     for i, path in enumerate(paths):

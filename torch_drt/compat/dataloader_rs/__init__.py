@@ -2,8 +2,9 @@
 dataloader_rs import ...``.
 
 ``PyDataloader`` keeps dataloader-rs's semantics (plain-list batches without ``collate_fn``, an independent
-iterator per ``iter()``, lengths read at ``iter()``); the datasets, transforms and collator are torch_drt's own,
-which have dataloader-rs's names, options and values.
+iterator per ``iter()``, lengths read at ``iter()``); ``Image``, ``ImageBatch``, ``ImageCollator`` and the
+``transforms`` keep its image semantics (array views in the image's own layout, HWC by default) over torch_drt's
+transforms and collator, which have dataloader-rs's names, options and values; the datasets are torch_drt's own.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from torch_drt.compat.dataloader_rs.datasets import PyAsyncDataset, PyDataset
 if TYPE_CHECKING:
     from torch_drt.compat.dataloader_rs import transforms
     from torch_drt.compat.dataloader_rs.dataloader import PyDataloader, PyDataloaderIter
+    from torch_drt.compat.dataloader_rs.images import Image, ImageBatch, ImageCollator
     from torch_drt.sources import FileDataset, HttpDataset, ObjectStoreDataset
-    from torch_drt.transforms import Image, ImageBatch, ImageCollator
 
 __all__ = [
     "FileDataset",
@@ -36,9 +37,9 @@ __all__ = [
 _LAZY = {
     "FileDataset": "torch_drt.sources",
     "HttpDataset": "torch_drt.sources",
-    "Image": "torch_drt.transforms",
-    "ImageBatch": "torch_drt.transforms",
-    "ImageCollator": "torch_drt.transforms",
+    "Image": "torch_drt.compat.dataloader_rs.images",
+    "ImageBatch": "torch_drt.compat.dataloader_rs.images",
+    "ImageCollator": "torch_drt.compat.dataloader_rs.images",
     "ObjectStoreDataset": "torch_drt.sources",
     "PyDataloader": "torch_drt.compat.dataloader_rs.dataloader",
     "PyDataloaderIter": "torch_drt.compat.dataloader_rs.dataloader",
