@@ -539,3 +539,75 @@ def test_no_warnings_on_a_plain_program():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert list(PyDataloader(Rows(table(2)), batch_size=2, num_workers=1)) != []
+
+
+class Gated(PyDataset):
+    """Items from ``open_from`` on wait for ``gate``; records the threads that fetch."""
+
+    def __init__(self, n: int, open_from: int) -> None:
+        super().__init__()
+        self.n, self.open_from = n, open_from
+        self.gate, self.asked = threading.Event(), threading.Event()
+        self.threads: set[int] = set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        self.threads.add(threading.get_ident())
+        if index >= self.open_from:
+            self.asked.set()
+            self.gate.wait(timeout=30)
+        return index
+
+
+def test_the_readmes_thread_rules_ctrl_c_and_fork():
+    import os
+    import signal
+
+    dataset = Gated(6, open_from=0)
+    dataset.gate.set()
+    loader = PyDataloader(dataset, batch_size=2, num_workers=2)
+    list(loader)
+    first = set(dataset.threads)
+    dataset.threads.clear()
+    assert rows_or_ids(loader) == list(range(6)) and dataset.threads == first  # threads made once, reused
+
+    waiting = Gated(4, open_from=2)
+    iterator = iter(PyDataloader(waiting, batch_size=2))
+    assert next(iterator) == [0, 1]
+    errors = []
+
+    def advance():  # a second thread calls next() while this one is inside it, fetching item 2
+        waiting.asked.wait(timeout=30)
+        try:
+            next(iterator)
+        except RuntimeError as e:
+            errors.append(str(e))
+        waiting.gate.set()
+
+    other = threading.Thread(target=advance)
+    other.start()
+    assert next(iterator) == [2, 3]
+    other.join()
+    assert len(errors) == 1 and "another thread" in errors[0]
+
+    gated = Gated(6, open_from=2)
+    iterator = iter(PyDataloader(gated, batch_size=2, num_workers=1))
+    assert next(iterator) == [0, 1]
+    with pytest.raises(KeyboardInterrupt):
+        interrupt = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        interrupt.start()
+        next(iterator)
+    interrupt.join()
+    gated.gate.set()
+    assert next(iterator) == [2, 3]  # the iterator stays usable, nothing lost
+
+    pid = os.fork()  # a child process uses a loader its parent already iterated
+    if pid == 0:
+        os._exit(0 if rows_or_ids(loader) == list(range(6)) else 3)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def rows_or_ids(loader) -> list[int]:
+    return [i for batch in loader for i in batch]
