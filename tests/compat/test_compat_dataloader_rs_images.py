@@ -126,6 +126,9 @@ def test_from_array_copies_into_an_hwc_image():
     assert from_chw.layout == "hwc" and np.array_equal(np.asarray(from_chw), chw.permute(1, 2, 0).numpy())
     assert np.asarray(Image.from_array(torch.zeros(4, 5, 3, dtype=torch.uint8))).shape == (4, 5, 3)  # "hwc" default
     assert np.asarray(Image.from_array(np.zeros((4, 5), dtype=np.uint8))).shape == (4, 5, 1)
+    again = Image.from_array(T.ToChw()(image), layout="chw")  # an Image is read through its array view
+    assert again.layout == "hwc" and np.array_equal(np.asarray(again), np.asarray(image))
+    assert np.array_equal(np.asarray(pickle.loads(pickle.dumps(image))), np.asarray(image))
     assert np.asarray(Image.from_array(memoryview(bytes(24)).cast("B", (2, 4, 3)))).shape == (2, 4, 3)
     for bad, error in [
         (np.zeros((4, 5, 3), dtype=np.float64), TypeError),

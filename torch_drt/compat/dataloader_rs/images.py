@@ -8,13 +8,13 @@ made it CHW, and its array views are in that layout; its batches are views in th
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from torch_drt.transforms import MAX_BATCH_ALLOC
 from torch_drt.transforms import Image as _Image
 from torch_drt.transforms import ImageBatch as _ImageBatch
 from torch_drt.transforms import ImageCollator as _ImageCollator
@@ -24,29 +24,56 @@ __all__ = ["Image", "ImageBatch", "ImageCollator", "unwrap"]
 Layout = Literal["hwc", "chw"]
 
 
-def _array(tensor: torch.Tensor, dtype: Any, copy: bool | None, writeable: bool) -> np.ndarray:
-    """``np.asarray``'s ``__array__`` protocol over a CPU tensor: a view unless a copy or another type is asked."""
-    view = tensor.numpy().view()
-    if dtype is not None and np.dtype(dtype) != view.dtype:
-        if copy is False:
-            raise ValueError(f"a {view.dtype} image cannot be viewed as {np.dtype(dtype)} without a copy")
-        return view.astype(dtype)
-    if copy:
-        return view.copy()
-    view.flags.writeable = writeable
-    return view
+class _Views:
+    """``np.asarray(obj)`` and ``torch.from_dlpack(obj)`` as views of ``obj.tensor`` (CPU), without a copy."""
+
+    __slots__ = ()
+    WRITEABLE: bool = True
+
+    @property
+    def tensor(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The shape of the views."""
+        return tuple(self.tensor.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """``uint8`` or ``float32`` (numpy's)."""
+        return np.dtype("uint8") if self.tensor.dtype == torch.uint8 else np.dtype("float32")
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        view = self.tensor.numpy().view()
+        if dtype is not None and np.dtype(dtype) != view.dtype:
+            if copy is False:
+                raise ValueError(f"a {view.dtype} image cannot be viewed as {np.dtype(dtype)} without a copy")
+            return view.astype(dtype)
+        if copy:
+            return view.copy()
+        view.flags.writeable = self.WRITEABLE
+        return view
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.tensor.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.tensor.__dlpack_device__()
 
 
-class Image:
+class Image(_Views):
     """An image in dataloader-rs's sense: uint8 or float32, HWC (the default) or CHW (after ``ToChw``).
 
     ``np.asarray(image)`` is a read-only view and ``torch.from_dlpack(image)`` a view, both in ``layout``:
     (height, width, channels) or (channels, height, width). Transforms of
     ``torch_drt.compat.dataloader_rs.transforms`` return it when called directly; ``ImageCollator`` takes it.
-    ``tv_tensor`` is the same data as torch_drt's (C, H, W) ``Image`` (what torch_drt's own transforms take).
+    ``tv_tensor`` is the same data as torch_drt's (C, H, W) ``Image`` (what torch_drt's own transforms take);
+    ``shape`` is (height, width, channels) or (channels, height, width).
     """
 
     __slots__ = ("_image", "_layout", "_view")
+    WRITEABLE = False
 
     def __init__(self, image: _Image, layout: Layout) -> None:
         self._image, self._layout = image, layout
@@ -65,9 +92,7 @@ class Image:
         """
         if layout not in ("hwc", "chw"):
             raise ValueError(f"{layout=} must be 'hwc' or 'chw'")
-        if isinstance(obj, Image):
-            return obj
-        image = _Image.from_array(obj, layout=layout)
+        image = _Image.from_array(obj, layout=layout)  # an Image of this module: its array view, read in `layout`
         if image.shape[0] == 2:
             raise ValueError(f"an image has 1, 3 or 4 channels, got 2 (shape {tuple(image.shape)} as CHW)")
         hwc = image.hwc
@@ -94,33 +119,15 @@ class Image:
         """The image as torch_drt's (C, H, W) ``Image`` (a ``tv_tensors.Image``; no copy)."""
         return self._image
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """(height, width, channels) or (channels, height, width)."""
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """``uint8`` or ``float32`` (numpy's)."""
-        return np.dtype("uint8") if self._image.dtype == torch.uint8 else np.dtype("float32")
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        return _array(self.tensor, dtype, copy, writeable=False)
-
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tensor.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
-
     def __repr__(self) -> str:
         return f"Image(shape={self.shape}, dtype={self.dtype}, layout={self._layout!r})"
 
 
-class ImageBatch:
+class ImageBatch(_Views):
     """A batch in one buffer: ``np.asarray(batch)`` and ``torch.from_dlpack(batch)`` are writable views of it in
     ``layout`` ("NCHW": (N, C, H, W); "NHWC": (N, H, W, C)), without a copy, keeping the buffer alive.
-    ``tv_tensor`` is torch_drt's (N, C, H, W) ``ImageBatch`` over the same buffer (what ``model(...)`` takes)."""
+    ``tv_tensor`` is torch_drt's (N, C, H, W) ``ImageBatch`` over the same buffer (what ``model(...)`` takes);
+    ``shape`` is (N, C, H, W) or (N, H, W, C)."""
 
     __slots__ = ("_batch",)
 
@@ -142,27 +149,8 @@ class ImageBatch:
         """The batch as torch_drt's (N, C, H, W) ``ImageBatch`` (no copy)."""
         return self._batch
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """(N, C, H, W) or (N, H, W, C)."""
-        return tuple(self.tensor.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        """``uint8`` or ``float32`` (numpy's)."""
-        return np.dtype("uint8") if self._batch.dtype == torch.uint8 else np.dtype("float32")
-
     def __len__(self) -> int:
         return self._batch.shape[0]
-
-    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        return _array(self.tensor, dtype, copy, writeable=True)
-
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.tensor.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
 
     def __repr__(self) -> str:
         return f"ImageBatch(shape={self.shape}, dtype={self.dtype}, layout={self.layout!r})"
@@ -183,15 +171,10 @@ class ImageCollator:
     (``ToFloat`` + ``Normalize`` while collating) are accepted too.
     """
 
-    def __init__(
-        self,
-        layout: Literal["NCHW", "NHWC"] = "NCHW",
-        dtype: str | None = None,
-        buffers: int = 0,
-        max_alloc: int = MAX_BATCH_ALLOC,
-        normalize: tuple[Sequence[float], Sequence[float]] | None = None,
-    ) -> None:
-        self._collator = _ImageCollator(layout, dtype, buffers, max_alloc, normalize)
+    __signature__ = inspect.signature(_ImageCollator)  # its arguments: layout, dtype, buffers, max_alloc, normalize
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._collator = _ImageCollator(*args, **kwargs)
 
     def __repr__(self) -> str:
         return repr(self._collator)
