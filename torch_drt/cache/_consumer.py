@@ -12,13 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from torch_drt.cache._loader_log import ReaderEvents
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.loader.iterator import Fetched
@@ -29,7 +28,10 @@ from torch_drt.sampling.budget import ConsumerPlan
 from torch_drt.sampling.permutation import KeyedPermutation
 from torch_drt.sampling.weighted import WeightedDraws
 
-__all__ = ["RowFetcher", "export_snapshot"]
+if TYPE_CHECKING:
+    from torch_drt.cache._loader_log import ReaderEvents
+
+__all__ = ["RowFetcher", "export_snapshot", "stream_id"]
 
 CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT = "__cache_pos", "__sample_id", "__cache_id", "__cum_weight"
 _IDENTITY = 4  # the snapshot's leading columns; the metadata columns follow
@@ -53,6 +55,11 @@ def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
     with ipc.new_file(str(path), export.schema) as writer:
         writer.write_table(export)
     return path
+
+
+def stream_id(plan: ConsumerPlan, consumers: int) -> int:
+    """The draw stream of a consumer: ``rank * consumers + worker`` (``consumers``: per rank)."""
+    return plan.rank * consumers + plan.worker
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -136,16 +143,16 @@ class RowFetcher:
         """The consumer's draw stream, or None for a sequential walk (built once per process)."""
         if worker not in self._streams:
             plan, rows = self.plans[worker], self._table.num_rows
-            stream_id = plan.rank * len(self.plans) + plan.worker
+            stream = stream_id(plan, len(self.plans))
             cum = _column(self._table, CUM_WEIGHT)
             if not self.shuffle:
                 self._streams[worker] = None
             elif self.partition == "replicate":
-                self._streams[worker] = WeightedDraws.from_cumulative(cum, self.seed, stream=stream_id)
+                self._streams[worker] = WeightedDraws.from_cumulative(cum, self.seed, stream=stream)
             else:
                 population = KeyedPermutation(rows, self.seed)((plan.offset + np.arange(plan.population_size)) % rows)
                 weights = np.diff(cum, prepend=0.0)[population]
-                self._streams[worker] = (population, WeightedDraws(weights, self.seed, stream=stream_id))
+                self._streams[worker] = (population, WeightedDraws(weights, self.seed, stream=stream))
         return self._streams[worker]
 
     def rows(self, batch: StreamBatch) -> np.ndarray:

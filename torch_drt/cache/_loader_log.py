@@ -17,6 +17,7 @@ import logging
 import os
 from typing import Any
 
+from torch_drt.cache._consumer import stream_id
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 
@@ -99,7 +100,7 @@ class ReaderEvents:
             plan.sample_count,
             plan.population_size,
             reset,
-            plan.rank * len(self.plans) + worker,
+            stream_id(plan, len(self.plans)),
         )
 
     def empty(self) -> None:

@@ -19,7 +19,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from torch_drt.cache._consumer import RowFetcher, export_snapshot
+from torch_drt.cache._consumer import RowFetcher, export_snapshot, stream_id
 from torch_drt.cache._loader_log import ReaderEvents, loader_event
 from torch_drt.cache._loader_options import (
     MAX_SAMPLE_BUDGET,
@@ -104,7 +104,7 @@ def _log_ready(logger: str, loader: CacheDataLoader, plans: tuple[ConsumerPlan, 
     context = loader.multiprocessing_context
     # fmt: off
     loader_event(logger, _READY_EVENT, os.getpid(), loader.rank, loader.seed,
-                 ",".join(f"{p.worker}:{p.rank * len(plans) + p.worker}" for p in plans), loader.num_workers,
+                 ",".join(f"{p.worker}:{stream_id(p, len(plans))}" for p in plans), loader.num_workers,
                  loader.native_num_workers, loader.worker_partition, loader.persistent_workers,
                  "disabled" if loader.prefetch_factor is None else loader.prefetch_factor, native_prefetch,
                  loader.samples_per_epoch, sum(p.sample_count for p in plans), loader.batch_size, loader.world_size,
@@ -123,6 +123,7 @@ def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     return workdir
+
 
 def to_torch_dataloader(
     dataset: CachedDataset,
