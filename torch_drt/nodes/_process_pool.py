@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import multiprocessing
 import os
 import pickle
@@ -38,6 +39,8 @@ def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
     if owner is not None:
         owner._free(worker, task)
 
+
+logger = logging.getLogger("torch_drt.loader")
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
 
@@ -103,6 +106,7 @@ class ProcessPool:
             daemon=True,
         )
         w.process.start()
+        logger.debug("started loader worker process %d (pid %d)", index, w.process.pid)
         tasks_r.close()
         results_w.close()
         w.queued = deque()
@@ -162,6 +166,7 @@ class ProcessPool:
         """
         w = self._workers[index]
         self._receive(w)
+        logger.warning("replacing loader worker process %d (pid %d): %s", index, w.process.pid, error)
         self._retire(w, grace=0)
         new = self._workers[index] = self._spawn(index)
         if culprit is None:
@@ -226,6 +231,21 @@ class ProcessPool:
             self._poll(remaining)
         return True
 
+    @staticmethod
+    def done(task: Task) -> bool:
+        """Whether ``task``'s result was received."""
+        return task.done
+
+    def wait_any(self, tasks: list[Task], timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until one of ``tasks`` is done; True when one is."""
+        deadline = monotonic() + timeout
+        while not any(task.done for task in tasks):
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                return False
+            self._poll(remaining)
+        return True
+
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
         value, ok, packed, worker = task.value, task.ok, task.packed, task.worker
@@ -265,6 +285,8 @@ class ProcessPool:
                 pass
         for w in self._workers:
             self._retire(w, grace=1.0)
+        if self._workers:
+            logger.debug("stopped %d loader worker processes", len(self._workers))
         self._workers = []
         if self._reader is not None:
             self._reader.close()
