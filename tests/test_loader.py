@@ -322,7 +322,8 @@ def test_settings_mismatch_warns_and_random_seed_adopts_the_checkpoint():
     ({"rank": 2, "world_size": 2}, ValueError, r"rank=2 must be in \[0, world_size=2\)"),
     ({"batch_size": 4, "world_size": 2, "rank": 0, "drop_last": True}, ValueError, "fewer than one global batch"),
     ({"worker_method": "fiber"}, ValueError, "worker_method='fiber'"),
-    ({"num_workers": 1, "worker_method": "process", "transform": lambda i, x: x}, TypeError, "picklable"),
+    ({"num_workers": 1, "worker_method": "process", "multiprocessing_context": "spawn", "transform": lambda i, x: x},
+     TypeError, "picklable"),
     ({"device": "cuda"}, ValueError, "CUDA is not available"),
 ])
 def test_validation(kwargs, error, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -187,7 +188,7 @@ class StatefulDataLoader(PipelineLoader):
         self._device = resolve_device(device)
         self._restart_workers = num_workers > 0 and not persistent_workers
         mode = self._make_mode(dataset, sampler, batch_sampler, seed_given)
-        if self.worker_method == "process" and num_workers > 0:
+        if self.worker_method == "process" and num_workers > 0 and not self._forks():
             try:
                 pickle.dumps((mode.mapper.map_fn, worker_init_fn))
             except Exception as e:
@@ -196,6 +197,10 @@ class StatefulDataLoader(PipelineLoader):
                 ) from e
         self._setup_pipeline(mode)
         self.batch_size, self.batch_sampler = batch_size if batch_sampler is None else None, batch_sampler
+
+    def _forks(self) -> bool:
+        """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
+        return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
 
     def _check_not_empty(
         self, dataset: Any, batch_size: int | None, drop_last: bool, sampler: Any, batch_sampler: Any, streams: bool

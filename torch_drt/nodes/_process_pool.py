@@ -67,7 +67,7 @@ class ProcessPool:
     """``num_workers`` daemon processes running ``fn(item)``; created by the owner's ``reset()``.
 
     Args:
-        fn: the picklable function (pickled once, installed in each worker).
+        fn: the function (pickled once and installed in each worker; inherited as it is with fork).
         num_workers: processes.
         context: multiprocessing start method (spawn, fork, forkserver; None: the default).
         transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
@@ -84,7 +84,9 @@ class ProcessPool:
     ) -> None:
         self.pid = os.getpid()
         self._ctx = multiprocessing.get_context(context)
-        self._payload = pickle.dumps((fn, initializer))
+        # forked workers inherit the function as it is (as torch's do: no pickling, lambdas work); others unpickle it
+        fork = self._ctx.get_start_method() == "fork"
+        self._payload: Any = (fn, initializer) if fork else pickle.dumps((fn, initializer))
         self._transport = transport if transport is not None and transport.available else None
         self._reader = RingReader(pin=transport.pin) if transport is not None else None
         self._uids = itertools.count()
