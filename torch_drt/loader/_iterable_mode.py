@@ -88,6 +88,7 @@ class WorkerStreamsMode(LoaderMode):
     def __init__(self, loader: Any, every: int) -> None:
         n = loader.num_workers
         self.num_workers, self.batch_size, self.persistent = n, loader.batch_size, loader.persistent_workers
+        self.drop_last = loader.drop_last
         self.dataset = loader.dataset
         items = ItemBatchFetcher(
             loader.transform, loader.collate_fn, seed=loader.seed, stride=loader.world_size, offset=loader.rank
@@ -140,7 +141,8 @@ class WorkerStreamsMode(LoaderMode):
         return self.num_batches()  # torch's estimate: len(dataset) / batch_size, whatever was delivered
 
     def num_batches(self) -> int:
-        return -(-self._items() // self.batch_size)
+        n = self._items()
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def items_per_epoch(self) -> int:
         return self._items()
