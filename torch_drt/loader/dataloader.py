@@ -147,7 +147,8 @@ class StatefulDataLoader(PipelineLoader):
             persistent_workers,
         )
         check_pin_memory_device(pin_memory, pin_memory_device)
-        check_positive(item_concurrency=item_concurrency, snapshot_every_n_steps=snapshot_every_n_steps or 1)
+        every = 1 if snapshot_every_n_steps is None else snapshot_every_n_steps
+        check_positive(item_concurrency=item_concurrency, snapshot_every_n_steps=every)
         if not isinstance(in_order, bool):
             raise ValueError(f"{in_order=} must be a bool")
         if generator is not None and not isinstance(generator, torch.Generator):
@@ -176,9 +177,7 @@ class StatefulDataLoader(PipelineLoader):
         self.prefetch_factor, self.prefetch_depth = prefetch_factor, prefetch_depth
         self.worker_init_fn, self.persistent_workers = worker_init_fn, persistent_workers
         self.multiprocessing_context = start_method(multiprocessing_context)
-        self.pin_memory_device, self.in_order, self.snapshot_every_n_steps = pin_memory_device, in_order, (
-            snapshot_every_n_steps or 1
-        )
+        self.pin_memory_device, self.in_order, self.snapshot_every_n_steps = pin_memory_device, in_order, every
         self.transform = transform_hook(transform)
         if batch_size is None:
             self.collate_fn: Callable[[list[Any]], Any] = Unbatched(collate_fn)
