@@ -101,7 +101,8 @@ def batches(loader) -> list[list[int]]:
     return [b.tolist() for b in loader]
 
 
-@pytest.mark.parametrize("dataset", [Sharded(11), Uneven([1, 7]), Uneven([5, 0]), Plain()], ids=repr)
+@pytest.mark.parametrize("dataset", [Sharded(11), Uneven([1, 7]), Uneven([5, 0]), Plain()],
+                         ids=["sharded", "uneven-1-7", "uneven-5-0", "plain"])
 def test_process_workers_deliver_what_torchs_loader_delivers(dataset):
     theirs = [b.tolist() for b in DataLoader(dataset, batch_size=3, num_workers=2, multiprocessing_context="fork")]
     ours = StatefulDataLoader(dataset, batch_size=3, num_workers=2, **FORK)

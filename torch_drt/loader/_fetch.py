@@ -14,7 +14,7 @@ from typing import Any
 
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
-from torch_drt.loader.transform_hook import transform_hook
+from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.nodes.ordered_map import OrderedMapper

@@ -29,7 +29,7 @@ from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader.base import LoaderMode, PipelineLoader
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
-from torch_drt.loader.transform_hook import transform_hook
+from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.sampling.partition import Partition
