@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from script_runner import run_script
 
 TORCH_IMPORT = "from torch.utils.data import DataLoader"

@@ -50,7 +50,7 @@ def test_process_workers_get_torchs_worker_info_and_seeded_global_generators():
     first = process_starts(seed=3)
     assert sorted(first) == [0, 1]
     for w, item in first.items():
-        wid, count, seed, dataset = item["info"]
+        wid, count, _, dataset = item["info"]
         assert (wid, count, dataset) == (w, 2, "Reports")
     assert first[1]["info"][2] == first[0]["info"][2] + 1  # base_seed + worker_id, torch's rule
     assert len({d for item in first.values() for d in item["draws"]}) == 6  # distinct per worker and generator

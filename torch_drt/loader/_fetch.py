@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch_drt.describe import described
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
@@ -121,6 +122,10 @@ class BatchFetcher:
         self.__dict__.update(state)
         self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
         self._getitem = getattr(self.dataset, "__getitem__", None)
+
+    def __repr__(self) -> str:
+        return described(self, self.dataset, transform=self.transform, collate_fn=self.collate_fn,
+                         item_concurrency=self.item_concurrency if self.item_concurrency > 1 else None)
 
     def close(self) -> None:
         """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
@@ -251,6 +256,9 @@ class ItemBatchFetcher:
     ) -> None:
         self.transform, self.collate_fn, self.pin, self.seed = transform_hook(transform), collate_fn, pin, seed
         self.stride, self.offset = stride, offset
+
+    def __repr__(self) -> str:
+        return described(self, transform=self.transform, collate_fn=self.collate_fn)
 
     def numbers(self, positions: range) -> Sequence[int]:
         """The items' numbers (see the class docstring)."""

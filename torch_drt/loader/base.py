@@ -19,6 +19,7 @@ from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
+from torch_drt.describe import described
 from torch_drt.loader._sampler_view import LoaderShards
 from torch_drt.loader.iterator import LoaderIterator
 from torch_drt.loader.position import Cursor, LoaderPosition
@@ -117,6 +118,14 @@ class PipelineLoader(_TorchdataLoader):
     def sampler(self) -> LoaderShards:  # type: ignore[override]
         """This loader's sharding as a ``DistributedSampler`` (what Lightning and Fabric look for)."""
         return LoaderShards(self)
+
+    def _repr_fields(self) -> dict[str, Any]:
+        """What ``repr`` shows besides the dataset (subclasses add their settings)."""
+        return {"batch_size": getattr(self, "batch_size", None), "num_workers": getattr(self, "num_workers", None)}
+
+    def __repr__(self) -> str:
+        fields = self._repr_fields() | {"epoch": self._position.epoch if "_position" in self.__dict__ else None}
+        return described(self, getattr(self, "dataset", None), **fields)
 
     def __len__(self) -> int:
         """This rank's batches per epoch."""

@@ -224,6 +224,28 @@ class StatefulDataLoader(PipelineLoader):
             return BatchSamplerMode(self, batch_sampler)
         return MapMode(self, sampler, seed_given)
 
+    def _repr_fields(self) -> dict[str, Any]:
+        workers = self.num_workers > 0
+        fields = {
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle or None,
+            "batch_sampler": self.batch_sampler,
+            "drop_last": self.drop_last or None,
+            "seed": self.seed,
+            "num_workers": self.num_workers,
+            "worker_method": self.worker_method if workers else None,
+            "persistent_workers": self.persistent_workers or None,
+            "prefetch_factor": self.prefetch_factor,
+            "in_order": None if self.in_order else False,
+            "transform": self.transform,
+            "collate_fn": None if self.collate_fn is default_collate else self.collate_fn,
+            "return_indices": self.return_indices or None,
+            "device": self._device,
+        }
+        if self.world_size > 1:
+            fields |= {"rank": self.rank, "world_size": self.world_size}
+        return fields
+
     @property
     def in_flight(self) -> int:
         """Batches in flight at most: ``num_workers * prefetch_factor``, else ``num_workers + prefetch_depth``."""

@@ -21,6 +21,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from torch_drt.describe import short
+
 __all__ = ["ItemOnly", "takes_item_only", "transform_hook"]
 
 
@@ -34,7 +36,7 @@ class ItemOnly:
         return self.fn(item)
 
     def __repr__(self) -> str:
-        return repr(self.fn)
+        return short(self.fn)
 
 
 def _binds(signature: inspect.Signature, count: int) -> bool:

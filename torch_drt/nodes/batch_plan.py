@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import PositionSampler
 
@@ -68,6 +69,11 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self._chunk: list[BatchPlan] = []
         self._chunk_pos = 0
         self._skip: frozenset[int] = frozenset()
+
+    def __repr__(self) -> str:
+        part = self.partition
+        return described(self, type(self.source).__name__, batch_size=part.batch_size, world_size=part.world_size,
+                         rank=part.rank, drop_last=part.drop_last)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

@@ -9,6 +9,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.nodes.batch_plan import BatchPlan
 
 __all__ = ["BatchSamplerPlanner"]
@@ -44,6 +45,9 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
         self.epoch = self.batches = self.items = 0
         self._iterator: Iterator[Any] | None = None
         self._skip: frozenset[int] = frozenset()
+
+    def __repr__(self) -> str:
+        return described(self, self.batch_sampler, world_size=self.world_size, rank=self.rank)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
+
 __all__ = ["ItemBatch", "ItemBatcher"]
 
 
@@ -65,6 +67,9 @@ class ItemBatcher(BaseNode[ItemBatch]):
         self.epoch = 0
         self._position = 0
         self._skip: frozenset[int] = frozenset()
+
+    def __repr__(self) -> str:
+        return described(self, self.source, batch_size=self.batch_size, drop_last=self.drop_last)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

@@ -8,6 +8,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
+
 __all__ = ["IterableSource", "is_stateful"]
 
 
@@ -55,6 +57,9 @@ class IterableSource(BaseNode[Any]):
         self._pending: dict[str, Any] | None = None  # the iterator state and skip of a reset(state), not applied yet
         self._snapshot: dict[str, Any] = {self.DATASET_KEY: None, self.ITERATOR_KEY: None}
         self._since = 0
+
+    def __repr__(self) -> str:
+        return described(self, self.dataset, every=self.every)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]

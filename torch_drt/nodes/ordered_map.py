@@ -11,6 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
@@ -128,6 +129,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._inline = num_workers == 0
         self._mean: float | None = None
         self._samples = 0
+
+    def __repr__(self) -> str:
+        return described(self, self.source, self.map_fn, num_workers=self.num_workers, method=self.method,
+                         in_flight=self.in_flight, in_order=None if self.in_order else False)
 
     def _make_pool(self) -> ThreadPool | ProcessPool:
         if self.method == "thread":

@@ -6,6 +6,8 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
+
 __all__ = ["StreamTask", "WorkerTurns"]
 
 
@@ -48,6 +50,9 @@ class WorkerTurns(BaseNode[StreamTask]):
         self.epoch = self.turn = 0
         self.exhausted: set[int] = set()
         self._pending_starts: dict[int, Any] = {}
+
+    def __repr__(self) -> str:
+        return described(self, num_workers=self.num_workers)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
