@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt.loader._fetch import BatchFetcher, fetch_stage
+from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int
@@ -31,24 +31,14 @@ class BatchSamplerMode(LoaderMode):
     def __init__(self, loader: Any, batch_sampler: Iterable[Any]) -> None:
         self.batch_sampler = batch_sampler
         self.planner = BatchSamplerPlanner(batch_sampler, len(loader.dataset), loader.world_size, loader.rank)
-        threads = loader.worker_method == "thread"
-        self.fetcher = BatchFetcher(
-            loader.dataset,
-            loader.transform,
-            loader.collate_fn,
-            loader.item_concurrency,
-            pin=loader.pin_memory and threads,
-            seed=loader.seed,
-            item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
-        )
+        self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
     def _length(self) -> int | None:
         return len(self.batch_sampler) if hasattr(self.batch_sampler, "__len__") else None  # type: ignore[arg-type]
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
-        if self.fetcher.event_loop is not None and self.mapper.method == "thread":
-            self.fetcher.event_loop.start()
+        self.fetcher.start(self.mapper.method)
         return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch}}
 
     def at_end(self, cursor: Cursor) -> bool:

@@ -23,7 +23,7 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "pin_batch"]
+__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "map_fetcher", "pin_batch"]
 
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
@@ -42,6 +42,20 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
         adaptive=loader.worker_init_fn is None,
         transport=SharedMemoryTransport(pin=loader.pin_memory),
         in_order=loader.in_order,
+    )
+
+
+def map_fetcher(loader: Any) -> BatchFetcher:
+    """The ``BatchFetcher`` of a ``StatefulDataLoader`` over a map-style dataset."""
+    threads = loader.worker_method == "thread"
+    return BatchFetcher(
+        loader.dataset,
+        loader.transform,
+        loader.collate_fn,
+        loader.item_concurrency,
+        pin=loader.pin_memory and threads,
+        seed=loader.seed,
+        item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
     )
 
 
@@ -126,6 +140,11 @@ class BatchFetcher:
     def __repr__(self) -> str:
         return described(self, self.dataset, transform=self.transform, collate_fn=self.collate_fn,
                          item_concurrency=self.item_concurrency if self.item_concurrency > 1 else None)
+
+    def start(self, method: str) -> None:
+        """Before an epoch: start the event loop of an async dataset (thread workers; processes make their own)."""
+        if self.event_loop is not None and method == "thread":
+            self.event_loop.start()
 
     def close(self) -> None:
         """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""

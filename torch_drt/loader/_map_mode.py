@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt.loader._fetch import BatchFetcher, fetch_stage
+from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int, state_seed
@@ -53,16 +53,7 @@ class MapMode(LoaderMode):
             else SequentialSampler(n)
         )
         self.planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last)
-        threads = loader.worker_method == "thread"
-        self.fetcher = BatchFetcher(
-            loader.dataset,
-            loader.transform,
-            loader.collate_fn,
-            loader.item_concurrency,
-            pin=loader.pin_memory and threads,
-            seed=self.seed,
-            item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
-        )
+        self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
     def _partition(self) -> Partition:
@@ -71,8 +62,7 @@ class MapMode(LoaderMode):
         return Partition(self.sampler.n, self.batch_size, self.world_size, self.rank, self.drop_last)
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
-        if self.fetcher.event_loop is not None and self.mapper.method == "thread":
-            self.fetcher.event_loop.start()
+        self.fetcher.start(self.mapper.method)
         return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.OFFSET_KEY: 0}}
 
     def at_end(self, cursor: Cursor) -> bool:

@@ -258,7 +258,8 @@ class StatefulDataLoader(PipelineLoader):
         if self._restart_workers:
             mapper.close()  # torch's persistent_workers=False: new workers every epoch
         seed = base_seed(self.seed, epoch)
-        mapper.worker_init = WorkerStart(self.num_workers, seed, self.dataset, self.worker_init_fn, self.worker_method)
+        dataset = None if isinstance(self.dataset, BaseNode) else self.dataset  # a node stays in this process
+        mapper.worker_init = WorkerStart(self.num_workers, seed, dataset, self.worker_init_fn, self.worker_method)
 
     def _end_epoch(self) -> None:
         if self._restart_workers:
