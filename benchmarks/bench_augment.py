@@ -117,13 +117,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # the loaders' workers are the parallelism, as in torch's worker processes
+    torch.set_num_threads(1)  # the workers are the parallelism (torch's processes do this; docs/augmentations.md)
     with tempfile.TemporaryDirectory(prefix="bench_augment_") as tmp:
         paths = write_jpegs(Path(tmp), args.images)
         worst = check_values(paths)
-        drt = StatefulDataLoader(FileDataset(paths), batch_size=BATCH, num_workers=args.workers, transform=ours(),
-                                 collate_fn=collator())
-        tv = DataLoader(TorchvisionFiles(paths), batch_size=BATCH, num_workers=args.workers, persistent_workers=True)
+        # as a training script builds them: shuffled, persistent workers, the same arguments on both sides
+        drt = StatefulDataLoader(FileDataset(paths), batch_size=BATCH, shuffle=True, num_workers=args.workers,
+                                 persistent_workers=True, transform=ours(), collate_fn=collator())
+        tv = DataLoader(TorchvisionFiles(paths), batch_size=BATCH, shuffle=True, num_workers=args.workers,
+                        persistent_workers=True)
         figures: dict[str, list[float]] = {"torch_drt": [], "torchvision": []}
         epoch_time(drt), epoch_time(tv)  # warm-up: workers started, files in the page cache
         for _ in range(args.repeats):  # interleaved

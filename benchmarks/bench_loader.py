@@ -62,7 +62,7 @@ def overhead(repeats: int) -> dict[str, float]:
     }
     torch2 = DataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2, persistent_workers=True)
     figures["torch_2"] = median_time(drain(torch2), repeats)
-    drt2 = StatefulDataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2)
+    drt2 = StatefulDataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2, persistent_workers=True)
     figures["drt_2"] = median_time(drain(drt2), repeats)
     for workers in (0, 2):
         figures[f"nodes_{workers}"] = median_time(drain(torchdata_nodes(ds, workers)), repeats)

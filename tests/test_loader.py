@@ -318,11 +318,12 @@ def test_settings_mismatch_warns_and_random_seed_adopts_the_checkpoint():
     ({"seed": True}, ValueError, "seed=True must be an int"),
     ({"num_workers": 1 << 32}, ValueError, r"num_workers=4294967296 must be an int in \[0, 1024\]"),
     ({"timeout": float("nan")}, ValueError, "timeout=nan must be a finite number"),
-    ({"shuffle": True, "sampler": [0, 1]}, ValueError, "shuffle=True cannot be combined with a sampler"),
+    ({"shuffle": True, "sampler": [0, 1]}, ValueError, "sampler option is mutually exclusive with shuffle"),
     ({"rank": 2, "world_size": 2}, ValueError, r"rank=2 must be in \[0, world_size=2\)"),
     ({"batch_size": 4, "world_size": 2, "rank": 0, "drop_last": True}, ValueError, "fewer than one global batch"),
     ({"worker_method": "fiber"}, ValueError, "worker_method='fiber'"),
-    ({"num_workers": 1, "worker_method": "process", "transform": lambda i, x: x}, TypeError, "picklable"),
+    ({"num_workers": 1, "worker_method": "process", "multiprocessing_context": "spawn", "transform": lambda i, x: x},
+     TypeError, "picklable"),
     ({"device": "cuda"}, ValueError, "CUDA is not available"),
 ])
 def test_validation(kwargs, error, message):
@@ -359,7 +360,8 @@ def test_workers_persist_across_epochs():
         time.sleep(0.002)  # slow enough to stay on the workers (cheap batches are mapped inline)
         return x
 
-    loader = StatefulDataLoader(R(40), batch_size=2, num_workers=2, collate_fn=list, transform=record)
+    loader = StatefulDataLoader(R(40), batch_size=2, num_workers=2, collate_fn=list, transform=record,
+                                persistent_workers=True)
     batches(loader)
     epoch[0] = 1
     batches(loader)

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import torch_drt as drt
+from torch_drt.describe import described
 
 try:
     import lightning.pytorch as pl
@@ -79,6 +80,22 @@ class CacheDataModule(pl.LightningDataModule):
         self._val: drt.CachedDataset | None = None
         self._train_loader: Any = None
         self._pending_state: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        paths = [str(p) for p in self.paths]
+        return described(
+            self,
+            paths if len(paths) <= 2 else f"{len(paths)} caches",
+            val_paths=None if self.val_paths is None else [str(p) for p in self.val_paths],
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            num_workers=self.num_workers,
+            samples_per_epoch=self.samples_per_epoch,
+            sample_transform_fn=self.sample_transform_fn,
+            collate_fn=self.collate_fn,
+            split_column=self.split_column,
+        )
 
     def _dataset(self, paths: list[Path], shuffle: bool) -> drt.CachedDataset:
         if self._runtime is None:

@@ -165,6 +165,7 @@ class StagingDir:
         """
         fsync_dir(self.path)
         os.rename(self.path, self.target)
+        logger.info("published %s", self.target)
         fsync_dir(self.root)
         self._release()
         return self.target

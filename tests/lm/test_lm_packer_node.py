@@ -148,7 +148,7 @@ def test_validation(source):
         PackerNode(source, L, overlong="cut")
     with pytest.raises(ValueError, match="buffer_size=0"):
         PackerNode(source, L, buffer_size=0)
-    with pytest.raises(ValueError, match="rank=3 must be an int in"):
+    with pytest.raises(ValueError, match=r"rank=3 must be in \[0, world_size=3\)"):
         PackerNode(source, L, rank=3, world_size=3)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.cache.validate import CacheLayout, read_metadata
+from torch_drt.describe import described
 from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from torch_drt.cache.runtime import DatasetRuntime
 
 __all__ = ["CachedBatch", "CachedDataset"]
+
+logger = logging.getLogger("torch_drt.cache")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class CachedBatch:
 
     def __len__(self) -> int:
         return len(self.data)
+
+    def __repr__(self) -> str:  # sizes, not payloads
+        nbytes = sum(len(d) for d in self.data)
+        return f"CachedBatch({len(self.data)} samples, {nbytes} bytes, metadata={self.metadata.column_names})"
 
     def samples(self) -> list[CachedSample]:
         """The batch as ``CachedSample``s, in order."""
@@ -110,6 +118,25 @@ class CachedDataset(DatasetInterop):
         self._latest: _Window | None = None  # the most recent iterator's window: what state_dict() reports
         self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
         self._draws: WeightedDraws | None = None
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("opened %d caches (%d rows): %s", len(self.layouts), len(self._active), self._shown_paths())
+
+    def _shown_paths(self) -> list[str]:
+        """The cache locations as reprs and logs show them (a URL without credentials or query)."""
+        from torch_drt.sources.template import redact
+
+        return [redact(str(p)) for p in self.cache_paths]
+
+    def __repr__(self) -> str:
+        config = self.reader_config
+        return described(
+            self,
+            self._shown_paths() if len(self.layouts) <= 2 else f"{len(self.layouts)} caches",
+            rows=len(self._active),
+            epoch_len=self._epoch_len,
+            shuffle=config.shuffle,
+            seed=config.seed,
+        )
 
     # -- population ---------------------------------------------------------------------------------------
 

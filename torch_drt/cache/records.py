@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from torch_drt.describe import described
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
@@ -65,6 +67,9 @@ class CachedSample(NamedTuple):
     metadata: dict[str, MetadataValue]
     cache_id: int
     sample_id: int
+
+    def __repr__(self) -> str:  # the payload's size, not its bytes
+        return described(self, data=self.data, metadata=self.metadata, cache_id=self.cache_id, sample_id=self.sample_id)
 
 
 def make_samples(

@@ -8,20 +8,9 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.lm.packed import PackedSequence
+from torch_drt.sampling.topology import resolve_topology
 
-__all__ = ["RankShareNode", "resolve_topology"]
-
-
-def resolve_topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """``(rank, world_size)``: as given, else torch.distributed's when initialised, else ``(0, 1)``."""
-    import torch.distributed as dist
-
-    live = dist.is_available() and dist.is_initialized()
-    rank = (dist.get_rank() if live else 0) if rank is None else rank
-    world_size = (dist.get_world_size() if live else 1) if world_size is None else world_size
-    if not (isinstance(world_size, int) and world_size >= 1 and isinstance(rank, int) and 0 <= rank < world_size):
-        raise ValueError(f"rank={rank!r} must be an int in [0, world_size={world_size!r})")
-    return rank, world_size
+__all__ = ["RankShareNode"]
 
 
 class RankShareNode(BaseNode[PackedSequence]):

@@ -10,10 +10,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch_drt.loader._fetch import default_collate
     from torch_drt.loader.dataloader import StatefulDataLoader
+    from torch_drt.loader.transform_rule import transform_hook
+    from torch_drt.loader.worker_info import get_worker_info
 
-__all__ = ["StatefulDataLoader", "default_collate"]
+__all__ = ["StatefulDataLoader", "default_collate", "get_worker_info", "transform_hook"]
 
-_LAZY = {"StatefulDataLoader": "torch_drt.loader.dataloader", "default_collate": "torch_drt.loader._fetch"}
+_LAZY = {
+    "StatefulDataLoader": "torch_drt.loader.dataloader",
+    "default_collate": "torch_drt.loader._fetch",
+    "get_worker_info": "torch_drt.loader.worker_info",
+    "transform_hook": "torch_drt.loader.transform_rule",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -12,8 +12,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch_drt.describe import described
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
+from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.nodes.ordered_map import OrderedMapper
@@ -21,20 +23,39 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "pin_batch"]
+__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "map_fetcher", "pin_batch"]
 
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
-    """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch depth and time-out."""
+    """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch, order and time-out.
+
+    Cheap batches run in the calling thread (``adaptive``) unless a ``worker_init_fn`` set the workers up.
+    """
     return OrderedMapper(
         source,
         fetch,
         num_workers=loader.num_workers,
-        in_flight=loader.num_workers + loader.prefetch_depth,
+        in_flight=loader.in_flight,
         method=loader.worker_method,
         multiprocessing_context=loader.multiprocessing_context,
         timeout=loader.timeout,
+        adaptive=loader.worker_init_fn is None,
         transport=SharedMemoryTransport(pin=loader.pin_memory),
+        in_order=loader.in_order,
+    )
+
+
+def map_fetcher(loader: Any) -> BatchFetcher:
+    """The ``BatchFetcher`` of a ``StatefulDataLoader`` over a map-style dataset."""
+    threads = loader.worker_method == "thread"
+    return BatchFetcher(
+        loader.dataset,
+        loader.transform,
+        loader.collate_fn,
+        loader.item_concurrency,
+        pin=loader.pin_memory and threads,
+        seed=loader.seed,
+        item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
     )
 
 
@@ -52,23 +73,6 @@ def pin_batch(batch: Any) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory
 
     return pin_memory(batch)
-
-
-class _ItemOnly:
-    """Adapts a one-argument transform (``torch_drt.transforms.Compose``) to ``transform(index, item)``."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, index: int, item: Any) -> Any:
-        return self.fn(item)
-
-
-def two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
-    """``transform`` as ``transform(index, item)`` (torch_drt transforms take the item only)."""
-    from torch_drt.transforms.base import Transform
-
-    return _ItemOnly(transform) if isinstance(transform, Transform) else transform
 
 
 def _no_coroutines(dataset: Any, items: list[Any]) -> None:
@@ -110,7 +114,7 @@ class BatchFetcher:
         item_threads: int = 1,
     ) -> None:
         self.dataset = dataset
-        self.transform = two_arg(transform)
+        self.transform = transform_hook(transform)
         self.collate_fn = collate_fn
         self.item_concurrency = item_concurrency
         self.pin = pin
@@ -132,6 +136,23 @@ class BatchFetcher:
         self.__dict__.update(state)
         self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
         self._getitem = getattr(self.dataset, "__getitem__", None)
+
+    def __repr__(self) -> str:
+        return described(self, self.dataset, transform=self.transform, collate_fn=self.collate_fn,
+                         item_concurrency=self.item_concurrency if self.item_concurrency > 1 else None)
+
+    def start(self, method: str) -> None:
+        """Before an epoch: start the event loop of an async dataset (thread workers; processes make their own)."""
+        if self.event_loop is not None and method == "thread":
+            self.event_loop.start()
+
+    def close(self) -> None:
+        """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
+        if self.item_pool is not None:
+            self.item_pool.close()
+            self.item_pool = None
+        if self.event_loop is not None:
+            self.event_loop.stop(getattr(self.dataset, "aclose", None))
 
     def _pool(self) -> ThreadPool:
         pool = self.item_pool
@@ -228,15 +249,19 @@ def _awaitable(get: Any) -> bool:
 
 
 class ItemBatchFetcher:
-    """Turns an ``ItemBatch`` from a node into ``Fetched(batch, positions, False)``: transform, collate, pin.
+    """Turns an ``ItemBatch`` from a node into ``Fetched(batch, numbers, False)``: transform, collate, pin.
 
-    ``transform(position, item)`` gets the item's position in the node's epoch (a node's items have no index).
+    A node's items have no dataset index: item ``p`` of the epoch is numbered ``p * stride + offset`` (a node:
+    ``p``; an ``IterableDataset`` on rank r of W: ``p * W + r``). The number is what ``transform(number, item)``
+    gets, what ``return_indices`` yields and what keys the item's random generator.
 
     Args:
-        transform: ``transform(position, item) -> item`` or None.
+        transform: ``transform(number, item) -> item`` or None.
         collate_fn: ``collate_fn(items) -> batch``.
         pin: pin the batch's tensors (thread workers; process workers pin when unpacking).
         seed: the loader's seed, keying the items' random generators.
+        stride: numbers advance by this much per position.
+        offset: the number of position 0.
     """
 
     def __init__(
@@ -245,17 +270,33 @@ class ItemBatchFetcher:
         collate_fn: Callable[[list[Any]], Any],
         pin: bool = False,
         seed: int = 0,
+        stride: int = 1,
+        offset: int = 0,
     ) -> None:
-        self.transform, self.collate_fn, self.pin, self.seed = two_arg(transform), collate_fn, pin, seed
+        self.transform, self.collate_fn, self.pin, self.seed = transform_hook(transform), collate_fn, pin, seed
+        self.stride, self.offset = stride, offset
 
-    def __call__(self, batch: ItemBatch) -> Fetched:
-        positions: Sequence[int] = batch.positions
-        token = enter_batch(self.seed, batch.epoch, positions, positions)
+    def __repr__(self) -> str:
+        return described(self, transform=self.transform, collate_fn=self.collate_fn)
+
+    def numbers(self, positions: range) -> Sequence[int]:
+        """The items' numbers (see the class docstring)."""
+        if self.stride == 1 and self.offset == 0:
+            return positions
+        stride, offset = self.stride, self.offset
+        return range(positions.start * stride + offset, positions.stop * stride + offset, stride)
+
+    def apply(self, epoch: int, numbers: Sequence[int], items: list[Any]) -> Any:
+        """Transform and collate ``items`` in their batch scope."""
+        token = enter_batch(self.seed, epoch, numbers, numbers)
         try:
-            items = batch.items
             if self.transform is not None:
-                items = map_items(self.transform, positions, items, positions)
+                items = map_items(self.transform, numbers, items, numbers)
             out = self.collate_fn(items)
         finally:
             exit_batch(token)
-        return Fetched(pin_batch(out) if self.pin else out, list(positions), False)
+        return pin_batch(out) if self.pin else out
+
+    def __call__(self, batch: ItemBatch) -> Fetched:
+        numbers = self.numbers(batch.positions)
+        return Fetched(self.apply(batch.epoch, numbers, batch.items), list(numbers), False)

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt.loader._fetch import BatchFetcher, fetch_stage
+from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int, state_seed
@@ -23,7 +23,9 @@ class MapMode(LoaderMode):
 
     ``observation_offset`` is the global position of the next global batch; ``num_samples`` the epoch's
     positions (a state of another size is refused); ``shuffle``, ``shuffle_seed`` (the loader's seed: the
-    shuffle order and the items' random generators) and ``drop_last`` are the loader's settings.
+    shuffle order and the items' random generators) and ``drop_last`` are the loader's settings. With
+    ``in_order=False``, ``ahead`` lists the offsets of later global batches already delivered (skipped on
+    resume; such a state resumes only with the same ``batch_size * world_size``).
     """
 
     VERSION = 1
@@ -36,6 +38,7 @@ class MapMode(LoaderMode):
     BATCH_SIZE_KEY = "batch_size"
     WORLD_SIZE_KEY = "world_size"
     NUM_SAMPLES_KEY = "num_samples"
+    AHEAD_KEY = BatchPlanner.AHEAD_KEY
 
     def __init__(self, loader: Any, sampler: Iterable[int] | None, seed_given: bool) -> None:
         self.shuffle, self.seed, self.seed_given = loader.shuffle, loader.seed, seed_given
@@ -50,16 +53,7 @@ class MapMode(LoaderMode):
             else SequentialSampler(n)
         )
         self.planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last)
-        threads = loader.worker_method == "thread"
-        self.fetcher = BatchFetcher(
-            loader.dataset,
-            loader.transform,
-            loader.collate_fn,
-            loader.item_concurrency,
-            pin=loader.pin_memory and threads,
-            seed=self.seed,
-            item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
-        )
+        self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
     def _partition(self) -> Partition:
@@ -68,8 +62,7 @@ class MapMode(LoaderMode):
         return Partition(self.sampler.n, self.batch_size, self.world_size, self.rank, self.drop_last)
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
-        if self.fetcher.event_loop is not None and self.mapper.method == "thread":
-            self.fetcher.event_loop.start()
+        self.fetcher.start(self.mapper.method)
         return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.OFFSET_KEY: 0}}
 
     def at_end(self, cursor: Cursor) -> bool:
@@ -80,7 +73,9 @@ class MapMode(LoaderMode):
         )
 
     def remaining(self, cursor: Cursor) -> int:
-        return self._partition().num_batches(cursor[self.OFFSET_KEY] if cursor else 0)
+        if not cursor:
+            return self._partition().num_batches(0)
+        return self._partition().num_batches(cursor[self.OFFSET_KEY]) - len(cursor.get(self.AHEAD_KEY, ()))
 
     def num_batches(self) -> int:
         return self._partition().num_batches(0)
@@ -96,7 +91,8 @@ class MapMode(LoaderMode):
         return (i for plan in planner for i in plan.indices)
 
     def state_dict(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
-        return {
+        ahead = {self.AHEAD_KEY: list(cursor[self.AHEAD_KEY])} if cursor and cursor.get(self.AHEAD_KEY) else {}
+        return ahead | {
             self.VERSION_KEY: self.VERSION,
             self.EPOCH_KEY: epoch,
             self.OFFSET_KEY: cursor[self.OFFSET_KEY] if cursor else 0,
@@ -129,15 +125,29 @@ class MapMode(LoaderMode):
             if key in state and not isinstance(state[key], bool):
                 raise ValueError(f"invalid loader state: {key}={state[key]!r} must be a bool")
         self._adopt(state, seed, epoch, offset)
-        return epoch, {self.EPOCH_KEY: epoch, self.OFFSET_KEY: offset}
+        cursor = {self.EPOCH_KEY: epoch, self.OFFSET_KEY: offset}
+        ahead = self._parse_ahead(state, offset)
+        return epoch, cursor | {self.AHEAD_KEY: ahead} if ahead else cursor
+
+    def _parse_ahead(self, state: Any, offset: int) -> list[int]:
+        """The ``ahead`` offsets of an ``in_order=False`` state: later global batches of this batch geometry."""
+        ahead = state.get(self.AHEAD_KEY) or []
+        size = self.batch_size * self.world_size
+        saved = state.get(self.BATCH_SIZE_KEY, self.batch_size) * state.get(self.WORLD_SIZE_KEY, self.world_size)
+        if ahead and saved != size:
+            raise ValueError(
+                f"this checkpoint was taken with batches delivered out of order (in_order=False) and global batches "
+                f"of {saved} samples: it resumes only with batch_size * world_size == {saved} (this loader: {size})"
+            )
+        if not isinstance(ahead, list) or any(
+            isinstance(o, bool) or not isinstance(o, int) or o <= offset or (o - offset) % size for o in ahead
+        ):
+            raise ValueError(f"invalid loader state: {self.AHEAD_KEY}={ahead!r} must list later global batch offsets")
+        return ahead
 
     def close(self) -> None:
         self.mapper.close()
-        if self.fetcher.item_pool is not None:
-            self.fetcher.item_pool.close()
-            self.fetcher.item_pool = None
-        if self.fetcher.event_loop is not None:
-            self.fetcher.event_loop.stop(getattr(self.fetcher.dataset, "aclose", None))
+        self.fetcher.close()
 
     def _adopt(self, state: Any, seed: int | None, epoch: int, offset: int) -> None:
         """A loader whose seed was drawn at random takes the checkpoint's; other differences are warned about."""

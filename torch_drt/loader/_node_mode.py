@@ -19,10 +19,13 @@ __all__ = ["NodeMode"]
 class NodeMode(LoaderMode):
     """A node's pipeline and checkpoint: ``{version, epoch, node_state, batch_size}``.
 
-    ``node_state`` is the batcher's state after the last delivered batch (the node's own state inside it), or
-    None at the start of an epoch, which starts from the node's own ``reset()`` (a ``CacheSampler`` continues
-    its stream). Items have no dataset index: ``transform`` and ``return_indices`` get their positions in the
-    node's epoch. The node decides order, shuffling and rank striding.
+    ``node_state`` is the batcher's state after the last delivered batch (the node's own state inside it). At
+    the end of an epoch it is the node's state there, marked ``next_epoch``: the next epoch restores it and then
+    starts the node's next epoch (``reset(state)``, ``reset(None)``, as torchdata's ``Loader``), so a checkpoint
+    taken exactly at an epoch's end resumes the node's own epoch count. None (a fresh loader) starts from the
+    node's own ``reset()``. Items have no dataset index: ``transform`` and ``return_indices`` get their
+    positions in the node's epoch (times ``stride`` plus ``offset``: an IterableDataset numbers them per rank).
+    The node decides order, shuffling and rank striding.
     """
 
     VERSION = 1
@@ -31,14 +34,22 @@ class NodeMode(LoaderMode):
     NODE_KEY = "node_state"
     BATCH_SIZE_KEY = "batch_size"
 
-    def __init__(self, loader: Any, node: BaseNode) -> None:
+    def __init__(self, loader: Any, node: BaseNode, stride: int = 1, offset: int = 0) -> None:
         self.node, self.batch_size, self.drop_last = node, loader.batch_size, loader.drop_last
         self.batcher = ItemBatcher(node, loader.batch_size, loader.drop_last)
         threads = loader.worker_method == "thread"
         fetcher = ItemBatchFetcher(
-            loader.transform, loader.collate_fn, pin=loader.pin_memory and threads, seed=loader.seed
+            loader.transform,
+            loader.collate_fn,
+            pin=loader.pin_memory and threads,
+            seed=loader.seed,
+            stride=stride,
+            offset=offset,
         )
         self.mapper = fetch_stage(loader, self.batcher, fetcher)
+
+    def carry(self, cursor: Cursor) -> Cursor:
+        return ItemBatcher.next_epoch(cursor)
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
         self.batcher.epoch = epoch
@@ -75,5 +86,21 @@ class NodeMode(LoaderMode):
         cursor = state[self.NODE_KEY]
         if cursor is not None:
             cursor = dict(require_mapping(cursor, "node", (ItemBatcher.SOURCE_KEY, ItemBatcher.POSITION_KEY)))
-            state_int(cursor, ItemBatcher.POSITION_KEY, what="node")
+            position = state_int(cursor, ItemBatcher.POSITION_KEY, what="node")
+            self._check_ahead(cursor.get(ItemBatcher.AHEAD_KEY), position, state.get(self.BATCH_SIZE_KEY))
         return epoch, cursor
+
+    def _check_ahead(self, ahead: Any, position: int, batch_size: Any) -> None:
+        """An ``in_order=False`` state's batches delivered ahead: later batch starts of this batch size."""
+        if not ahead:
+            return
+        if batch_size != self.batch_size:
+            raise ValueError(
+                f"this checkpoint was taken with batches delivered out of order (in_order=False) and batch_size="
+                f"{batch_size}: it resumes only with batch_size={batch_size} (this loader: {self.batch_size})"
+            )
+        if not isinstance(ahead, list) or any(
+            isinstance(p, bool) or not isinstance(p, int) or p <= position or (p - position) % self.batch_size
+            for p in ahead
+        ):
+            raise ValueError(f"invalid node state: {ItemBatcher.AHEAD_KEY}={ahead!r} must list later batch starts")

@@ -14,11 +14,12 @@ and the checkpoint format; the rest is shared::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
+from torch_drt.describe import described
 from torch_drt.loader._sampler_view import LoaderShards
 from torch_drt.loader.iterator import LoaderIterator
 from torch_drt.loader.position import Cursor, LoaderPosition
@@ -35,9 +36,21 @@ class LoaderMode:
 
     mapper: OrderedMapper
 
+    def read_cursor(self) -> Cursor:
+        """The running pipeline's cursor after the last delivered batch."""
+        return self.mapper.get_state()[OrderedMapper.SOURCE_KEY]
+
+    def next_fn(self) -> Callable[[], Any]:
+        """What an iterator calls for the next ``Fetched`` of the running epoch (``StopIteration`` at its end)."""
+        return self.mapper.next
+
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
         """The mapper's initial state for ``epoch`` at ``cursor`` (called by ``iter(loader)``)."""
         raise NotImplementedError
+
+    def carry(self, cursor: Cursor) -> Cursor:
+        """The cursor the next epoch starts from when an epoch ended at ``cursor`` (None: its plain start)."""
+        return None
 
     def at_end(self, cursor: Cursor) -> bool:
         """Whether ``cursor`` stands at the very end of its epoch."""
@@ -89,29 +102,49 @@ class PipelineLoader(_TorchdataLoader):
     seed: int | None = None
     drop_last: bool = False
     return_indices: bool = False
+    in_order: bool = True
     _device: Any = None
 
     def _setup_pipeline(self, mode: LoaderMode) -> None:
         self._mode = mode
-        self._position = LoaderPosition(self._read_cursor)
+        self._position = LoaderPosition(self._read_cursor, mode.carry)
         self._generation = 0
         self.batch_sampler = None
 
     def _read_cursor(self) -> Cursor:
-        return self._mode.mapper.get_state()[OrderedMapper.SOURCE_KEY]
+        return self._mode.read_cursor()
 
     @property
     def sampler(self) -> LoaderShards:  # type: ignore[override]
         """This loader's sharding as a ``DistributedSampler`` (what Lightning and Fabric look for)."""
         return LoaderShards(self)
 
+    def _repr_fields(self) -> dict[str, Any]:
+        """What ``repr`` shows besides the dataset (subclasses add their settings)."""
+        return {"batch_size": getattr(self, "batch_size", None), "num_workers": getattr(self, "num_workers", None)}
+
+    def __repr__(self) -> str:
+        fields = self._repr_fields() | {"epoch": self._position.epoch if "_position" in self.__dict__ else None}
+        return described(self, getattr(self, "dataset", None), **fields)
+
     def __len__(self) -> int:
         """This rank's batches per epoch."""
         return self._mode.num_batches()
 
+    def _start_workers(self, epoch: int) -> None:
+        """Called before the pipeline is reset for ``epoch``: where a loader (re)configures its workers."""
+
+    def _end_epoch(self) -> None:
+        """Called by the iterator once the epoch's last batch was delivered."""
+
     def __iter__(self) -> LoaderIterator:
         mode = self._mode
-        self._position.begin(mode.at_end, lambda epoch, cursor: mode.mapper.reset(mode.start_state(epoch, cursor)))
+
+        def start(epoch: int, cursor: Cursor) -> None:
+            self._start_workers(epoch)
+            mode.mapper.reset(mode.start_state(epoch, cursor))
+
+        self._position.begin(mode.at_end, start)
         self._generation += 1
         return LoaderIterator(self, self._generation)
 

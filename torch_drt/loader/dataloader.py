@@ -1,8 +1,8 @@
-"""torch_drt.StatefulDataLoader: threads or processes, ranks, exact resume across topology changes."""
+"""torch_drt.StatefulDataLoader: torch's DataLoader arguments; threads or processes, ranks, exact resume."""
 
 from __future__ import annotations
 
-import math
+import multiprocessing
 import pickle
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
@@ -10,71 +10,91 @@ from typing import Any, Literal
 import torch
 from torchdata.nodes import BaseNode
 
+from torch_drt.loader._arguments import (
+    MAX_WORKERS,
+    Unbatched,
+    check_batching,
+    check_pin_memory_device,
+    check_positive,
+    check_worker_arguments,
+    check_workers,
+    is_iterable_dataset,
+    start_method,
+    worker_method_for,
+)
+from torch_drt.loader._batch_sampler_mode import BatchSamplerMode
 from torch_drt.loader._fetch import default_collate
+from torch_drt.loader._iterable_mode import WorkerStreamsMode
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._node_mode import NodeMode
-from torch_drt.loader.base import PipelineLoader
+from torch_drt.loader.base import LoaderMode, PipelineLoader
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
+from torch_drt.loader.transform_rule import transform_hook
+from torch_drt.loader.worker_info import WorkerStart, base_seed
+from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.topology import resolve_topology
 
-__all__ = ["MAX_WORKERS", "StatefulDataLoader"]
-
-MAX_WORKERS = 1024  # one thread or process each: more is a mistake, not a setting
-
-
-def _check_positive(**values: int) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}={value!r} must be an int > 0")
-
-
-def check_workers(num_workers: Any) -> int:
-    """``num_workers`` if it is an int in ``[0, MAX_WORKERS]``."""
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or not 0 <= num_workers <= MAX_WORKERS:
-        raise ValueError(f"{num_workers=} must be an int in [0, {MAX_WORKERS}]")
-    return num_workers
+__all__ = ["MAX_WORKERS", "StatefulDataLoader", "check_workers"]
 
 
 class StatefulDataLoader(PipelineLoader):
-    """A ``torchdata`` ``StatefulDataLoader`` built on torchdata nodes, whose checkpoint is a global position.
+    """torch's ``DataLoader`` (and torchdata's ``StatefulDataLoader``) built on torchdata nodes, whose checkpoint
+    is a global position.
 
-    Map-style datasets: global batch b covers global positions [b*G, (b+1)*G) with G = ``batch_size *
-    world_size``; rank r takes positions r, r+W, r+2W, ... within it. Positions map to indices through a
-    sampler: identity, a keyed permutation of (dataset size, seed, epoch) when shuffled, or a user ``sampler``
-    read lazily at each epoch. ``state_dict()`` counts batches delivered to the caller only, and resumes exactly
-    under another batch size, world size, number of workers or worker method. A torchdata node as the dataset
-    switches to node mode: its items are batched in the node's own order and the checkpoint is the node's state.
+    The arguments are torch's, in torch's order, with torch's meaning (the "drop-in" table of docs/drop-in.md
+    lists each); torch_drt's own come after them, keyword-only. Map-style datasets: global batch b covers global
+    positions [b*G, (b+1)*G) with G = ``batch_size * world_size``; rank r takes positions r, r+W, r+2W, ...
+    within it. Positions map to indices through a sampler: identity, a keyed permutation of (dataset size, seed,
+    epoch) when shuffled, or a user ``sampler`` read lazily at each epoch. ``state_dict()`` counts batches
+    delivered to the caller only, and resumes exactly under another batch size, world size, number of workers or
+    worker method. A torchdata node as the dataset switches to node mode (its items batched in its own order;
+    the checkpoint is the node's state); an ``IterableDataset`` is iterated as torch does (one stream per
+    process worker; one stream in the loader's thread with thread workers), its Stateful state checkpointed.
 
     Args:
-        dataset: a map-style dataset (``__len__``, ``__getitem__``, optional ``__getitems__``); its
-            ``__getitem__``/``__getitems__`` may be ``async def`` (run on one event loop per loader, with an
-            optional ``async def aclose()`` awaited once when the loader is closed or dropped). Or a torchdata node
-            (``torch_drt.nodes.CacheReaderNode`` over a ``CacheSampler``, say): node mode (no shuffle, sampler or
-            rank striding: the node decides), so a resume may change the batch size or the workers.
-        batch_size: samples per batch on this rank.
-        shuffle: shuffle positions with a keyed permutation, new each epoch.
+        dataset: a map-style dataset (``__len__``, ``__getitem__``, optional ``__getitems__``; either may be
+            ``async def``, run on one event loop per loader, with an optional ``async def aclose()`` awaited when
+            the loader is closed or dropped), an ``IterableDataset`` (optionally torchdata ``Stateful``), or a
+            torchdata node (``torch_drt.nodes.CacheReaderNode`` over a ``CacheSampler``, say).
+        batch_size: samples per batch on this rank; None: no batching (each item alone through ``collate_fn``,
+            default torch's ``default_convert``).
+        shuffle: shuffle positions with a keyed permutation of ``seed``, new each epoch (None: False).
         sampler: an iterable of indices, read lazily from a new iterator at each epoch (not with ``shuffle``).
-        num_workers: batches loaded in parallel (0: in the calling thread).
+        batch_sampler: an iterable of lists of indices: each list is one batch of this rank (not with
+            ``batch_size``, ``shuffle``, ``sampler`` or ``drop_last``).
+        num_workers: batches loaded in parallel (0: in the calling thread); threads unless ``worker_method``
+            or ``multiprocessing_context`` asks for processes.
         collate_fn: ``collate_fn(items) -> batch``; default torch's ``default_collate`` (``[]`` when empty).
-        drop_last: drop the last global batch when incomplete; else it is padded and the padding removed, so
-            a rank may receive ``collate_fn([])``.
-        pin_memory: pin batches before a CUDA copy; a no-op with a warning on CPU-only torch.
-        multiprocessing_context: start method of process workers (spawn, fork, forkserver).
+        pin_memory: pin batches for the accelerator; a no-op with a warning without one.
+        drop_last: drop the last global batch when incomplete; else it is padded and the padding removed, so a
+            rank may receive ``collate_fn([])``.
         timeout: seconds to wait for a batch before ``TimeoutError`` (0: no limit); the batch is abandoned.
-        seed: the loader's seed: the shuffle order and the items' random generators (``torch_drt.random``);
-            None draws one from torch's RNG (recorded in ``state_dict()``).
-        worker_method: ``"thread"`` (default) or ``"process"``.
+        worker_init_fn: ``worker_init_fn(worker_id)``, run once in each worker thread or process when it
+            starts (each epoch unless ``persistent_workers``), after its ``WorkerInfo`` is set.
+        multiprocessing_context: start method (or context) of process workers; giving it selects processes.
+        generator: the torch ``Generator`` the loader's ``seed`` is drawn from when ``seed`` is None.
+        prefetch_factor: batches loaded ahead per worker (``num_workers * prefetch_factor`` in flight).
+        persistent_workers: keep the workers across epochs; False (torch's default) starts them at each
+            ``iter()`` and stops them at the end of the epoch.
+        pin_memory_device: deprecated in torch (the current accelerator is used): ignored with a warning.
+        in_order: False delivers whichever batch in flight is ready first; checkpoints stay exact.
+        snapshot_every_n_steps: how often (in batches) an IterableDataset's Stateful state is snapshotted; a
+            checkpoint between snapshots records the items since, which a resume skips.
+        seed: the loader's seed: the shuffle order, the items' random generators (``torch_drt.random``) and
+            the workers' seeds; None draws one from ``generator`` (recorded in ``state_dict()``).
+        worker_method: ``"thread"`` (default) or ``"process"`` (default when ``multiprocessing_context`` is
+            given).
         item_concurrency: items of one batch fetched at once.
-        prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress.
-        transform: ``transform(index, item) -> item`` on the workers, before ``collate_fn``: the dataset index
-            (map-style) or the item's position in the node's epoch (node mode).
-        return_indices: yield ``(batch, indices)``: dataset indices (map-style) or positions (node mode).
+        prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress (default 2; not with
+            ``prefetch_factor``).
+        transform: applied to each item on the workers, before ``collate_fn``: ``transform(index, item)``, or
+            ``transform(item)`` for a torchvision transform, an ``nn.Module``, a torch_drt transform or a
+            one-argument callable (the rule: ``torch_drt.loader.transform_hook``).
+        return_indices: yield ``(batch, indices)``: dataset indices (map-style) or item numbers (streams).
         rank: this rank (default: torch.distributed's, else 0).
         world_size: number of ranks (default: torch.distributed's, else 1).
         device: copy batches to this device (non-blocking after pinning).
-        persistent_workers: accepted for compatibility; workers always persist across epochs.
-        generator: a torch Generator the default seed is drawn from.
     """
 
     VERSION = MapMode.VERSION
@@ -92,77 +112,163 @@ class StatefulDataLoader(PipelineLoader):
     def __init__(
         self,
         dataset: Any,
-        batch_size: int = 1,
-        shuffle: bool = False,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
         sampler: Iterable[int] | None = None,
+        batch_sampler: Iterable[list[int]] | None = None,
         num_workers: int = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-        drop_last: bool = False,
         pin_memory: bool = False,
-        multiprocessing_context: str | None = None,
+        drop_last: bool = False,
         timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
         *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        snapshot_every_n_steps: int | None = 1,
         seed: int | None = None,
-        worker_method: Literal["thread", "process"] = "thread",
+        worker_method: Literal["thread", "process"] | None = None,
         item_concurrency: int = 1,
-        prefetch_depth: int = 2,
-        transform: Callable[[int, Any], Any] | None = None,
+        prefetch_depth: int | None = None,
+        transform: Callable[..., Any] | None = None,
         return_indices: bool = False,
         rank: int | None = None,
         world_size: int | None = None,
         device: str | torch.device | None = None,
-        persistent_workers: bool = True,
-        generator: torch.Generator | None = None,
     ) -> None:
-        _check_positive(batch_size=batch_size, prefetch_depth=prefetch_depth, item_concurrency=item_concurrency)
+        check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
         check_workers(num_workers)
-        if shuffle and sampler is not None:
-            raise ValueError("shuffle=True cannot be combined with a sampler")
-        if worker_method not in ("thread", "process"):
-            raise ValueError(f"{worker_method=} must be 'thread' or 'process'")
-        if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout < 0:
-            raise ValueError(f"{timeout=} must be a finite number >= 0")
+        check_worker_arguments(
+            num_workers, timeout, worker_init_fn, multiprocessing_context, prefetch_factor, prefetch_depth,
+            persistent_workers,
+        )
+        check_pin_memory_device(pin_memory, pin_memory_device)
+        every = 1 if snapshot_every_n_steps is None else snapshot_every_n_steps
+        check_positive(item_concurrency=item_concurrency, snapshot_every_n_steps=every)
+        if not isinstance(in_order, bool):
+            raise ValueError(f"{in_order=} must be a bool")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64):
             raise ValueError(f"{seed=} must be an int in [0, 2**64)")
-        node_mode = isinstance(dataset, BaseNode)
-        if not node_mode and (not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__")):
+        self.worker_method = worker_method_for(worker_method, multiprocessing_context)
+        node_mode, iterable = isinstance(dataset, BaseNode), is_iterable_dataset(dataset)
+        if not (node_mode or iterable) and (not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__")):
             raise TypeError(
-                f"dataset must be map-style (__len__ and __getitem__) or a torchdata node, got {type(dataset).__name__}"
+                "dataset must be map-style (__len__ and __getitem__), an IterableDataset or a torchdata node, got "
+                f"{type(dataset).__name__}"
             )
-        if node_mode and (shuffle or sampler is not None):
-            raise ValueError("a node yields its own order: shuffle and sampler apply to map-style datasets")
+        if node_mode and (shuffle or sampler is not None or batch_sampler is not None):
+            raise ValueError("a node yields its own order: shuffle, sampler and batch_sampler apply to map-style data")
         self.rank, self.world_size = resolve_topology(rank, world_size)
-        whole = Partition(0 if node_mode else len(dataset), batch_size, self.world_size, self.rank, drop_last)
-        if drop_last and sampler is None and not node_mode and whole.num_batches() == 0:
+        streams = node_mode or iterable
+        self._check_not_empty(dataset, batch_size, drop_last, sampler, batch_sampler, streams)
+        seed_given = seed is not None
+        if seed is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
+        self.dataset, self.shuffle, self.seed, self.generator = dataset, bool(shuffle), seed, generator
+        self.batch_size = 1 if batch_size is None and batch_sampler is None else batch_size  # modes read it
+        self.num_workers, self.drop_last, self.timeout = num_workers, drop_last, timeout
+        self.item_concurrency, self.return_indices = item_concurrency, return_indices
+        self.prefetch_factor, self.prefetch_depth = prefetch_factor, prefetch_depth
+        self.worker_init_fn, self.persistent_workers = worker_init_fn, persistent_workers
+        self.multiprocessing_context = start_method(multiprocessing_context)
+        self.pin_memory_device, self.in_order, self.snapshot_every_n_steps = pin_memory_device, in_order, every
+        self.transform = transform_hook(transform)
+        if batch_size is None:
+            self.collate_fn: Callable[[list[Any]], Any] = Unbatched(collate_fn)
+        else:
+            self.collate_fn = default_collate if collate_fn is None else collate_fn
+        self.pin_memory = resolve_pin_memory(pin_memory)
+        self._device = resolve_device(device)
+        self._restart_workers = num_workers > 0 and not persistent_workers
+        mode = self._make_mode(dataset, sampler, batch_sampler, seed_given)
+        if self.worker_method == "process" and num_workers > 0 and not self._forks():
+            try:
+                pickle.dumps((mode.mapper.map_fn, worker_init_fn))
+            except Exception as e:
+                raise TypeError(
+                    f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
+                ) from e
+        self._setup_pipeline(mode)
+        self.batch_size, self.batch_sampler = batch_size if batch_sampler is None else None, batch_sampler
+
+    def _forks(self) -> bool:
+        """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
+        return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
+
+    def _check_not_empty(
+        self, dataset: Any, batch_size: int | None, drop_last: bool, sampler: Any, batch_sampler: Any, streams: bool
+    ) -> None:
+        if not drop_last or sampler is not None or batch_sampler is not None or streams:
+            return
+        if Partition(len(dataset), batch_size or 1, self.world_size, self.rank, drop_last).num_batches() == 0:
             raise ValueError(
                 f"the dataset has {len(dataset)} samples, fewer than one global batch "
                 f"(batch_size={batch_size} x world_size={self.world_size}) and drop_last=True leaves nothing"
             )
-        seed_given = seed is not None
-        if seed is None:
-            seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
-        self.dataset, self.batch_size, self.shuffle, self.seed = dataset, batch_size, shuffle, seed
-        self.num_workers, self.drop_last, self.timeout = num_workers, drop_last, timeout
-        self.worker_method, self.item_concurrency, self.prefetch_depth = worker_method, item_concurrency, prefetch_depth
-        self.transform, self.return_indices = transform, return_indices
-        self.persistent_workers, self.multiprocessing_context = persistent_workers, multiprocessing_context
-        self.collate_fn = default_collate if collate_fn is None else collate_fn
-        self.pin_memory = resolve_pin_memory(pin_memory)
-        self._device = resolve_device(device)
-        mode = NodeMode(self, dataset) if node_mode else MapMode(self, sampler, seed_given)
-        if worker_method == "process" and num_workers > 0:
-            try:
-                pickle.dumps(mode.mapper.map_fn)
-            except Exception as e:
-                raise TypeError(
-                    f"worker_method='process' needs a picklable dataset, transform and collate_fn: {e}"
-                ) from e
-        self._setup_pipeline(mode)
+
+    def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
+        if isinstance(dataset, BaseNode):
+            return NodeMode(self, dataset)
+        if is_iterable_dataset(dataset):
+            if self.worker_method == "process" and self.num_workers > 0:
+                return WorkerStreamsMode(self, self.snapshot_every_n_steps * self.batch_size)
+            source = IterableSource(dataset, self.snapshot_every_n_steps * self.batch_size)
+            return NodeMode(self, source, stride=self.world_size, offset=self.rank)
+        if batch_sampler is not None:
+            return BatchSamplerMode(self, batch_sampler)
+        return MapMode(self, sampler, seed_given)
+
+    def _repr_fields(self) -> dict[str, Any]:
+        workers = self.num_workers > 0
+        fields = {
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle or None,
+            "batch_sampler": self.batch_sampler,
+            "drop_last": self.drop_last or None,
+            "seed": self.seed,
+            "num_workers": self.num_workers,
+            "worker_method": self.worker_method if workers else None,
+            "persistent_workers": self.persistent_workers or None,
+            "prefetch_factor": self.prefetch_factor,
+            "in_order": None if self.in_order else False,
+            "transform": self.transform,
+            "collate_fn": None if self.collate_fn is default_collate else self.collate_fn,
+            "return_indices": self.return_indices or None,
+            "device": self._device,
+        }
+        if self.world_size > 1:
+            fields |= {"rank": self.rank, "world_size": self.world_size}
+        return fields
+
+    @property
+    def in_flight(self) -> int:
+        """Batches in flight at most: ``num_workers * prefetch_factor``, else ``num_workers + prefetch_depth``."""
+        if self.prefetch_factor is not None:
+            return self.num_workers * self.prefetch_factor
+        return self.num_workers + (2 if self.prefetch_depth is None else self.prefetch_depth)
+
+    def _start_workers(self, epoch: int) -> None:
+        mapper = self._mode.mapper
+        if self._restart_workers:
+            mapper.close()  # torch's persistent_workers=False: new workers every epoch
+        seed = base_seed(self.seed, epoch)
+        dataset = None if isinstance(self.dataset, BaseNode) else self.dataset  # a node stays in this process
+        mapper.worker_init = WorkerStart(self.num_workers, seed, dataset, self.worker_init_fn, self.worker_method)
+
+    def _end_epoch(self) -> None:
+        if self._restart_workers:
+            self._mode.mapper.close()
 
     @property
     def global_batch_size(self) -> int:
         """``batch_size * world_size``: samples per step over all ranks."""
-        return Partition(0, self.batch_size, self.world_size, self.rank).global_batch_size
+        return Partition(0, self.batch_size or 1, self.world_size, self.rank).global_batch_size
 
     @classmethod
     def from_storage(cls, storage: Any, collate_fn: Callable[[list[Any]], Any], **kwargs: Any) -> StatefulDataLoader:

@@ -41,8 +41,9 @@ class LoaderIterator:
         self._generation = generation
         self._lock = threading.Lock()
         self._done = False
-        self._next = loader._mode.mapper.next  # reset by iter(loader): no BaseNode.__next__ check
+        self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
         self._device, self._with_indices = loader._device, loader.return_indices
+        self._in_order = loader.in_order  # out of order, the batch marked last may come before others
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -67,17 +68,20 @@ class LoaderIterator:
             try:
                 batch, indices, last = self._next()
             except StopIteration:
-                self._done = True
-                self._loader._position.finish_epoch()
+                self._finish()
                 raise
-            if last:  # roll over now, so a checkpoint taken after this batch starts the next epoch
-                self._done = True
-                self._loader._position.finish_epoch()
+            if last and self._in_order:  # roll over now, so a checkpoint taken after this batch starts the next epoch
+                self._finish()
             if self._device is not None:
                 batch = move_to_device(batch, self._device)
             return (batch, indices) if self._with_indices else batch
         finally:
             self._lock.release()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._loader._position.finish_epoch()
+        self._loader._end_epoch()
 
     def close(self) -> None:
         """End this iterator; batches in flight are discarded and the loader keeps the delivered position."""

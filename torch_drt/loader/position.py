@@ -19,10 +19,13 @@ class LoaderPosition:
 
     Args:
         read_cursor: returns the running pipeline's delivered cursor.
+        carry: the cursor the next epoch starts from, given the cursor an epoch ended at (default: None, the
+            next epoch's plain start; a node carries its own state over, so it keeps counting its epochs).
     """
 
-    def __init__(self, read_cursor: Callable[[], Cursor]) -> None:
+    def __init__(self, read_cursor: Callable[[], Cursor], carry: Callable[[Cursor], Cursor] | None = None) -> None:
         self._read = read_cursor
+        self._carry = carry
         self.epoch = 0
         self._cursor: Cursor = None
         self.active = False
@@ -63,7 +66,8 @@ class LoaderPosition:
 
     def finish_epoch(self) -> None:
         """The epoch's last batch was delivered: the stream now stands at the start of the next epoch."""
-        self.epoch, self._cursor, self.active = self.epoch + 1, None, False
+        cursor = self._carry(self._read()) if self._carry is not None else None
+        self.epoch, self._cursor, self.active = self.epoch + 1, cursor, False
 
     def stop(self) -> None:
         """The running iterator was closed: keep its delivered position, so the next ``iter()`` continues there."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import logging
 import multiprocessing
 import os
 import pickle
@@ -38,6 +39,8 @@ def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
     if owner is not None:
         owner._free(worker, task)
 
+
+logger = logging.getLogger("torch_drt.loader")
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
 
@@ -64,7 +67,7 @@ class ProcessPool:
     """``num_workers`` daemon processes running ``fn(item)``; created by the owner's ``reset()``.
 
     Args:
-        fn: the picklable function (pickled once, installed in each worker).
+        fn: the function (pickled once and installed in each worker; inherited as it is with fork).
         num_workers: processes.
         context: multiprocessing start method (spawn, fork, forkserver; None: the default).
         transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
@@ -81,7 +84,9 @@ class ProcessPool:
     ) -> None:
         self.pid = os.getpid()
         self._ctx = multiprocessing.get_context(context)
-        self._payload = pickle.dumps((fn, initializer))
+        # forked workers inherit the function as it is (as torch's do: no pickling, lambdas work); others unpickle it
+        fork = self._ctx.get_start_method() == "fork"
+        self._payload: Any = (fn, initializer) if fork else pickle.dumps((fn, initializer))
         self._transport = transport if transport is not None and transport.available else None
         self._reader = RingReader(pin=transport.pin) if transport is not None else None
         self._uids = itertools.count()
@@ -103,6 +108,7 @@ class ProcessPool:
             daemon=True,
         )
         w.process.start()
+        logger.debug("started loader worker process %d (pid %d)", index, w.process.pid)
         tasks_r.close()
         results_w.close()
         w.queued = deque()
@@ -162,6 +168,7 @@ class ProcessPool:
         """
         w = self._workers[index]
         self._receive(w)
+        logger.warning("replacing loader worker process %d (pid %d): %s", index, w.process.pid, error)
         self._retire(w, grace=0)
         new = self._workers[index] = self._spawn(index)
         if culprit is None:
@@ -226,6 +233,21 @@ class ProcessPool:
             self._poll(remaining)
         return True
 
+    @staticmethod
+    def done(task: Task) -> bool:
+        """Whether ``task``'s result was received."""
+        return task.done
+
+    def wait_any(self, tasks: list[Task], timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until one of ``tasks`` is done; True when one is."""
+        deadline = monotonic() + timeout
+        while not any(task.done for task in tasks):
+            remaining = deadline - monotonic()
+            if remaining <= 0:
+                return False
+            self._poll(remaining)
+        return True
+
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
         value, ok, packed, worker = task.value, task.ok, task.packed, task.worker
@@ -265,6 +287,8 @@ class ProcessPool:
                 pass
         for w in self._workers:
             self._retire(w, grace=1.0)
+        if self._workers:
+            logger.debug("stopped %d loader worker processes", len(self._workers))
         self._workers = []
         if self._reader is not None:
             self._reader.close()

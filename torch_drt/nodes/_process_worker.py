@@ -66,10 +66,10 @@ def _receive(tasks: Connection) -> Any:
         return None
 
 
-def worker_main(payload: bytes, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
+def worker_main(payload: Any, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)  # as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
-    fn, initializer = pickle.loads(payload)
+    fn, initializer = payload if isinstance(payload, tuple) else pickle.loads(payload)  # a tuple: forked
     failed: BaseException | None = None
     if initializer is not None:
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import PositionSampler
 
@@ -38,7 +40,8 @@ class BatchPlanner(BaseNode[BatchPlan]):
 
     Its state is ``{epoch, observation_offset}``: the global offset of the next global batch. Because batch
     ``b`` is computed from the offset alone, a state saved with one batch size, world size or worker count
-    resumes under any other.
+    resumes under any other. A state may also list ``ahead``: offsets of later global batches already delivered
+    (a loader with ``in_order=False``), which are skipped.
 
     Args:
         source: maps positions of the epoch to dataset indices (``source.n`` positions, maybe unknown yet).
@@ -50,6 +53,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
 
     EPOCH_KEY = "epoch"
     OFFSET_KEY = "observation_offset"
+    AHEAD_KEY = "ahead"
     _CHUNK = 64  # batches planned per numpy pass
 
     def __init__(
@@ -64,12 +68,19 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self.offset = 0
         self._chunk: list[BatchPlan] = []
         self._chunk_pos = 0
+        self._skip: frozenset[int] = frozenset()
+
+    def __repr__(self) -> str:
+        part = self.partition
+        return described(self, type(self.source).__name__, batch_size=part.batch_size, world_size=part.world_size,
+                         rank=part.rank, drop_last=part.drop_last)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         state = initial_state or {}
         self.epoch = int(state.get(self.EPOCH_KEY, 0))
         self.offset = int(state.get(self.OFFSET_KEY, 0))
+        self._skip = frozenset(state.get(self.AHEAD_KEY, ()))
         self.source.start_epoch(self.epoch, self.offset)
         self._sync_length()
         self._chunk, self._chunk_pos = [], 0
@@ -114,11 +125,21 @@ class BatchPlanner(BaseNode[BatchPlan]):
             pos = 0
         self._chunk_pos = pos + 1
         self.offset += self.partition.global_batch_size
-        return self._chunk[pos]
+        plan = self._chunk[pos]
+        if self._skip and plan.offset in self._skip:
+            return self.next()
+        return plan
 
     def get_state(self) -> dict[str, Any]:
-        return {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: self.offset}
+        state = {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: self.offset}
+        if self._skip:
+            skip = sorted(o for o in self._skip if o >= self.offset)
+            return state | {self.AHEAD_KEY: skip} if skip else state
+        return state
 
-    def state_before(self, plan: BatchPlan) -> dict[str, Any]:
-        """The state whose next batch is ``plan`` (what a loader keeps when that batch was interrupted)."""
-        return {self.EPOCH_KEY: plan.epoch, self.OFFSET_KEY: plan.offset}
+    def state_before(self, plan: BatchPlan, ahead: Sequence[BatchPlan] = ()) -> dict[str, Any]:
+        """The state whose next batch is ``plan`` (what a loader keeps when that batch was interrupted), skipping
+        the later batches ``ahead`` (delivered out of order)."""
+        state = {self.EPOCH_KEY: plan.epoch, self.OFFSET_KEY: plan.offset}
+        skip = sorted({p.offset for p in ahead} | {o for o in self._skip if o > plan.offset})
+        return state | {self.AHEAD_KEY: skip} if skip else state

@@ -8,6 +8,7 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.cache.records import CachedSample
+from torch_drt.describe import described
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
@@ -37,6 +38,9 @@ class CacheReaderNode(BaseNode[Any]):
     def __len__(self) -> int:
         """The source's length (a ``TypeError`` when it has none)."""
         return len(self.source)
+
+    def __repr__(self) -> str:
+        return described(self, self.source, self.dataset)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.sampling import derive_key
 from torch_drt.sampling.stride import rank_share, stride_positions
 from torch_drt.sampling.topology import resolve_topology
@@ -75,6 +76,10 @@ class CacheSampler(BaseNode[int]):
     def __len__(self) -> int:
         """Rows per epoch (``num_samples``)."""
         return self.num_samples
+
+    def __repr__(self) -> str:
+        return described(self, rows=len(self.active), shuffle=self.shuffle, seed=self.seed, rank=self.rank,
+                         world_size=self.world_size, num_samples=self.num_samples)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

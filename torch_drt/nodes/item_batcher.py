@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
+
+from torch_drt.describe import described
 
 __all__ = ["ItemBatch", "ItemBatcher"]
 
@@ -41,7 +44,9 @@ class ItemBatcher(BaseNode[ItemBatch]):
     """Groups ``batch_size`` items of ``source`` (the last group may be short unless ``drop_last``).
 
     The state is the source's state after the last item taken plus the position, so a resume with another batch
-    size continues at the same item.
+    size continues at the same item. A state with ``next_epoch: True`` (a stream checkpointed at the end of its
+    epoch: ``ItemBatcher.next_epoch(state)``) restores the source and then starts its next epoch, as torchdata's
+    ``Loader`` does (``reset(state)`` then ``reset(None)``), so a node keeps its own epoch count across a resume.
 
     Args:
         source: the node whose items are batched.
@@ -51,6 +56,8 @@ class ItemBatcher(BaseNode[ItemBatch]):
 
     SOURCE_KEY = "source"
     POSITION_KEY = "position"
+    NEXT_EPOCH_KEY = "next_epoch"
+    AHEAD_KEY = "ahead"
 
     def __init__(self, source: BaseNode, batch_size: int, drop_last: bool = False) -> None:
         super().__init__()
@@ -59,9 +66,14 @@ class ItemBatcher(BaseNode[ItemBatch]):
         self.source, self.batch_size, self.drop_last = source, batch_size, drop_last
         self.epoch = 0
         self._position = 0
+        self._skip: frozenset[int] = frozenset()
+
+    def __repr__(self) -> str:
+        return described(self, self.source, batch_size=self.batch_size, drop_last=self.drop_last)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        self._skip = frozenset()
         if initial_state is None:
             self.source.reset(None)
             self._position = 0
@@ -70,7 +82,11 @@ class ItemBatcher(BaseNode[ItemBatch]):
             raise ValueError(f"invalid node state: {initial_state!r} is not an ItemBatcher state")
         position = _count(initial_state, self.POSITION_KEY)
         self.source.reset(initial_state[self.SOURCE_KEY])
+        if initial_state.get(self.NEXT_EPOCH_KEY):
+            self.source.reset(None)
+            position = 0
         self._position = position
+        self._skip = frozenset(initial_state.get(self.AHEAD_KEY, ()))
 
     def next(self) -> ItemBatch:
         before = self.get_state()
@@ -83,11 +99,23 @@ class ItemBatcher(BaseNode[ItemBatch]):
                 raise
         batch = ItemBatch(self._position, items, before, self.epoch)
         self._position += len(items)
+        if self._skip and batch.start in self._skip:  # delivered ahead of an older batch before the checkpoint
+            return self.next()
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self.source.state_dict(), self.POSITION_KEY: self._position}
+        state = {self.SOURCE_KEY: self.source.state_dict(), self.POSITION_KEY: self._position}
+        skip = sorted(p for p in self._skip if p >= self._position) if self._skip else None
+        return state | {self.AHEAD_KEY: skip} if skip else state
 
-    def state_before(self, batch: ItemBatch) -> dict[str, Any]:
-        """The state whose next batch is ``batch``."""
-        return batch.before
+    @classmethod
+    def next_epoch(cls, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The state that starts the epoch after the one ``state`` ended (None stays None: a fresh start)."""
+        if state is None:
+            return None
+        return {cls.SOURCE_KEY: state[cls.SOURCE_KEY], cls.POSITION_KEY: 0, cls.NEXT_EPOCH_KEY: True}
+
+    def state_before(self, batch: ItemBatch, ahead: Sequence[ItemBatch] = ()) -> dict[str, Any]:
+        """The state whose next batch is ``batch``, skipping the later batches ``ahead`` (delivered out of order)."""
+        skip = sorted({b.start for b in ahead} | {p for p in self._skip if p > batch.start})
+        return batch.before | {self.AHEAD_KEY: skip} if skip else batch.before

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.sampling import derive_key, uniform
 from torch_drt.sampling.stride import owns
 from torch_drt.sampling.topology import resolve_topology
@@ -79,6 +80,10 @@ class WeightedMixer(BaseNode[Any]):
         self._exhausted = dict.fromkeys(self.names, False)
         self._choices = np.empty(0, dtype=np.int64)
         self._choices_start = 0
+
+    def __repr__(self) -> str:
+        weights = dict(zip(self.names, self.weights.tolist()))
+        return described(self, weights, seed=self.seed, stop_criteria=self.stop_criteria)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

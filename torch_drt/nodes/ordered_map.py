@@ -11,6 +11,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
@@ -69,7 +70,11 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         adaptive: map cheap items inline (threads only).
         inline_below_s: the mean ``map_fn`` time under which items are mapped inline.
         transport: how process workers hand large tensors over (default: shared-memory rings).
-        worker_init: called as ``worker_init(worker_index)`` in each worker process when it starts.
+        worker_init: called as ``worker_init(worker_index)`` in each worker thread or process when it starts
+            (a replacement worker runs it too); items mapped inline (``adaptive``) run without it.
+        in_order: False delivers whichever item in flight is ready first (torch's ``in_order=False``). The state
+            stays exact: the source's state before the oldest undelivered item plus the items delivered ahead of
+            it, which a resume skips (``source.state_before(item, ahead)``).
     """
 
     SOURCE_KEY = "source"
@@ -89,6 +94,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         inline_below_s: float = 100e-6,
         transport: SharedMemoryTransport | None = None,
         worker_init: Callable[[int], None] | None = None,
+        in_order: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -112,8 +118,11 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             transport = dataclasses.replace(transport, slots=-(-in_flight // max(1, num_workers)) + 2)
         self.transport = transport
         self.worker_init = worker_init
+        self.in_order = in_order
         self._pool: ThreadPool | ProcessPool | None = None
-        self._pending: deque[tuple[dict[str, Any], Any]] = deque()
+        self._pending: deque[tuple[int, dict[str, Any], Any, Any]] = deque()  # (seq, state after, task, item)
+        self._seq = 0
+        self._ahead: list[tuple[int, dict[str, Any], Any]] = []  # delivered before an older item: (seq, state, item)
         self._exhausted = False
         self._delivered: dict[str, Any] | None = None
         self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
@@ -121,9 +130,14 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._mean: float | None = None
         self._samples = 0
 
+    def __repr__(self) -> str:
+        return described(self, self.source, self.map_fn, num_workers=self.num_workers, method=self.method,
+                         in_flight=self.in_flight, in_order=None if self.in_order else False)
+
     def _make_pool(self) -> ThreadPool | ProcessPool:
         if self.method == "thread":
-            return ThreadPool(_Timed(self.map_fn) if self.adaptive else self.map_fn, self.num_workers)
+            fn = _Timed(self.map_fn) if self.adaptive else self.map_fn
+            return ThreadPool(fn, self.num_workers, initializer=self.worker_init)
         return ProcessPool(
             self.map_fn, self.num_workers, self.multiprocessing_context, self.transport, self.worker_init
         )
@@ -139,9 +153,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
 
     def _drop_pending(self) -> None:
-        for _, task in self._pending:
+        for _, _, task, _ in self._pending:
             self._pool.drop(task)  # ones already running finish in the background and are discarded
         self._pending.clear()
+        self._ahead.clear()
 
     def _observe(self, seconds: float) -> None:
         self._samples += 1
@@ -162,7 +177,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 self._exhausted = True
                 return
             task = self._pool.submit(item, getattr(item, "worker", None))
-            self._pending.append((self.source.state_dict(), task))
+            self._seq += 1
+            self._pending.append((self._seq, self.source.state_dict(), task, item))
 
     def _next_inline(self) -> R:
         item = self._held
@@ -182,15 +198,40 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
         return result
 
-    def _wait(self, task: Any) -> bool:
-        """Wait for ``task``; False after ``timeout`` seconds. Wakes every ``_POLL_S`` so Ctrl-C is prompt."""
+    def _ready(self) -> int | None:
+        """The index of a pending item whose result is there (the oldest one when in order), or None after
+        ``timeout`` seconds. Wakes every ``_POLL_S`` so Ctrl-C is prompt."""
         assert self._pool is not None
         waited = 0.0
-        while not self._pool.wait(task, _POLL_S):
+        while True:
+            if self.in_order:
+                if self._pool.wait(self._pending[0][2], _POLL_S):
+                    return 0
+            else:
+                ready = next((i for i, entry in enumerate(self._pending) if self._pool.done(entry[2])), None)
+                if ready is not None:
+                    return ready
+                if self._pool.wait_any([entry[2] for entry in self._pending], _POLL_S):
+                    continue
             waited += _POLL_S
             if self.timeout and waited >= self.timeout:
-                return False
-        return True
+                return None
+
+    def _deliver(self, index: int) -> Any:
+        """Take pending item ``index`` out; the delivered state follows (``in_order=False``: see ``get_state``)."""
+        seq, state, task, item = self._pending[index]
+        del self._pending[index]
+        if index:
+            self._ahead.append((seq, state, item))
+            return task
+        self._delivered = state
+        if self._ahead:  # items delivered ahead of this one that now follow the delivered prefix
+            head = self._pending[0][0] if self._pending else self._seq + 1
+            joined = [entry for entry in self._ahead if entry[0] < head]
+            if joined:
+                self._delivered = max(joined, key=lambda entry: entry[0])[1]
+                self._ahead = [entry for entry in self._ahead if entry[0] >= head]
+        return task
 
     def next(self) -> R:
         if self._inline and not self._pending:
@@ -209,11 +250,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._submit()
         if not self._pending:
             raise StopIteration
-        state, task = self._pending[0]
-        done = self._wait(task)  # a KeyboardInterrupt here leaves the item at the head
-        self._pending.popleft()
-        self._delivered = state
-        if not done:
+        index = self._ready()  # a KeyboardInterrupt here leaves the items pending
+        task = self._deliver(index or 0)
+        if index is None:
             self._pool.abandon(task)
             raise TimeoutError(
                 f"no result from the workers after {self.timeout}s (timeout={self.timeout}); the "
@@ -228,6 +267,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return result
 
     def get_state(self) -> dict[str, Any]:
+        if self._ahead and hasattr(self.source, "state_before"):  # the oldest undelivered item, then skip these
+            ahead = [item for _, _, item in self._ahead]
+            return {self.SOURCE_KEY: self.source.state_before(self._pending[0][3], ahead)}
         if self._held is not _NOTHING and hasattr(self.source, "state_before"):
             return {self.SOURCE_KEY: self.source.state_before(self._held)}
         return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}

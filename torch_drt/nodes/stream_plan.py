@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt.describe import described
 from torch_drt.sampling.budget import ConsumerPlan, batch_counts, first_positions, interleave
 
 __all__ = ["StreamBatch", "StreamPlanner"]
@@ -63,6 +64,9 @@ class StreamPlanner(BaseNode[StreamBatch]):
     def __len__(self) -> int:
         """Batches per pass."""
         return self.total
+
+    def __repr__(self) -> str:
+        return described(self, consumers=len(self.counts), batches=self.total)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)

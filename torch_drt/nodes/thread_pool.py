@@ -7,27 +7,46 @@ between tasks), so a pool whose owner is garbage-collected is collected too, and
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
 __all__ = ["ThreadPool"]
 
+logger = logging.getLogger("torch_drt.loader")
+
 
 class _Shared:
-    """What the threads share with the pool: the queue and the abandoned tasks (their threads exit after them)."""
+    """What the threads share with the pool: the queue, the abandoned tasks (their threads exit after them) and
+    which worker index runs which task (a replacement takes its index)."""
 
     def __init__(self) -> None:
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.abandoned: set[Future] = set()
+        self.running: dict[Future, int] = {}
 
 
-def _run(shared: _Shared) -> None:
+def _start_worker(initializer: Callable[[int], None] | None, index: int) -> BaseException | None:
+    """Run ``initializer(index)``; its error, if any, is what every task of this thread then raises."""
+    if initializer is None:
+        return None
+    try:
+        initializer(index)
+    except BaseException as e:
+        return e
+    return None
+
+
+def _run(shared: _Shared, index: int, initializer: Callable[[int], None] | None) -> None:
+    failed = _start_worker(initializer, index)
+    del initializer
     while True:
         task = shared.tasks.get()
         if task is None:
@@ -35,12 +54,16 @@ def _run(shared: _Shared) -> None:
         future, fn, item = task
         del task
         if future.set_running_or_notify_cancel():
+            shared.running[future] = index
             try:
+                if failed is not None:
+                    raise failed
                 future.set_result(fn(item))
             except BaseException as e:  # delivered to the consumer, which re-raises it
                 future.set_exception(e)
         del fn, item
         with shared.lock:
+            shared.running.pop(future, None)
             if future in shared.abandoned:  # a replacement took this thread's place
                 shared.abandoned.discard(future)
                 return
@@ -54,20 +77,36 @@ class ThreadPool:
         fn: the function (held by the pool; a thread holds it only while running a task).
         num_workers: threads.
         name: thread name prefix.
+        initializer: called as ``initializer(worker_index)`` in each thread when it starts (a replacement of a
+            stuck thread gets its index); if it raises, every task of that thread raises its error.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], num_workers: int, name: str = "torch_drt-worker") -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        num_workers: int,
+        name: str = "torch_drt-worker",
+        initializer: Callable[[int], None] | None = None,
+    ) -> None:
         self.pid = os.getpid()
         self.fn = fn
         self.name = name
+        self.initializer = initializer
         self._shared = _Shared()
         self._threads = 0
-        for _ in range(num_workers):
-            self._start()
+        for index in range(num_workers):
+            self._start(index)
+        if num_workers:
+            logger.debug("started %d %s threads", num_workers, name)
 
-    def _start(self) -> None:
+    def _start(self, index: int) -> None:
         self._threads += 1
-        thread = threading.Thread(target=_run, args=(self._shared,), name=f"{self.name}_{self._threads}", daemon=True)
+        thread = threading.Thread(
+            target=_run,
+            args=(self._shared, index, self.initializer),
+            name=f"{self.name}_{self._threads}",
+            daemon=True,
+        )
         thread.start()
 
     def submit(self, item: Any, affinity: int | None = None) -> Future:
@@ -87,6 +126,16 @@ class ThreadPool:
         return bool(wait_futures([task], timeout).done)
 
     @staticmethod
+    def done(task: Future) -> bool:
+        """Whether ``task``'s result (or error) is there."""
+        return task.done()
+
+    @staticmethod
+    def wait_any(tasks: list[Future], timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for one of ``tasks``; True when one is done."""
+        return bool(wait_futures(tasks, timeout, return_when=FIRST_COMPLETED).done)
+
+    @staticmethod
     def result(task: Future) -> Any:
         """The task's result, or its exception raised with its own type."""
         return task.result()
@@ -102,14 +151,19 @@ class ThreadPool:
             if task.cancel() or task.done():
                 return
             self._shared.abandoned.add(task)
-        self._start()
+            index = self._shared.running.get(task, 0)
+        logger.warning("a %s thread is stuck on a task: abandoned it and started a replacement", self.name)
+        self._start(index)
 
     def close(self) -> None:
         """Ask every thread to exit once its current task is done (never waits)."""
         if self.pid == os.getpid():  # a forked child must not touch its parent's queue
             for _ in range(self._threads):
                 self._shared.tasks.put(None)
+            if self._threads:
+                logger.debug("stopping %d %s threads", self._threads, self.name)
         self._threads = 0
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing left to stop
+            self.close()
