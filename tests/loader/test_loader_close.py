@@ -42,3 +42,24 @@ def test_closing_the_loader_stops_its_workers_and_a_new_iter_starts_new_ones():
     assert list(loader) == [[2, 3], [4, 5], [6, 7], [8, 9]]
     assert set(loader._mode.mapper.worker_pids()).isdisjoint(pids)
     loader.close()
+
+
+def test_worker_threads_are_stopped_before_interpreter_finalization():
+    """Daemon threads alive at finalization are torn down with pthread_exit; one inside C++ aborts the process
+    ("terminate called without an active exception": a gloo rank died this way). Persistent workers are
+    stopped and joined by threading's exit hooks, which run before ``atexit`` callbacks."""
+    from script_runner import run_script
+
+    proc = run_script("""
+        import atexit, threading
+        atexit.register(lambda: print("ALIVE", sorted(t.name for t in threading.enumerate()
+                                                      if t.name.startswith("torch_drt"))))
+        from torch_drt import StatefulDataLoader
+        loader = StatefulDataLoader(list(range(20)), batch_size=2, collate_fn=list, num_workers=2,
+                                    persistent_workers=True)
+        assert len(list(loader)) == 10
+        it = iter(loader)
+        next(it)  # an iterator left open mid-epoch, as a training script that breaks out of its loop
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ALIVE []" in proc.stdout, proc.stdout

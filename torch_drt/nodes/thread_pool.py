@@ -3,6 +3,9 @@
 A task that never returns is abandoned: the pool starts a replacement thread and the stuck one, when it ever
 finishes, exits instead of taking more work. Threads hold the task queue only (not the pool or the function
 between tasks), so a pool whose owner is garbage-collected is collected too, and its ``__del__`` stops the threads.
+Pools still open when the interpreter exits are closed and their idle threads joined by threading's exit hooks
+(before ``atexit`` callbacks and finalization): a daemon thread still alive at finalization is torn down with
+``pthread_exit``, which aborts the process if the thread sits in C++ code.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import logging
 import os
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
@@ -20,6 +25,31 @@ from typing import Any
 __all__ = ["ThreadPool"]
 
 logger = logging.getLogger("torch_drt.loader")
+
+_EXIT_JOIN_S = 2.0  # how long interpreter exit waits, in all, for threads to finish their current task
+_open_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
+_exit_hook_lock = threading.Lock()
+_exit_hook_registered = False
+
+
+def _stop_open_pools() -> None:
+    """threading's exit hook: close every open pool, then join its threads within ``_EXIT_JOIN_S`` in all."""
+    pools = list(_open_pools)
+    for pool in pools:
+        pool.close()
+    deadline = time.monotonic() + _EXIT_JOIN_S
+    for pool in pools:
+        for thread in pool._thread_list:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook_registered
+    with _exit_hook_lock:
+        if not _exit_hook_registered:
+            with contextlib.suppress(RuntimeError):  # the interpreter is already shutting down
+                threading._register_atexit(_stop_open_pools)  # type: ignore[attr-defined]
+                _exit_hook_registered = True
 
 
 class _Shared:
@@ -94,6 +124,9 @@ class ThreadPool:
         self.initializer = initializer
         self._shared = _Shared()
         self._threads = 0
+        self._thread_list: list[threading.Thread] = []
+        _register_exit_hook()
+        _open_pools.add(self)
         for index in range(num_workers):
             self._start(index)
         if num_workers:
@@ -108,6 +141,7 @@ class ThreadPool:
             daemon=True,
         )
         thread.start()
+        self._thread_list = [t for t in self._thread_list if t.is_alive()] + [thread]
 
     def submit(self, item: Any, affinity: int | None = None) -> Future:
         """Queue ``fn(item)``; ``affinity`` is ignored (threads share memory)."""
@@ -163,6 +197,7 @@ class ThreadPool:
             if self._threads:
                 logger.debug("stopping %d %s threads", self._threads, self.name)
         self._threads = 0
+        _open_pools.discard(self)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: nothing left to stop
