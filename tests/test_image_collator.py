@@ -77,11 +77,22 @@ def test_pairs_give_batch_and_collated_targets():
 @pytest.mark.parametrize(("items", "kwargs", "message"), [
     (images(1) + images(1, shape=(4, 6, 3)), {}, "must share shape and type"),
     (images(2, dtype=np.float32), {"dtype": "uint8"}, "dtype='uint8'"),
-    ([], {}, "empty batch"),
 ])
 def test_collator_errors(items, kwargs, message):
     with pytest.raises(ValueError, match=message):
         ImageCollator(**kwargs)(items)
+
+
+def test_a_padded_ranks_empty_batch_collates_to_an_empty_list_as_the_loaders_default():
+    """With ``drop_last=False`` the last global batch is padded and the padding removed: a rank may get no items
+    (the loader calls ``collate_fn([])`` so every rank takes the same number of steps)."""
+    from torch_drt import StatefulDataLoader
+
+    ranks = [list(StatefulDataLoader(images(5), batch_size=2, collate_fn=ImageCollator(), rank=r, world_size=2))
+             for r in range(2)]
+    assert [len(r) for r in ranks] == [2, 2]
+    assert ranks[0][1].shape[0] == 1 and ranks[1][1] == []
+    assert ImageCollator()([]) == []
 
 
 def png(i: int, size=(9, 7)) -> bytes:

@@ -90,7 +90,8 @@ class ImageCollator:
     """Collate images (``Image``, tensors as CHW, numpy arrays as HWC) into one ``ImageBatch``.
 
     Items that are ``(image, target, ...)`` tuples give ``(batch, targets, ...)``, each further field collated by
-    torch's ``default_collate`` (ints become an int64 tensor, dicts a dict of batches).
+    torch's ``default_collate`` (ints become an int64 tensor, dicts a dict of batches). No items (a padded rank's
+    last batch under ``drop_last=False``) give ``[]``, as the loader's default collate does.
 
     Args:
         layout: ``"NCHW"`` or ``"NHWC"``: the buffer's memory order (the batch's shape is (N, C, H, W) either way).
@@ -140,9 +141,9 @@ class ImageCollator:
                                              f", normalize=({self.normalize.mean}, {self.normalize.std})") + ")"
         )
 
-    def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[Any, ...]:
-        if not items:
-            raise ValueError("ImageCollator got an empty batch")
+    def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[Any, ...] | list[Any]:
+        if not items:  # a padded rank's last batch: ``[]``, as the loader's default collate gives
+            return []
         fields = len(items[0]) if isinstance(items[0], tuple) else 0
         if fields and any(not isinstance(i, tuple) or len(i) != fields for i in items):
             raise ValueError(f"the items of one batch must all be {fields}-tuples or all images")
