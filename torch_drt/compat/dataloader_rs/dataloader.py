@@ -18,7 +18,6 @@ permutation of (len(dataset), seed, e)): reproducible with ``seed``, new every e
 
 from __future__ import annotations
 
-import inspect
 import operator
 import os
 import secrets
@@ -51,25 +50,6 @@ def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
     return bool(value)
-
-
-def _two_arg(transform: Any) -> Callable[[int, Any], Any] | None:
-    """``transform`` as ``f(index, item)``: one that takes only one argument is wrapped, as dataloader-rs does."""
-    if transform is None:
-        return None
-    if not callable(transform):
-        raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-    try:
-        signature = inspect.signature(transform)
-    except (TypeError, ValueError):  # a builtin without a signature: called as f(index, item)
-        return transform
-    for args in ((0, None), (None,)):
-        try:
-            signature.bind(*args)
-        except TypeError:
-            continue
-        return transform if len(args) == 2 else lambda index, item: transform(item)
-    return transform
 
 
 def _checked_indices(items: list[Any], n: int) -> np.ndarray:
@@ -122,7 +102,7 @@ class _Inner:
             drop_last=owner.drop_last,
             item_concurrency=owner.item_concurrency,
             prefetch_depth=owner.prefetch_depth,
-            transform=_two_arg(owner.transform),
+            transform=owner.transform,  # called as f(index, item) or f(item): the loader's transform rule
             return_indices=owner.return_indices,
             rank=0,
             world_size=1,

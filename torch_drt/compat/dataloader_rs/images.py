@@ -180,7 +180,9 @@ class ImageCollator:
         return repr(self._collator)
 
     def __call__(self, items: Sequence[Any]) -> ImageBatch | tuple[Any, ...]:
-        if not items or not isinstance(items[0], tuple):
+        if not items:
+            raise ValueError("ImageCollator got an empty batch")  # as dataloader-rs's
+        if not isinstance(items[0], tuple):
             return ImageBatch(self._collator([unwrap(item) for item in items]))
         fields = len(items[0])
         if any(not isinstance(item, tuple) or len(item) != fields for item in items):
