@@ -304,10 +304,19 @@ def test_settings_mismatch_warns_and_random_seed_adopts_the_checkpoint():
     c = StatefulDataLoader(R(10), batch_size=2, shuffle=True, seed=4, collate_fn=list)
     with pytest.warns(UserWarning, match="shuffle_seed: checkpoint 3, loader 4"):
         c.load_state_dict(state)
-    with pytest.raises(RuntimeError, match="while an iterator is active"):
-        it2 = iter(c)
+    d = StatefulDataLoader(R(10), batch_size=2, shuffle=True, seed=3, collate_fn=list)
+    it2 = iter(d)
+    next(it2), next(it2), next(it2)
+    d.load_state_dict(state)  # as torchdata's: the running iterator is dropped, the state applies at the next iter()
+    with pytest.raises(RuntimeError, match="superseded"):
         next(it2)
-        c.load_state_dict(state)
+    assert batches(d) == rest
+    e = StatefulDataLoader(R(10), batch_size=2, collate_fn=list)
+    it3 = iter(e)
+    first = next(it3)
+    with pytest.raises(ValueError):  # a state that does not describe the loader leaves a running iterator alone
+        e.load_state_dict({"version": 999})
+    assert [first, *it3] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [

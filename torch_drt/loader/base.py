@@ -155,13 +155,17 @@ class PipelineLoader(_TorchdataLoader):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at a checkpoint on the next ``iter()``.
 
+        As torchdata's ``StatefulDataLoader``: an iterator running mid-epoch is dropped (its next ``next()`` raises
+        ``RuntimeError``) and the state applies at the next ``iter()``.
+
         Raises:
-            RuntimeError: while an iterator of this loader is mid-epoch.
-            ValueError: when the state does not describe this loader.
+            ValueError: when the state does not describe this loader (a running iterator is then left alone).
         """
+        epoch, cursor = self._mode.parse_state(state_dict)
         if self._position.active:
-            raise RuntimeError("load_state_dict() while an iterator is active: exhaust or close it first")
-        self._position.load(*self._mode.parse_state(state_dict))
+            self._position.stop()
+            self._generation += 1
+        self._position.load(epoch, cursor)
 
     def close(self) -> None:
         """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""

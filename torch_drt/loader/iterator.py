@@ -30,9 +30,9 @@ class Fetched(NamedTuple):
 class LoaderIterator:
     """Yields this rank's batches of one epoch, in order; reports the end of the epoch to the loader's position.
 
-    Only one thread may advance it at a time (a second gets ``RuntimeError``); a newer ``iter(loader)``
-    supersedes it. An exception from the dataset, transform, collate or a worker (a time-out, a dead process)
-    propagates with its own type and the failed batch counts as delivered: the next ``next()`` continues with
+    Only one thread may advance it at a time (a second gets ``RuntimeError``); a newer ``iter(loader)`` or
+    ``load_state_dict()`` supersedes it. An exception from the dataset, transform, collate or a worker (a time-out,
+    a dead process) propagates with its own type and the failed batch counts as delivered: the next ``next()`` continues with
     the following batch. A ``KeyboardInterrupt`` counts nothing: the same batch comes next.
     """
 
@@ -64,7 +64,7 @@ class LoaderIterator:
             if self._done:
                 raise StopIteration
             if self._generation != self._loader._generation:
-                raise RuntimeError("this iterator was superseded by a newer iter(loader)")
+                raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
             try:
                 batch, indices, last = self._next()
             except StopIteration:
