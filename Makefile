@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/torch-drt demo
 
+# Two test processes (the suite is mostly child processes and waits); a file's tests share one process, so
+# module fixtures run once. A single test file or test runs in one process: `$(BIN)/python -m pytest tests/...`.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

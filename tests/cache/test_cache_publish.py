@@ -17,7 +17,7 @@ from torch_drt.cache.validate import is_complete_cache, open_cache
 from torch_drt.publish import staging_name_of
 
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # the helpers (conftest, ...) live in tests/
 
 WRITER = textwrap.dedent(
     """

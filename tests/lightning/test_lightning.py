@@ -16,7 +16,7 @@ from conftest import ListSource
 import torch_drt as drt
 from torch_drt.lightning import CacheDataModule
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "lightning_datamodule.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning_datamodule.py"
 
 
 def run_example(workdir: Path, *args: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from conftest import ListSource
 import torch_drt as drt
 from torch_drt.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

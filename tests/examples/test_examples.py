@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
