@@ -32,8 +32,8 @@ class LoaderIterator:
 
     Only one thread may advance it at a time (a second gets ``RuntimeError``); a newer ``iter(loader)`` or
     ``load_state_dict()`` supersedes it. An exception from the dataset, transform, collate or a worker (a time-out,
-    a dead process) propagates with its own type and the failed batch counts as delivered: the next ``next()`` continues with
-    the following batch. A ``KeyboardInterrupt`` counts nothing: the same batch comes next.
+    a dead process) propagates with its own type and the failed batch counts as delivered: the next ``next()``
+    continues with the following batch. A ``KeyboardInterrupt`` counts nothing: the same batch comes next.
     """
 
     def __init__(self, loader: PipelineLoader, generation: int) -> None:
