@@ -88,10 +88,10 @@ class CacheSource(Protocol):
 
 @dataclass(frozen=True)
 class CacheWriteSuccess:
-    """The cache of ``source_name`` is complete at ``path`` (written now or reused)."""
+    """The cache of ``source_name`` is complete at ``path`` (written now or reused): a ``Path``, or the cache's URL."""
 
     source_name: str
-    path: Path
+    path: Path | str
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 import traceback
 import uuid
 from array import array
@@ -36,6 +38,9 @@ from torch_drt.cache._format import (
 from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_publish import publish_directory
+from torch_drt.cache.remote_store import RemoteStore, is_url
 from torch_drt.cache.validate import is_complete_cache, open_cache
 from torch_drt.checksums import sha256_file, xxh3_128_hex
 from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
@@ -234,18 +239,62 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}{chained}"
 
 
+def _write_remote(
+    source: Any, name: str, root: str, config: WriterConfig, mode: WriteMode, position: int, remote: RemoteConfig,
+    options: Mapping[str, Any] | None,
+) -> CacheWriteResult:
+    """Write the cache under a local staging root, then upload it to ``root/name`` (manifest last)."""
+    store = RemoteStore(f"{root.rstrip('/')}/{name}", options, remote)
+    if store.read_or_none(MANIFEST_FILE, 1) is not None:
+        if mode == "create":
+            return CacheWriteError(name, f"cache already exists: {store.url}")
+        if is_complete_cache(store.url, verify=config.validate_cache, storage_options=options, remote_config=remote):
+            return CacheWriteSuccess(name, store.url)
+        return CacheWriteError(name, f"a cache is published at {store.url} but does not open; remove it to rebuild")
+    staging = Path(tempfile.mkdtemp(prefix="torch_drt-publish-", dir=remote.staging_dir))
+    try:
+        written = write_source(source, staging, config, mode="create", position=position)
+        if isinstance(written, CacheWriteError):
+            return written
+        publish_directory(staging / name, store, MANIFEST_FILE)
+    except FileExistsError as e:
+        if mode == "reuse" and is_complete_cache(store.url, storage_options=options, remote_config=remote):
+            return CacheWriteSuccess(name, store.url)  # another writer published it first
+        return CacheWriteError(name, str(e))
+    except Exception as e:
+        logger.error("publishing the cache of source %r at %s failed", name, store.url, exc_info=True)
+        return CacheWriteError(name, _describe(e))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return CacheWriteSuccess(name, store.url)
+
+
 def write_source(
-    source: Any, root: Path, config: WriterConfig, *, mode: WriteMode = "create", position: int = 0
+    source: Any,
+    root: Path | str,
+    config: WriterConfig,
+    *,
+    mode: WriteMode = "create",
+    position: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> CacheWriteResult:
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
+    A URL root (``s3://bucket/caches``) is published remotely: the cache is written under a local staging root
+    (``RemoteConfig.staging_dir``), then uploaded (see ``torch_drt.cache.remote_publish``); its result's path is
+    the cache's URL.
+
     Args:
         source: an object with ``name`` and ``__iter__`` yielding ``CacheInput``.
-        root: the cache root directory (created when missing).
+        root: the cache root directory (created when missing) or URL.
         config: the writer settings.
         mode: ``"create"`` fails when the target exists; ``"reuse"`` accepts a complete cache already there
-            (one published concurrently by another process included) and moves an incomplete one aside.
+            (one published concurrently by another process included) and moves an incomplete one aside (a
+            remote one that does not open is an error: it is never overwritten).
         position: line of the progress bar, for several sources at once.
+        storage_options: fsspec options for a URL root (credentials, endpoint).
+        remote_config: remote settings for a URL root (default ``RemoteConfig()``).
 
     Returns:
         ``CacheWriteSuccess`` once the cache is published, else ``CacheWriteError`` naming what went wrong
@@ -255,9 +304,14 @@ def write_source(
     raw_name = getattr(source, "name", None)
     try:
         name = validate_source_name(raw_name)
+        if is_url(root):
+            RemoteStore(str(root), storage_options, remote_config)  # a URL with secrets in it is refused now
     except ValueError as e:
         return CacheWriteError(str(raw_name), str(e))
-    root = Path(root)
+    if is_url(root):
+        return _write_remote(source, name, str(root), config, mode, position, remote_config or RemoteConfig(),
+                             storage_options)
+    root = Path(str(root).removeprefix("file://"))
     try:
         if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
             return reused

@@ -1,0 +1,133 @@
+"""ShardPrefetcher: download the shards the next reads need, in the order they will be read, within bounds.
+
+A loader knows its future (its order is a pure function of seed, epoch and position), so it hands the prefetcher
+the shards of its next batches, in order (``update``); the prefetcher keeps at most ``concurrency`` downloads in
+flight and never looks further ahead than ``bytes_ahead`` bytes of shards (counting those already local or
+downloading), so prefetching cannot evict what the next batches read. A read that finds its shard missing asks
+for it first (``demand``). One prefetcher serves every remote cache of a process; the node cache makes the
+processes of a node share the downloads.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["Fetchable", "ShardPrefetcher"]
+
+logger = logging.getLogger("torch_drt.cache")
+
+_SHARED: dict[tuple[int, int, int], ShardPrefetcher] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class Fetchable(Protocol):
+    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()`` and a blocking ``fetch()``."""
+
+    key: str
+    size: int
+
+    def present(self) -> bool: ...
+
+    def fetch(self) -> None: ...
+
+
+class ShardPrefetcher:
+    """Background downloads of future shards: ``concurrency`` threads, ``bytes_ahead`` bytes of lookahead.
+
+    Args:
+        concurrency: downloads in flight at once (threads, started on first use).
+        bytes_ahead: the plan is followed only as far as its shards' sizes add up to this (the first one always).
+    """
+
+    def __init__(self, concurrency: int, bytes_ahead: int) -> None:
+        if concurrency < 1 or bytes_ahead < 1:
+            raise ValueError(f"{concurrency=} and {bytes_ahead=} must be > 0")
+        self.concurrency, self.bytes_ahead = concurrency, bytes_ahead
+        self._cond = threading.Condition()
+        self._plan: list[Fetchable] = []
+        self._urgent: collections.deque[Fetchable] = collections.deque()
+        self._running: set[str] = set()
+        self._failed: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
+
+    @classmethod
+    def shared(cls, concurrency: int, bytes_ahead: int) -> ShardPrefetcher:
+        """The one prefetcher of this process for these bounds."""
+        key = (os.getpid(), concurrency, bytes_ahead)
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = cls(concurrency, bytes_ahead)
+            return _SHARED[key]
+
+    def update(self, upcoming: Sequence[Fetchable]) -> None:
+        """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine)."""
+        seen: set[str] = set()
+        plan = [f for f in upcoming if not (f.key in seen or seen.add(f.key))]
+        with self._cond:
+            self._plan = plan
+            self._start()
+            self._cond.notify_all()
+
+    def demand(self, file: Fetchable) -> None:
+        """Fetch ``file`` before anything planned (a read needs it now); a no-op when it is being fetched."""
+        with self._cond:
+            if file.key in self._running or file.key in self._failed:
+                return
+            self._urgent.append(file)
+            self._start()
+            self._cond.notify()
+
+    def busy(self, key: str) -> bool:
+        """True while ``key`` is being downloaded by this process."""
+        with self._cond:
+            return key in self._running
+
+    def _start(self) -> None:
+        while len(self._threads) < self.concurrency:
+            thread = threading.Thread(target=self._work, name="torch_drt-prefetch", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _next(self) -> Fetchable | None:
+        """The next file to download (under the lock), or None when nothing is due."""
+        while self._urgent:
+            file = self._urgent.popleft()
+            if file.key not in self._running and not file.present():
+                return file
+        ahead = 0
+        for file in self._plan:
+            ahead += file.size
+            if ahead > self.bytes_ahead and ahead != file.size:
+                return None
+            if file.key in self._running or file.key in self._failed or file.present():
+                continue
+            return file
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                file = self._next()
+                while file is None:
+                    self._cond.wait()
+                    file = self._next()
+                self._running.add(file.key)
+            try:
+                file.fetch()
+            except Exception as e:  # a read that needs the file surfaces the error itself
+                logger.info("prefetching %s failed: %s", file.key, e)
+                with self._cond:
+                    self._failed.add(file.key)
+            else:
+                with self._cond:
+                    self.fetched += 1
+            finally:
+                with self._cond:
+                    self._running.discard(file.key)
+                    self._cond.notify_all()
