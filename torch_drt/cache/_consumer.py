@@ -20,8 +20,10 @@ import pyarrow.ipc as ipc
 from torch.utils.data import IterableDataset, get_worker_info
 
 from torch_drt.cache._transport import RingWriter
+from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
+from torch_drt.cache.shard_order import shard_window_order
 from torch_drt.sampling.budget import row_span
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -80,8 +82,10 @@ class CacheBatches(IterableDataset):
         collate_fn: Callable[[list[Any]], Any],
         native_num_workers: int,
         transport_slots: int = 0,
+        shard_window: int | None = None,
     ) -> None:
         self.transport_slots = transport_slots
+        self.shard_window = shard_window
         self.cache_paths = cache_paths
         self.snapshot_path = snapshot_path
         self.plans = plans
@@ -134,7 +138,14 @@ class CacheBatches(IterableDataset):
             self._rows = np.arange(span.offset, span.offset + span.length, dtype=np.int64)
         else:
             self._rows = None  # the whole table, no private copy
-        if self.shuffle:
+        if self.shuffle and self.shard_window:  # one locality order: the whole table's, or this consumer's span
+            rows = slice(None) if self._rows is None else self._rows
+            weights = np.diff(_column(self._table, CUM_WEIGHT), prepend=0.0)[rows]
+            self._draws = shard_window_order(
+                self._reader, self._cache_pos[rows], self._sample_ids[rows], weights, window=self.shard_window,
+                seed=self.seed, block=self._block() if self._rows is None else None,
+            )
+        elif self.shuffle:
             cum = _column(self._table, CUM_WEIGHT)
             if self._rows is not None and len(self._rows):
                 a, b = int(self._rows[0]), int(self._rows[-1]) + 1
@@ -146,6 +157,13 @@ class CacheBatches(IterableDataset):
         in_worker = get_worker_info() is not None
         self._ring = RingWriter(self.transport_slots) if in_worker and self.transport_slots else None
         self._opened_in = os.getpid()
+
+    def _block(self) -> tuple[int, int, int] | None:
+        """This consumer's (budget, offset, total) in the order all consumers share (ranks' budgets are equal)."""
+        local = sum(sum(p) for p in self.plans)
+        budget = sum(self.plans[self._worker()]) if self._worker() < len(self.plans) else 0
+        offset = self.rank * local + sum(sum(p) for p in self.plans[: self._worker()])
+        return (budget, offset, local * self.world_size) if budget else None
 
     def _stream_rows(self, start: int, count: int) -> np.ndarray:
         population = self._table.num_rows if self._rows is None else len(self._rows)
@@ -176,7 +194,9 @@ class CacheBatches(IterableDataset):
         if not self._resume or self._done >= len(plan):  # a new pass, unless a loaded state is mid-pass
             self._done = 0
         self._resume = False
+        ahead = ReadAhead(self._reader, lambda k: self._batch_rows(plan, k))
         while self._done < len(plan):
+            ahead.before(self._done)
             size = plan[self._done]
             rows = self._stream_rows(self._position, size)
             self._position += size
@@ -185,6 +205,13 @@ class CacheBatches(IterableDataset):
             items = samples if self.transform is None else [self.transform(s) for s in samples]
             batch = self.collate_fn(items)
             yield batch if self._ring is None else self._ring.pack(batch)
+
+    def _batch_rows(self, plan: list[int], k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The (cache positions, sample ids) of batch ``k`` of this pass, from the current position (prefetching)."""
+        if k >= len(plan):
+            return None
+        rows = self._stream_rows(self._position + sum(plan[self._done : k]), plan[k])
+        return self._cache_pos[rows], self._sample_ids[rows]
 
     def state_dict(self) -> dict[str, int]:
         """This consumer's stream position and progress in the current pass."""

@@ -234,7 +234,11 @@ def _load_parts(
     """Load every part with its metadata table; each must be exactly the cache the manifest recorded."""
     loaded = []
     for part in cache_set.parts:
-        backend = _backend(cache_set.part_path(part), options, config)
+        try:
+            backend = _backend(cache_set.part_path(part), options, config)
+        except ValueError as e:  # a URL with secrets in it, say: the message shows it redacted
+            where = cache_set.path / SET_MANIFEST_FILE if isinstance(cache_set.path, Path) else cache_set.path
+            raise CacheCorruptError(where, f"part cannot be opened: {e}") from None
         try:
             layout, table = load_cache(backend, verify=verify)
         except FileNotFoundError:

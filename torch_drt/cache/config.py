@@ -75,15 +75,24 @@ class ReaderConfig:
         shuffle: draw by weight with replacement (True) or walk the table cyclically (False).
         prefetch_size: samples read ahead per batch gather when iterating sample by sample.
         validate_cache: verify every checksum while loading (otherwise structure only).
+        shard_window: with ``shuffle``, read the table in a locality-aware exact shuffle instead: every row once
+            per epoch, this many shards at a time (for caches at URLs whose node cache is smaller than the
+            dataset; see ``torch_drt.sampling.locality``). Rows must have equal weights. None: weighted draws.
     """
 
     seed: int
     shuffle: bool = True
     prefetch_size: int = 64
     validate_cache: bool = False
+    shard_window: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise ValueError(f"{self.seed=} must be an int >= 0")
         if not isinstance(self.prefetch_size, int) or self.prefetch_size < 1:
             raise ValueError(f"{self.prefetch_size=} must be an int >= 1")
+        if self.shard_window is not None:
+            if not isinstance(self.shard_window, int) or isinstance(self.shard_window, bool) or self.shard_window < 1:
+                raise ValueError(f"{self.shard_window=} must be None or an int >= 1")
+            if not self.shuffle:
+                raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")

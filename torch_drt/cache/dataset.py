@@ -12,8 +12,10 @@ import pyarrow as pa
 
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
+from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
+from torch_drt.cache.shard_order import ShardWindowOrder, shard_window_order
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -95,7 +97,7 @@ class CachedDataset:
         self._active = build_table(self.layouts, self._stored_tables)
         self._epoch_len = len(self._active)
         self._position = 0
-        self._draws: WeightedDraws | None = None
+        self._draws: WeightedDraws | ShardWindowOrder | None = None
 
     # -- population ---------------------------------------------------------------------------------------
 
@@ -150,9 +152,17 @@ class CachedDataset:
 
     # -- position -----------------------------------------------------------------------------------------
 
-    def _weighted(self, active: ActiveTable) -> WeightedDraws:
+    def _weighted(self, active: ActiveTable) -> WeightedDraws | ShardWindowOrder:
         if self._draws is None:
-            self._draws = WeightedDraws(active.weights, self.reader_config.seed)
+            config = self.reader_config
+            self._draws = (
+                WeightedDraws(active.weights, config.seed)
+                if config.shard_window is None
+                else shard_window_order(
+                    self.reader, active.cache_pos, active.sample_ids, active.weights,
+                    window=config.shard_window, seed=config.seed,
+                )
+            )
         return self._draws
 
     def rows_at(self, active: ActiveTable, start: int, count: int) -> np.ndarray:
@@ -167,12 +177,18 @@ class CachedDataset:
             self._position += count
             return self._active, start, count
 
+    def _mode(self) -> str:
+        config = self.reader_config
+        if not config.shuffle:
+            return "sequential"
+        return "shuffle" if config.shard_window is None else f"shard_window={config.shard_window}"
+
     def state_dict(self) -> dict[str, Any]:
         """The reader position: mode, stream position, epoch length, seed and the table's fingerprint."""
         with self._lock:
             return {
                 self.VERSION_KEY: self.STATE_VERSION,
-                self.MODE_KEY: "shuffle" if self.reader_config.shuffle else "sequential",
+                self.MODE_KEY: self._mode(),
                 self.POSITION_KEY: self._position,
                 self.EPOCH_LEN_KEY: self._epoch_len,
                 self.SEED_KEY: self.reader_config.seed,
@@ -185,7 +201,7 @@ class CachedDataset:
         Raises:
             ValueError: when the state was taken on another table, mode or seed.
         """
-        mode = "shuffle" if self.reader_config.shuffle else "sequential"
+        mode = self._mode()
         if state.get(self.FINGERPRINT_KEY) != self._active.fingerprint:
             raise ValueError(
                 "state was taken on a different metadata table (fingerprint "
@@ -231,7 +247,15 @@ class CachedDataset:
         return self._batches(active, start, count, batch_size)
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
-        for offset in range(0, count, batch_size):
+        def batch_rows(k: int) -> tuple[np.ndarray, np.ndarray] | None:  # what remote caches prefetch
+            if k * batch_size >= count:
+                return None
+            rows = self.rows_at(active, start + k * batch_size, min(batch_size, count - k * batch_size))
+            return active.cache_pos[rows], active.sample_ids[rows]
+
+        ahead = ReadAhead(self.reader, batch_rows)
+        for k, offset in enumerate(range(0, count, batch_size)):
+            ahead.before(k)
             yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
 
     def __iter__(self) -> Iterator[CachedSample]:
@@ -251,8 +275,10 @@ class CachedDataset:
         (reader threads per consumer), ``shuffle`` and ``seed`` (default: the ``ReaderConfig``'s; ``"random"``
         draws one that all ranks share), ``worker_partition`` (``"replicate"`` when shuffled, ``"split"`` when
         sequential), ``drop_last``, ``pin_memory``, ``timeout``, ``multiprocessing_context`` (spawn, fork,
-        forkserver), ``persistent_workers`` (default True with workers), ``prefetch_factor``, ``worker_init_fn``
-        and ``dataloader_kwargs`` (keys that collide with these or set ``dataset``, ``sampler`` or
+        forkserver), ``persistent_workers`` (default True with workers), ``prefetch_factor``, ``worker_init_fn``,
+        ``shard_window`` (torch_drt's: the locality-aware shuffle of ``ReaderConfig.shard_window``, which it
+        defaults to; with ``"replicate"`` all consumers share one order, each taking every C-th row) and
+        ``dataloader_kwargs`` (keys that collide with these or set ``dataset``, ``sampler`` or
         ``batch_sampler`` are refused).
 
         Budgets: each of W ranks takes ``ceil(S / W)`` samples (or ``floor(S / (W * B)) * B`` with

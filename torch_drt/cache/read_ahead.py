@@ -34,7 +34,7 @@ class ReadAhead:
         self.reader = reader
         self.batch_rows = batch_rows
         self.active = reader.remote
-        self.depth = depth or reader.lookahead_batches
+        self.depth = depth if depth is not None else max(1, reader.lookahead_batches)
         if self.depth < 1:
             raise ValueError(f"depth={self.depth} must be >= 1")
         self._view: collections.deque[tuple[int, np.ndarray]] = collections.deque()

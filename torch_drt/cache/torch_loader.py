@@ -41,6 +41,7 @@ _EXPLICIT = frozenset(
         "persistent_workers",
         "prefetch_factor",
         "worker_init_fn",
+        "shard_window",
         "dataset",
         "sampler",
         "batch_sampler",
@@ -134,6 +135,7 @@ def to_torch_dataloader(
     prefetch_factor: int | None = None,
     worker_init_fn: Callable[[int], None] | None = None,
     dataloader_kwargs: Mapping[str, Any] | None = None,
+    shard_window: int | None = None,
 ) -> StatefulDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
     from torch.utils.data import default_collate
@@ -145,6 +147,9 @@ def to_torch_dataloader(
     shuffle = dataset.reader_config.shuffle if shuffle is None else bool(shuffle)
     if seed is not None and seed != "random" and not shuffle:
         raise ValueError(f"{seed=} requires shuffle=True; sequential reading has no seed")
+    shard_window = dataset.reader_config.shard_window if shard_window is None else shard_window
+    if shard_window is not None and (not isinstance(shard_window, int) or shard_window < 1):
+        raise ValueError(f"{shard_window=} must be None or an int >= 1")
     partition = worker_partition or ("replicate" if shuffle else "split")
     if partition not in ("split", "replicate"):
         raise ValueError(f"{worker_partition=} must be 'split' or 'replicate'")
@@ -172,7 +177,7 @@ def to_torch_dataloader(
     workdir = Path(tempfile.mkdtemp(prefix="torch_drt_loader_"))
     snapshot = export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / "meta.arrow")
     iterable = CacheBatches(
-        [str(p) for p in dataset.cache_paths],
+        [layout.backend for layout in dataset.layouts],  # a URL's backend carries its options to the workers
         str(snapshot),
         plans=worker_batches(local, workers=workers, batch_size=batch_size),
         rank=rank,
@@ -185,6 +190,7 @@ def to_torch_dataloader(
         collate_fn=default_collate if collate_fn is None else collate_fn,
         native_num_workers=native_num_workers,
         transport_slots=2 * (prefetch_factor or 2) + 2 if num_workers > 0 else 0,
+        shard_window=shard_window if shuffle else None,
     )
     options: dict[str, Any] = {
         "batch_size": None,
