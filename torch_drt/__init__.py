@@ -15,6 +15,7 @@ from torch_drt.cache import (
     CacheWriteSuccess,
     DatasetRuntime,
     ReaderConfig,
+    RemoteConfig,
     ShardCompression,
     WriterConfig,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "ImageCollator",
     "ObjectStoreDataset",
     "ReaderConfig",
+    "RemoteConfig",
     "ShardCompression",
     "StatefulDataLoader",
     "WriterConfig",

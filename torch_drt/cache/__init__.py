@@ -16,6 +16,7 @@ from torch_drt.cache.records import (
     CacheWriteResult,
     CacheWriteSuccess,
 )
+from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.runtime import DatasetRuntime
 from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
 
@@ -37,6 +38,7 @@ __all__ = [
     "CachedSample",
     "DatasetRuntime",
     "ReaderConfig",
+    "RemoteConfig",
     "ShardCompression",
     "WriterConfig",
     "is_cache_set",

@@ -128,11 +128,7 @@ def is_cache_set(
     backend = _backend(path, storage_options, remote_config)
     if backend.stats_cheaply:
         return (Path(backend.where()) / SET_MANIFEST_FILE).is_file()
-    try:
-        backend.read(SET_MANIFEST_FILE, _MAX_MANIFEST_BYTES)
-    except MissingFile:
-        return False
-    return True
+    return _has(backend, SET_MANIFEST_FILE)
 
 
 def _schema_json(schema: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
@@ -286,9 +282,21 @@ def load_caches(
 ) -> list[tuple[CacheLayout, pa.Table]]:
     """The caches at ``path`` with their metadata tables: its parts when it is a set, else the one cache there."""
     backend = _backend(path, storage_options, remote_config)
-    if is_cache_set(backend):
+    if backend.stats_cheaply:
+        is_set = is_cache_set(backend)
+    else:  # a remote cache costs one request: its manifest is read first
+        is_set = not _has(backend, MANIFEST_FILE) and _has(backend, SET_MANIFEST_FILE)
+    if is_set:
         return _load_parts(read_cache_set(backend), verify, storage_options, remote_config)
     return [load_cache(backend, verify=verify)]
+
+
+def _has(backend: CacheBackend, rel: str) -> bool:
+    try:
+        backend.read(rel, _MAX_MANIFEST_BYTES)
+    except MissingFile:
+        return False
+    return True
 
 
 def _location(set_dir: Path | str, part_dir: Path | str) -> str:

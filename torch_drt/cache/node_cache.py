@@ -257,18 +257,18 @@ class NodeCache:
     # -- small files ------------------------------------------------------------------------------------------
 
     def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None]) -> bytes | None:
-        """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds
-        (a missing file is remembered as missing for as long)."""
+        """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
+        A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
         path = self.directory / "small" / name
         with _locked(self.directory / "locks" / f"small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - os.stat(path).st_mtime < ttl:
-                    raw = path.read_bytes()
-                    return None if raw[:1] == b"0" else raw[1:]
+                    return path.read_bytes()
             data = fetch()
-            tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-            tmp.write_bytes(b"0" if data is None else b"1" + data)
-            os.replace(tmp, path)
+            if data is not None:
+                tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
             return data
 
     def forget(self, name: str) -> None:
