@@ -81,7 +81,8 @@ class FaultProxy:
         latency: seconds each request waits before it is forwarded.
         storm: the next ``storm`` requests get 503 SlowDown (counted down as they come).
         allowed_keys: when set, a request signed with another access key gets 403 InvalidAccessKeyId (as S3 does).
-        requests: requests forwarded, by method; ``gets`` by path; ``bytes_out`` response body bytes of GETs.
+        requests: requests forwarded, by method; ``gets`` by path; ``bytes_out`` response body bytes of GETs;
+            ``ranges`` the Range header of each GET, by path; ``puts`` the paths written, in order.
     """
 
     def __init__(self, upstream: str, latency: float = 0.0, serve: bool = True) -> None:
@@ -103,6 +104,8 @@ class FaultProxy:
         """Zero the counters."""
         self.requests: collections.Counter = collections.Counter()
         self.gets: collections.Counter = collections.Counter()
+        self.ranges: collections.defaultdict = collections.defaultdict(list)
+        self.puts: list[str] = []
         self.bytes_out = 0
 
     def stats(self) -> dict:
@@ -111,10 +114,13 @@ class FaultProxy:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 34)
-        app.router.add_get("/__stats", lambda r: web.json_response(self.stats()))
+        app.router.add_get("/__stats", self._stats)
         app.router.add_post("/__reset", self._reset)
         app.router.add_route("*", "/{tail:.*}", self.forward)
         return app
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
 
     async def _reset(self, request: web.Request) -> web.Response:
         self.reset()
@@ -146,7 +152,10 @@ class FaultProxy:
             self.requests[request.method] += 1
             if request.method == "GET":
                 self.gets[request.path] += 1
+                self.ranges[request.path].append(request.headers.get("Range", ""))
                 self.bytes_out += len(data)
+            elif request.method == "PUT" and upstream.status < 300:
+                self.puts.append(request.path)
             if request.method == "HEAD":
                 response = web.StreamResponse(status=upstream.status, headers=out)
                 response.content_length = int(upstream.headers.get("Content-Length", "0"))

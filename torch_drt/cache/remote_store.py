@@ -20,7 +20,7 @@ from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
 from torch_drt.sources.template import redact
 
-__all__ = ["RemoteStore", "is_url"]
+__all__ = ["RemoteFileMissing", "RemoteStore", "is_url"]
 
 T = TypeVar("T")
 _CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
@@ -30,6 +30,14 @@ _CONDITIONAL = frozenset({"s3", "s3a", "memory"})
 def is_url(location: object) -> bool:
     """True for a ``scheme://...`` string other than ``file://`` (those are local paths)."""
     return isinstance(location, str) and "://" in location and not location.startswith("file://")
+
+
+class RemoteFileMissing(FileNotFoundError):
+    """A file is missing at the store; ``rel`` is its path relative to the store's URL."""
+
+    def __init__(self, rel: str, message: str) -> None:
+        super().__init__(message)
+        self.rel = rel
 
 
 def _check_url(url: str) -> str:
@@ -156,13 +164,17 @@ class RemoteStore:
                     raise
             raise described
 
-        return self.policy.run(attempt, f"{verb} {self.join(rel)}", unknown=True)
+        try:
+            return self.policy.run(attempt, f"{verb} {self.join(rel)}", unknown=True)
+        except FileNotFoundError as e:
+            error = RemoteFileMissing(rel, str(e))
+        raise error
 
     def read(self, rel: str, limit: int | None = None) -> bytes:
         """A whole file (at most ``limit + 1`` bytes are fetched, so a caller can tell it is too large).
 
         Raises:
-            FileNotFoundError: when it is missing; ``PermissionError``, ``TimeoutError`` or ``OSError`` otherwise.
+            RemoteFileMissing: when it is missing; ``PermissionError``, ``TimeoutError`` or ``OSError`` otherwise.
         """
         path = self.path(rel)
         if limit is None:

@@ -26,7 +26,7 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.node_cache import NodeCache, PinnedFile
 from torch_drt.cache.prefetch import ShardPrefetcher
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.cache.remote_store import RemoteFileMissing, RemoteStore
 from torch_drt.checksums import sha256_file, xxh3_128_hex
 
 __all__ = ["RemoteBackend", "RemoteFile"]
@@ -216,6 +216,8 @@ class RemoteBackend(CacheBackend):
     def _run(self, fn, rel: str):
         try:
             return fn()
+        except RemoteFileMissing as e:
+            error = self._missing(e.rel)
         except FileNotFoundError:
             error = self._missing(rel)
         raise error
