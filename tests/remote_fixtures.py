@@ -48,12 +48,26 @@ def unique(name: str) -> str:
     return f"{name}-{next(_names)}"
 
 
+class SizedSource(ListSource):
+    """A ListSource whose payloads are ``size`` bytes (payload bytes, not the index, dominate the cache)."""
+
+    def __init__(self, name: str, n: int, size: int) -> None:
+        super().__init__(name, n)
+        self.size = size
+
+    def __iter__(self) -> Iterator[drt.CacheInput]:
+        for i, item in enumerate(super().__iter__()):
+            yield drt.CacheInput(item.data + bytes([i % 256]) * (self.size - len(item.data)), item.metadata)
+
+
 def publish_local(runtime: drt.DatasetRuntime, tmp_path: Path, endpoint: str, *, n: int = 300,
-                  max_shard_bytes: int = 256, name: str = "src", **writer) -> tuple[Path, str]:
+                  max_shard_bytes: int = 256, name: str = "src", payload_bytes: int | None = None,
+                  **writer) -> tuple[Path, str]:
     """Write a ListSource cache locally and copy it to moto by hand; returns (local path, URL)."""
     name = unique(name)
     config = drt.WriterConfig(show_progress=False, max_shard_bytes=max_shard_bytes, **writer)
-    (result,) = runtime.write_cache(ListSource(name, n), tmp_path / "local", writer_config=config)
+    source = ListSource(name, n) if payload_bytes is None else SizedSource(name, n, payload_bytes)
+    (result,) = runtime.write_cache(source, tmp_path / "local", writer_config=config)
     assert isinstance(result, drt.CacheWriteSuccess), result
     upload_tree(result.path, endpoint, f"{BUCKET}/{name}")
     return result.path, f"s3://{BUCKET}/{name}"

@@ -55,9 +55,9 @@ class PinnedFile:
         size: its size.
     """
 
-    def __init__(self, path: Path, fd: int, size: int) -> None:
+    def __init__(self, path: Path, fd: int, size: int, mapped: bool = True) -> None:
         self.path, self.size, self._fd = path, size, fd
-        self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else b""
+        self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size and mapped else b""
 
     def close(self) -> None:
         """Unmap and unlock (a slice still alive keeps its own copy; a view keeps the map until it goes)."""
@@ -100,8 +100,9 @@ class NodeCache:
 
     # -- reading ------------------------------------------------------------------------------------------
 
-    def pin(self, key: str, size: int) -> PinnedFile | None:
-        """Map the verified file ``key`` and hold it against eviction; None when it is not (or no longer) here."""
+    def pin(self, key: str, size: int, *, mapped: bool = True) -> PinnedFile | None:
+        """Map the verified file ``key`` and hold it against eviction; None when it is not (or no longer) here.
+        With ``mapped=False`` it is only held (the prefetcher keeps the files of the next reads so)."""
         path = self.path(key)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -115,11 +116,16 @@ class NodeCache:
                 return None
             with contextlib.suppress(OSError):
                 os.utime(path)  # least recently used goes first
-            return PinnedFile(path, fd, size)
+            return PinnedFile(path, fd, size, mapped)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.close(fd)
             raise
+
+    def touch(self, key: str) -> None:
+        """Mark ``key`` recently used (it is evicted after every file used before it)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self.path(key))
 
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""
@@ -242,6 +248,10 @@ class NodeCache:
         if usage + need > self.limit:
             logger.info("node cache %s holds %d bytes in use; over its limit of %d", self.directory, usage, self.limit)
         return freed
+
+    def downloading(self, key: str) -> bool:
+        """True while a process of the node (this one included) downloads ``key``."""
+        return not self._abandoned(key)
 
     def _abandoned(self, key: str) -> bool:
         """True when nobody downloads ``key`` now (its lock is free)."""

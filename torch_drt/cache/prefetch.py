@@ -3,9 +3,10 @@
 A loader knows its future (its order is a pure function of seed, epoch and position), so it hands the prefetcher
 the shards of its next batches, in order (``update``); the prefetcher keeps at most ``concurrency`` downloads in
 flight and never looks further ahead than ``bytes_ahead`` bytes of shards (counting those already local or
-downloading), so prefetching cannot evict what the next batches read. A read that finds its shard missing asks
-for it first (``demand``). One prefetcher serves every remote cache of a process; the node cache makes the
-processes of a node share the downloads.
+downloading). The shards within that distance that are local are held (like a reader holds the shards it maps),
+so the node cache evicts shards no planned read needs (those already read) before the ones the next batches
+read. A read that finds its shard missing asks for it first (``demand``). One prefetcher serves every remote cache
+of a process; the node cache makes the processes of a node share the downloads.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Fetchable", "ShardPrefetcher"]
 
@@ -26,7 +27,9 @@ _SHARED_LOCK = threading.Lock()
 
 
 class Fetchable(Protocol):
-    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()`` and a blocking ``fetch()``."""
+    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()`` and
+    ``touch()`` (marks it recently used, so that the node cache evicts it last) and ``hold()`` (an object whose
+    ``close()`` lets the node cache evict it again; None when the file is not local)."""
 
     key: str
     size: int
@@ -34,6 +37,10 @@ class Fetchable(Protocol):
     def present(self) -> bool: ...
 
     def fetch(self) -> None: ...
+
+    def touch(self) -> None: ...
+
+    def hold(self) -> Any: ...
 
 
 class ShardPrefetcher:
@@ -53,6 +60,8 @@ class ShardPrefetcher:
         self._urgent: collections.deque[Fetchable] = collections.deque()
         self._running: set[str] = set()
         self._failed: set[str] = set()
+        self._planned: set[str] = set()
+        self._held: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
 
@@ -66,13 +75,40 @@ class ShardPrefetcher:
             return _SHARED[key]
 
     def update(self, upcoming: Sequence[Fetchable]) -> None:
-        """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine)."""
+        """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
+
+        Files that came into the plan are marked recently used, latest-needed first, so that downloads for the
+        plan evict what no planned read needs.
+        """
         seen: set[str] = set()
         plan = [f for f in upcoming if not (f.key in seen or seen.add(f.key))]
+        for file in reversed([f for f in plan if f.key not in self._planned]):
+            file.touch()
+        self._planned = seen
         with self._cond:
             self._plan = plan
+            self._hold_ahead()
             self._start()
             self._cond.notify_all()
+
+    def _ahead(self) -> list[Fetchable]:
+        """The plan's files within ``bytes_ahead`` (the first one always)."""
+        out, ahead = [], 0
+        for file in self._plan:
+            ahead += file.size
+            if ahead > self.bytes_ahead and out:
+                break
+            out.append(file)
+        return out
+
+    def _hold_ahead(self) -> None:
+        """Hold the local files within the bytes ahead, release the others (under the lock)."""
+        wanted = {f.key: f for f in self._ahead()}
+        for key in [k for k in self._held if k not in wanted]:
+            self._held.pop(key).close()
+        for key, file in wanted.items():
+            if key not in self._held and (held := file.hold()) is not None:
+                self._held[key] = held
 
     def demand(self, file: Fetchable) -> None:
         """Fetch ``file`` before anything planned (a read needs it now); a no-op when it is being fetched."""
@@ -100,11 +136,7 @@ class ShardPrefetcher:
             file = self._urgent.popleft()
             if file.key not in self._running and not file.present():
                 return file
-        ahead = 0
-        for file in self._plan:
-            ahead += file.size
-            if ahead > self.bytes_ahead and ahead != file.size:
-                return None
+        for file in self._ahead():
             if file.key in self._running or file.key in self._failed or file.present():
                 continue
             return file
@@ -127,6 +159,7 @@ class ShardPrefetcher:
             else:
                 with self._cond:
                     self.fetched += 1
+                    self._hold_ahead()
             finally:
                 with self._cond:
                     self._running.discard(file.key)

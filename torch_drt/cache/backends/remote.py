@@ -5,9 +5,11 @@ Opening costs three small reads: the manifest (fetched by one process of the nod
 the manifest records, so each is fetched once per node. Nothing is listed and no shard is touched at open.
 
 Shards (``read_mode="shards"``) are downloaded whole into the node cache, verified against the manifest's
-SHA-256 and memory-mapped from there. A read whose shard is not local yet is served by coalesced byte-range
-requests while the shard downloads in the background (format 2 caches, whose records carry their own checksums;
-older formats wait for the shard). ``read_mode="ranges"`` always reads by ranges and keeps no shard copy.
+SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by the prefetcher, or by another
+process of the node) waits for it; a read whose shard nobody fetches yet (a cold start, a resume) is served by
+coalesced byte-range requests while the shard downloads in the background (format 2 caches, whose records carry
+their own checksums; older formats wait for the shard). ``read_mode="ranges"`` always reads by ranges and keeps
+no shard copy.
 """
 
 from __future__ import annotations
@@ -89,6 +91,14 @@ class RemoteFile(StoredFile):
     def present(self) -> bool:
         """True when the node cache holds the verified file."""
         return self.backend.node.has(self.key, self.size)
+
+    def hold(self) -> PinnedFile | None:
+        """Hold the node cache's copy against eviction (without mapping it); None when it is not there."""
+        return self.backend.node.pin(self.key, self.size, mapped=False)
+
+    def touch(self) -> None:
+        """Mark the node cache's copy recently used (no-op when it is not there)."""
+        self.backend.node.touch(self.key)
 
     def fetch(self) -> None:
         """Download the file into the node cache (or wait for the process of the node that does)."""
@@ -321,9 +331,12 @@ class RemoteBackend(CacheBackend):
             assert isinstance(file, RemoteFile)
             got = None
             if file.downloadable and (shards_mode or not file.ranges_ok):
-                got = file.slices([starts[i] for i in rows], [ends[i] for i in rows], wait=not file.ranges_ok)
-                if got is None:
-                    self.prefetcher.demand(file)  # downloads while this read is served by ranges
+                a, b = [starts[i] for i in rows], [ends[i] for i in rows]
+                got = file.slices(a, b, wait=not file.ranges_ok)
+                if got is None and self.node.downloading(file.key):
+                    got = file.slices(a, b, wait=True)  # in flight: wait rather than fetch its bytes twice
+                elif got is None:
+                    self.prefetcher.demand(file)  # a cold miss: it downloads while this read is served by ranges
             if got is None:
                 remote.append((file, rows))
                 continue
