@@ -1,6 +1,7 @@
 """Fixtures of the remote-cache tests: moto's S3 server, a fault proxy in front of it, caches published there.
 
-Import the fixtures into a test module: ``from remote_fixtures import moto_endpoint, proxy, published  # noqa``.
+Import the fixtures into a test module: ``from remote_fixtures import moto_fixture, proxy_fixture  # noqa: F401``
+(they are named ``moto_endpoint`` and ``proxy``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ BUCKET = "caches"
 _names = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
+@pytest.fixture(scope="module", name="moto_endpoint")
+def moto_fixture() -> Iterator[str]:
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
     with moto_server() as endpoint:
@@ -28,8 +29,8 @@ def moto_endpoint() -> Iterator[str]:
         yield endpoint
 
 
-@pytest.fixture
-def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+@pytest.fixture(name="proxy")
+def proxy_fixture(moto_endpoint: str) -> Iterator[FaultProxy]:
     """A fault proxy in front of moto, fresh per test (counters at zero, no latency, no faults)."""
     p = FaultProxy(moto_endpoint)
     yield p

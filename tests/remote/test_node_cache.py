@@ -14,9 +14,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from remote_fixtures import moto_endpoint, options, proxy, publish_local, remote_config  # noqa: F401
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, CacheReader
@@ -86,7 +85,7 @@ def _fetch_after_barrier(url: str, opts: dict, cache_dir: str, barrier) -> None:
 
 
 def test_eight_processes_wanting_one_shard_download_it_once(runtime, tmp_path, moto_endpoint, proxy):
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=200, max_shard_bytes=1 << 20)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=200, max_shard_bytes=1 << 20)
     proxy.latency = 0.3  # every request is slow: the eight overlap
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(8)

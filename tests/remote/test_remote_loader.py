@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 import torch
-from remote_fixtures import moto_endpoint, options, proxy, publish_local, remote_config  # noqa: F401
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
 from torch_drt.cache import open_cache
@@ -22,7 +21,7 @@ def sample_id(sample) -> torch.Tensor:
 
 
 def payload(sample) -> torch.Tensor:
-    return torch.tensor(list(sample.data[:4]) + [sample.sample_id])
+    return torch.tensor([*list(sample.data[:4]), sample.sample_id])
 
 
 def _ids(loader) -> list[int]:
@@ -76,7 +75,7 @@ def test_iteration_prefetches_the_next_shards_in_order_within_the_bytes_ahead(ru
 
 
 def test_a_checkpoint_resumes_on_a_fresh_node_cache_without_a_replay(runtime, tmp_path, moto_endpoint, proxy):
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=1200, max_shard_bytes=600)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=1200, max_shard_bytes=600)
     reader = drt.ReaderConfig(seed=9, shard_window=2)
     kwargs = dict(sample_transform_fn=sample_id, batch_size=50, samples_per_epoch=1200)
     node_a = runtime.cached_dataset(url, reader_config=reader, storage_options=options(proxy),

@@ -12,7 +12,7 @@ import fsspec
 import numpy as np
 import pytest
 from conftest import ListSource
-from remote_fixtures import moto_endpoint, options, proxy, publish_local, remote_config  # noqa: F401
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 from remote_servers import StaticServer
 
 import torch_drt as drt
@@ -44,7 +44,7 @@ def test_s3_cache_reads_as_the_local_one_and_opens_cheaply(runtime, tmp_path, mo
 
 
 def test_a_second_process_opens_and_reads_from_the_node_cache(runtime, tmp_path, moto_endpoint, proxy):
-    local, url = publish_local(runtime, tmp_path, moto_endpoint)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint)
     config = remote_config(tmp_path)
     first = _payloads(runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
                                              remote_config=config))
@@ -98,7 +98,7 @@ def _flip_remote(endpoint: str, key: str, offset: int) -> None:
 @pytest.mark.parametrize("mode", ["shards", "ranges"])
 def test_a_damaged_remote_shard_is_a_cache_corrupt_error_naming_its_url(runtime, tmp_path, moto_endpoint, proxy,
                                                                          mode):
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=50, max_shard_bytes=1 << 20)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=50, max_shard_bytes=1 << 20)
     _flip_remote(moto_endpoint, f"{url[5:]}/shards/000000.bin", 3)
     config = remote_config(tmp_path, read_mode=mode)
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
@@ -117,7 +117,7 @@ def test_a_damaged_remote_shard_is_a_cache_corrupt_error_naming_its_url(runtime,
 def test_a_missing_remote_shard_and_a_missing_cache_name_their_url(runtime, tmp_path, moto_endpoint, proxy):
     import s3fs
 
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=50)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=50)
     s3fs.S3FileSystem(client_kwargs={"endpoint_url": moto_endpoint}, skip_instance_cache=True).rm_file(
         f"{url[5:]}/shards/000001.bin"
     )
@@ -133,7 +133,7 @@ def test_a_missing_remote_shard_and_a_missing_cache_name_their_url(runtime, tmp_
 
 
 def test_verify_streams_every_file_through_sha256(runtime, tmp_path, moto_endpoint, proxy):
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=80)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=80)
     backend = backend_for(url, options(proxy), remote_config(tmp_path))
     assert open_cache(backend, verify=True).sample_count == 80
     _flip_remote(moto_endpoint, f"{url[5:]}/shards/000001.bin", 0)
@@ -176,7 +176,7 @@ def test_memory_and_file_urls(runtime, tmp_path):
 def test_readers_pickle_with_their_options_and_show_no_secret(runtime, tmp_path, moto_endpoint, proxy):
     import pickle
 
-    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
     secret = {**options(proxy), "key": "testing", "secret": "testing"}
     reader = CacheReader.open([backend_for(url, secret, remote_config(tmp_path))])
     clone = pickle.loads(pickle.dumps(reader))

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from conftest import ListSource
-from remote_fixtures import BUCKET, moto_endpoint, options, proxy, remote_config, unique  # noqa: F401
+from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, remote_config, unique  # noqa: F401
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, open_cache
@@ -202,9 +202,9 @@ def test_storages_write_to_and_read_from_urls(tmp_path, proxy):
     import pickle
 
     assert pickle.loads(pickle.dumps(tokens)).window(990, 10).tolist() == list(range(990, 1000))
-    with pytest.raises(FileExistsError):
-        with TokenStreamWriter(f"s3://{BUCKET}", stream, storage_options=options(proxy)) as again:
-            again.write(np.arange(5))
+    with pytest.raises(FileExistsError), TokenStreamWriter(f"s3://{BUCKET}", stream,
+                                                           storage_options=options(proxy)) as again:
+        again.write(np.arange(5))
 
 
 def test_a_cache_set_builds_into_s3_and_opens_as_one_dataset(runtime, tmp_path, proxy):
