@@ -110,7 +110,7 @@ class FaultProxy:
 
     def stats(self) -> dict:
         return {"requests": dict(self.requests), "bytes_out": self.bytes_out, "failed": self.failed,
-                "gets": dict(self.gets)}
+                "gets": dict(self.gets), "ranges": dict(self.ranges)}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 34)

@@ -35,7 +35,7 @@ def test_the_cache_loader_over_s3_matches_the_local_cache(runtime, tmp_path, mot
     remote = runtime.cached_dataset(url, reader_config=reader, storage_options=options(proxy),
                                     remote_config=remote_config(tmp_path))
     mine = runtime.cached_dataset(local, reader_config=reader)
-    for workers in (0, 2):
+    for workers in (0, 2) if window else (0,):  # loading processes: once is enough
         kwargs = dict(sample_transform_fn=payload, batch_size=32, num_workers=workers)
         got = [b.tolist() for b in remote.to_torch_dataloader(**kwargs)]
         assert got == [b.tolist() for b in mine.to_torch_dataloader(**kwargs)]

@@ -120,7 +120,11 @@ def _killed_at(step: str, name: str, opts: dict) -> str:
     """)
 
 
-@pytest.mark.parametrize("step", ["claimed", "cleaned", "mid-upload", "uploaded", "published"])
+_SLOW = pytest.mark.slow  # each step is one killed child process; two of them run by default
+
+
+@pytest.mark.parametrize("step", [pytest.param("claimed", marks=_SLOW), pytest.param("cleaned", marks=_SLOW),
+                                  "mid-upload", pytest.param("uploaded", marks=_SLOW), "published"])
 def test_a_writer_killed_at_any_step_leaves_nothing_that_opens_and_the_next_one_publishes(runtime, tmp_path, proxy,
                                                                                         step):
     import os

@@ -1,9 +1,10 @@
 """ReadAhead: the loaders' hook into prefetching: the shards of the next batches, handed over before each read.
 
 A loader whose order is a pure function of its position knows the rows of any future batch. Before reading batch
-``k`` it calls ``before(k)``; ``ReadAhead`` computes the rows of the one batch that just came into view
+``k`` it calls ``before(k)``; ``ReadAhead`` computes the rows of the batch that just came into view
 (``k + depth - 1``), keeps the shards of the batches in view in read order, and gives them to
-``CacheReader.prefetch``. For a reader of local caches it does nothing and computes nothing.
+``CacheReader.prefetch``. After a start or a resume the view fills a few batches per call (so the first batch
+costs little more than itself). For a reader of local caches it does nothing and computes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch_drt.cache.reader import CacheReader
 __all__ = ["ReadAhead"]
 
 BatchRows = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
+_FILL = 4  # batches computed per call at most: the view fills over the first batches
 
 
 class ReadAhead:
@@ -49,7 +51,8 @@ class ReadAhead:
         if view and view[0][0] != k:  # a jump (a resume, a new pass): start over
             view.clear()
         nxt = view[-1][0] + 1 if view else k
-        while nxt < k + self.depth:
+        end = min(k + self.depth, nxt + _FILL)
+        while nxt < end:
             rows = self.batch_rows(nxt)
             if rows is None:
                 break

@@ -71,7 +71,7 @@ class RemoteConfig:
     prefetch_shards: int = 4
     prefetch_bytes: int = 1 << 30
     lookahead_batches: int = 64
-    open_shards: int = 16
+    open_shards: int = 8
     chunk_bytes: int = 8 * _MIB
     range_gap: int = 256 * 1024
     range_max: int = 16 * _MIB

@@ -6,9 +6,10 @@ the manifest records, so each is fetched once per node. Nothing is listed and no
 
 Shards (``read_mode="shards"``) are downloaded whole into the node cache, verified against the manifest's
 SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by the prefetcher, or by another
-process of the node) waits for it; a read whose shard nobody fetches yet (a cold start, a resume) is served by
-coalesced byte-range requests while the shard downloads in the background (format 2 caches, whose records carry
-their own checksums; older formats wait for the shard). ``read_mode="ranges"`` always reads by ranges and keeps
+process of the node) waits for it, and so does one that wants more than half of the shard's bytes; any other read
+whose shard nobody fetches yet (a cold start, a resume) is served by coalesced byte-range requests while the shard
+downloads in the background (format 2 caches, whose records carry their own checksums; older formats wait for the
+shard). ``read_mode="ranges"`` always reads by ranges and keeps
 no shard copy.
 """
 
@@ -333,8 +334,8 @@ class RemoteBackend(CacheBackend):
             if file.downloadable and (shards_mode or not file.ranges_ok):
                 a, b = [starts[i] for i in rows], [ends[i] for i in rows]
                 got = file.slices(a, b, wait=not file.ranges_ok)
-                if got is None and self.node.downloading(file.key):
-                    got = file.slices(a, b, wait=True)  # in flight: wait rather than fetch its bytes twice
+                if got is None and (self.node.downloading(file.key) or self._mostly(file, a, b)):
+                    got = file.slices(a, b, wait=True)  # in flight, or most of it wanted: fetch its bytes once
                 elif got is None:
                     self.prefetcher.demand(file)  # a cold miss: it downloads while this read is served by ranges
             if got is None:
@@ -345,6 +346,11 @@ class RemoteBackend(CacheBackend):
         if remote:
             self._read_by_ranges(remote, starts, ends, out)
         return out
+
+    def _mostly(self, file: RemoteFile, starts: Sequence[int], ends: Sequence[int]) -> bool:
+        """True when the coalesced ranges of a read cover more than half of the file (then it is downloaded)."""
+        requests, _ = coalesce(starts, ends, self.config.range_gap, self.config.range_max)
+        return 2 * sum(b - a for a, b in requests) > file.size
 
     def _read_by_ranges(
         self, remote: list[tuple[RemoteFile, list[int]]], starts: Sequence[int], ends: Sequence[int], out: list[bytes]
