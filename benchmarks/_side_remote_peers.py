@@ -3,34 +3,35 @@
     python _side_remote_peers.py CONFIG_JSON
 
 CONFIG_JSON: {"endpoint": moto URL (uploads), "proxy": proxy URL (every read), "bucket", "samples", "size",
-"shard_bytes", "batch", "workers": [0, 2], "work": a scratch directory}. Each library writes the same payloads as
-bench_remote.py (same seed) with its own writer (once; kept in the bucket), then for each worker count: time to
+"shard_bytes", "batch", "workers": [0, 2], "work": a scratch directory, "timeout": seconds per measurement}.
+Each library writes the same payloads as bench_remote.py (same seed) with its own writer (once; kept in the
+bucket), then for each worker count: time to
 first batch and cold epoch 1 with an empty local cache, warm epoch 2 (samples/s); and, with a local cache of half
 the dataset, the bytes downloaded in epoch 2 (the proxy counts them). Prints one JSON object; a library that fails
-is reported with its error.
+is reported with its error, and a measurement that does not finish within the timeout (Streaming can wait forever
+for room in a cache smaller than its predownload) is reported as such.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
-import torch
+from _epochs import epochs
+from _side_peers import collate
 
 
 def payloads(n: int, size: int) -> list[bytes]:
     rng = np.random.default_rng(0)
     return [rng.integers(0, 256, size, dtype=np.uint8).tobytes() for _ in range(n)]
-
-
-def collate(items):
-    return torch.from_numpy(np.stack([np.frombuffer(x["data"], dtype=np.uint8) for x in items]))
 
 
 def proxy_call(proxy: str, what: str) -> dict:
@@ -61,19 +62,29 @@ def exists(endpoint: str, bucket: str, key: str) -> bool:
         return False
 
 
-def epochs(make_loader, proxy: str, samples: int) -> dict:
-    """TTFB and epoch 1 (cold), epoch 2 (warm): samples/s."""
-    t0 = time.perf_counter()
-    loader = make_loader()
-    it = iter(loader)
-    first = next(it)
-    ttfb = time.perf_counter() - t0
-    count = first.shape[0] + sum(b.shape[0] for b in it)
-    epoch1 = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    count2 = sum(b.shape[0] for b in loader)
-    epoch2 = time.perf_counter() - t1
-    return {"ttfb": ttfb, "epoch1": count / epoch1, "epoch2": count2 / epoch2, "count": count}
+@contextlib.contextmanager
+def deadline(seconds: int):
+    """Raise TimeoutError in this (the main) thread after ``seconds``: a peer that hangs is reported, not waited on."""
+
+    def expire(*_):
+        raise TimeoutError(f"no result after {seconds}s (hung?)")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def measured(fn, *args, seconds: int):
+    """``fn(*args)`` within ``seconds``, or ``{"error": why}``."""
+    try:
+        with deadline(seconds):
+            return fn(*args)
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
 
 
 def epoch2_bytes(make_loader, proxy: str) -> int:
@@ -109,9 +120,10 @@ def streaming(cfg: dict, data: list[bytes], work: Path) -> dict:
             return DataLoader(ds, batch_size=cfg["batch"], num_workers=workers, collate_fn=collate,
                               persistent_workers=workers > 0)
 
-        out[f"w{workers}"] = epochs(make, cfg["proxy"], cfg["samples"])
-        out[f"w{workers}"]["epoch2_bytes"] = epoch2_bytes(lambda make=make: make(limit=data_bytes // 2, tag="half"),
-                                                          cfg["proxy"]) / data_bytes
+        out[f"w{workers}"] = measured(epochs, make, seconds=cfg["timeout"])
+        half = measured(epoch2_bytes, lambda make=make: make(limit=data_bytes // 2, tag="half"), cfg["proxy"],
+                        seconds=cfg["timeout"])
+        out[f"w{workers}"]["epoch2_bytes"] = half if isinstance(half, dict) else half / data_bytes
     return out
 
 
@@ -142,9 +154,10 @@ def litdata_run(cfg: dict, data: list[bytes], work: Path) -> dict:
                                      storage_options=options, max_cache_size=limit or "100GB")
             return ld.StreamingDataLoader(ds, batch_size=cfg["batch"], num_workers=workers, collate_fn=collate)
 
-        out[f"w{workers}"] = epochs(make, cfg["proxy"], cfg["samples"])
-        out[f"w{workers}"]["epoch2_bytes"] = epoch2_bytes(lambda make=make: make(limit=data_bytes // 2),
-                                                          cfg["proxy"]) / data_bytes
+        out[f"w{workers}"] = measured(epochs, make, seconds=cfg["timeout"])
+        half = measured(epoch2_bytes, lambda make=make: make(limit=data_bytes // 2), cfg["proxy"],
+                        seconds=cfg["timeout"])
+        out[f"w{workers}"]["epoch2_bytes"] = half if isinstance(half, dict) else half / data_bytes
     return out
 
 
@@ -158,12 +171,8 @@ def main() -> None:
     for name, fn in (("mosaicml-streaming", streaming), ("litdata", litdata_run)):
         work = Path(cfg["work"]) / name
         work.mkdir(parents=True, exist_ok=True)
-        try:
-            out[name] = fn(cfg, data, work)
-        except Exception as e:  # reported as skipped with the reason
-            out[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        out[name] = measured(fn, cfg, data, work, seconds=8 * cfg["timeout"])  # an error is reported as skipped
+        shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out))
 
 

@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine, run_side
 from _envs import env_python
+from _epochs import epochs
 
 import torch_drt as drt
 
@@ -110,19 +111,9 @@ def open_ours(servers: Servers, url: str, cache_dir: Path, limit: int | None = N
 
 def ours_epochs(servers: Servers, url: str, work: Path, workers: int) -> dict:
     cache = work / f"node-{workers}-{time.time_ns()}"
-    t0 = time.perf_counter()
-    ds = open_ours(servers, url, cache)
-    it = iter(loader_ := loader(ds, workers))
-    first = next(it)
-    ttfb = time.perf_counter() - t0
-    count = first.shape[0] + sum(b.shape[0] for b in it)
-    epoch1 = time.perf_counter() - t0
-    t1 = time.perf_counter()
-    count2 = sum(b.shape[0] for b in loader_)
-    epoch2 = time.perf_counter() - t1
-    del it, loader_
+    figures = epochs(lambda: loader(open_ours(servers, url, cache), workers))  # the open is timed too
     shutil.rmtree(cache, ignore_errors=True)
-    return {"ttfb": ttfb, "epoch1": count / epoch1, "epoch2": count2 / epoch2, "count": count}
+    return figures
 
 
 def ours_epoch2_bytes(servers: Servers, url: str, work: Path, data_bytes: int, small: int, workers: int) -> float:
@@ -173,8 +164,27 @@ def ceiling(servers: Servers, url: str, layout: drt.CacheLayout, samples: int) -
 
 
 def median_of(rounds: list[dict]) -> dict:
-    keys = [k for k, v in rounds[0].items() if isinstance(v, int | float)]
-    return {k: statistics.median(r[k] for r in rounds) for k in keys}
+    """Per key, the median over the rounds; a key that failed in a round keeps that round's error."""
+    out: dict = {}
+    for key, value in rounds[0].items():
+        failed = next((r[key] for r in rounds if isinstance(r.get(key), dict)), None)
+        if failed is not None:
+            out[key] = failed
+        elif isinstance(value, int | float):
+            out[key] = statistics.median(r[key] for r in rounds)
+    return out
+
+
+def peer_figures(rounds: list[dict], name: str) -> dict:
+    """A peer's medians per worker count, or its error."""
+    results = [r.get(name, {"error": "no result"}) for r in rounds]
+    if "error" in results[0]:
+        return results[0]
+    figures = {}
+    for w in (0, 2):
+        per = [r[f"w{w}"] for r in results]
+        figures[f"w{w}"] = per[0] if "error" in per[0] else median_of(per)
+    return figures
 
 
 def peers(servers: Servers, args: argparse.Namespace, work: Path) -> dict:
@@ -184,29 +194,33 @@ def peers(servers: Servers, args: argparse.Namespace, work: Path) -> dict:
         return {"mosaicml-streaming": {"error": reason}, "litdata": {"error": reason}}
     config = {"endpoint": servers.endpoint, "proxy": servers.proxy, "bucket": BUCKET, "samples": args.samples,
               "size": args.size, "shard_bytes": args.shard_bytes, "batch": BATCH, "workers": [0, 2],
-              "work": str(work / "peers")}
+              "work": str(work / "peers"), "timeout": args.peer_timeout}
     return run_side(py, "_side_remote_peers.py", json.dumps(config), timeout=3600)
+
+
+def _cells(r: dict) -> str:
+    if "error" in r:
+        return f"skipped: {r['error']}"
+    half = r["epoch2_bytes"]
+    half = f"{half:.0%}" if isinstance(half, float) else f"skipped: {half['error']}"
+    return f"{r['ttfb'] * 1e3:>9.0f} {r['epoch1']:>10,.0f} {r['epoch2']:>10,.0f} {half:>19}"
 
 
 def report(ours: dict, theirs: dict, extra: dict) -> None:
     print(f"\n## torch_drt (shard_window={WINDOW}) against peers, batch {BATCH}, shuffled")
-    print(f"{'library':<20} {'workers':>7} {'TTFB ms':>9} {'cold/s':>10} {'warm/s':>10} {'epoch-2 bytes (50%)':>20}")
+    print(f"{'library':<20} {'workers':>7} {'TTFB ms':>9} {'cold/s':>10} {'warm/s':>10} {'epoch-2 bytes (50%)':>19}")
     for w in (0, 2):
-        rows = [("torch_drt", ours[f"w{w}"])] + [(n, r[f"w{w}"]) for n, r in theirs.items() if "error" not in r]
+        rows = [("torch_drt", ours[f"w{w}"])] + [(n, r.get(f"w{w}", r)) for n, r in theirs.items()]
         for name, r in rows:
-            print(f"{name:<20} {w:>7} {r['ttfb'] * 1e3:>9.0f} {r['epoch1']:>10,.0f} {r['epoch2']:>10,.0f} "
-                  f"{r['epoch2_bytes']:>19.0%}")
-        peer_rows = [r for n, r in rows[1:]]
+            print(f"{name:<20} {w:>7} {_cells(r)}")
+        peer_rows = [r for _, r in rows[1:] if "error" not in r]
         if peer_rows:
+            o = ours[f"w{w}"]
             best = {k: max(r[k] for r in peer_rows) for k in ("epoch1", "epoch2")}
             ttfb = min(r["ttfb"] for r in peer_rows)
-            o = ours[f"w{w}"]
             print(f"  ratios ({w} workers): cold {o['epoch1'] / best['epoch1']:.2f}x, warm "
                   f"{o['epoch2'] / best['epoch2']:.2f}x (target >= 1.3x); TTFB {o['ttfb'] / ttfb:.2f} of the best "
                   "peer's (target <= 0.5)")
-    for n, r in theirs.items():
-        if "error" in r:
-            print(f"{n}: skipped ({r['error']})")
     r = extra["resume"]
     print(f"resume mid-epoch: first batch {r['resumed'] * 1e3:.1f} ms, warm batch {r['warm'] * 1e3:.1f} ms "
           f"({r['resumed'] / r['warm']:.2f}x, target <= 2x)")
@@ -223,6 +237,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--peer-timeout", type=int, default=300, help="seconds per peer measurement")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
     print(f"# bench_remote on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
@@ -252,11 +267,7 @@ def main() -> None:
         for w in (0, 2):
             ours[f"w{w}"] = median_of(ours_rounds[w])
             ours[f"w{w}"]["epoch2_bytes"] = ours_epoch2_bytes(servers, url, work, data_bytes, small, w)
-        theirs = {}
-        for name in ("mosaicml-streaming", "litdata"):
-            rounds = [r.get(name, {"error": "no result"}) for r in peer_rounds]
-            ok = [r for r in rounds if "error" not in r]
-            theirs[name] = {f"w{w}": median_of([r[f"w{w}"] for r in ok]) for w in (0, 2)} if ok else rounds[0]
+        theirs = {name: peer_figures(peer_rounds, name) for name in ("mosaicml-streaming", "litdata")}
         extra = {"resume": ours_resume(servers, url, work), "ceiling": ceiling(servers, url, layout, args.samples)}
         report(ours, theirs, extra)
         if args.json:

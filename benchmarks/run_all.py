@@ -160,13 +160,14 @@ def remote_table(r: dict) -> list[str]:
     libraries = {"torch_drt": r["torch_drt"], **r.get("peers", {})}
     for w in (0, 2):
         for name, fig in libraries.items():
-            if reason := skip_reason(fig):
-                if w == 0:
-                    rows.append(f"| {name} | | skipped: {reason} | | | |")
+            f = fig.get(f"w{w}", fig)
+            if reason := skip_reason(f):
+                rows.append(f"| {name} | {w} | skipped: {reason} | | | |")
                 continue
-            f = fig[f"w{w}"]
+            half = f["epoch2_bytes"]
+            half = f"{half:.0%}" if isinstance(half, float) else f"skipped: {skip_reason(half)}"
             rows.append(f"| {name} | {w} | {f['ttfb'] * 1e3:.0f} | {fmt(f['epoch1'])} | {fmt(f['epoch2'])} "
-                        f"| {f['epoch2_bytes']:.0%} |")
+                        f"| {half} |")
     res, ceil = r["resume"], r["ceiling"]
     rows += [
         "",

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import sys
 import threading
 import time
@@ -25,17 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from s3_server import free_port
 
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "expect", "keep-alive"}
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on (now)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ThreadedApp:

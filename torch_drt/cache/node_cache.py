@@ -257,12 +257,9 @@ class NodeCache:
         """True when nobody downloads ``key`` now (its lock is free)."""
         fd = os.open(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
+            return _free(fd)
         finally:
             os.close(fd)
-        return True
 
     # -- small files ------------------------------------------------------------------------------------------
 
@@ -293,14 +290,21 @@ def _remove_unused(path: Path) -> bool:
     except FileNotFoundError:
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    else:
-        path.unlink(missing_ok=True)
+        if not _free(fd):
+            return False
+        path.unlink(missing_ok=True)  # under the exclusive lock: no reader can take it meanwhile
         return True
     finally:
         os.close(fd)
+
+
+def _free(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` if nobody holds one (it goes with the descriptor); False when held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def _preallocate(fd: int, size: int) -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-import shutil
-import tempfile
 import traceback
 import uuid
 from array import array
@@ -39,7 +38,7 @@ from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_publish import publish_directory
+from torch_drt.cache.remote_publish import write_remote
 from torch_drt.cache.remote_store import RemoteStore, is_url
 from torch_drt.cache.validate import is_complete_cache, open_cache
 from torch_drt.checksums import sha256_file, xxh3_128_hex
@@ -239,34 +238,8 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}{where}{chained}"
 
 
-def _write_remote(
-    source: Any, name: str, root: str, config: WriterConfig, mode: WriteMode, position: int, remote: RemoteConfig,
-    options: Mapping[str, Any] | None,
-) -> CacheWriteResult:
-    """Write the cache under a local staging root, then upload it to ``root/name`` (manifest last)."""
-    store = RemoteStore(f"{root.rstrip('/')}/{name}", options, remote)
-    if store.read_or_none(MANIFEST_FILE, 1) is not None:
-        if mode == "create":
-            return CacheWriteError(name, f"cache already exists: {store.url}")
-        if is_complete_cache(store.url, verify=config.validate_cache, storage_options=options, remote_config=remote):
-            return CacheWriteSuccess(name, store.url)
-        return CacheWriteError(name, f"a cache is published at {store.url} but does not open; remove it to rebuild")
-    staging = Path(tempfile.mkdtemp(prefix="torch_drt-publish-", dir=remote.staging_dir))
-    try:
-        written = write_source(source, staging, config, mode="create", position=position)
-        if isinstance(written, CacheWriteError):
-            return written
-        publish_directory(staging / name, store, MANIFEST_FILE)
-    except FileExistsError as e:
-        if mode == "reuse" and is_complete_cache(store.url, storage_options=options, remote_config=remote):
-            return CacheWriteSuccess(name, store.url)  # another writer published it first
-        return CacheWriteError(name, str(e))
-    except Exception as e:
-        logger.error("publishing the cache of source %r at %s failed", name, store.url, exc_info=True)
-        return CacheWriteError(name, _describe(e))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return CacheWriteSuccess(name, store.url)
+def _stage(source: Any, root: Path, *, config: WriterConfig, position: int) -> CacheWriteResult:
+    return write_source(source, root, config, mode="create", position=position)
 
 
 def write_source(
@@ -309,8 +282,13 @@ def write_source(
     except ValueError as e:
         return CacheWriteError(str(raw_name), str(e))
     if is_url(root):
-        return _write_remote(source, name, str(root), config, mode, position, remote_config or RemoteConfig(),
-                             storage_options)
+        stage = functools.partial(_stage, config=config, position=position)
+        try:
+            return write_remote(source, name, str(root), stage, mode, config.validate_cache,
+                                remote_config or RemoteConfig(), storage_options)
+        except Exception as e:  # an upload that failed after its retries: nothing is published
+            logger.error("publishing the cache of source %r at %s failed", name, root, exc_info=True)
+            return CacheWriteError(name, _describe(e))
     root = Path(str(root).removeprefix("file://"))
     try:
         if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
