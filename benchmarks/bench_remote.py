@@ -40,6 +40,7 @@ from _epochs import epochs
 import torch_drt as drt
 
 BATCH, BUCKET, WINDOW = 256, "bench", 4
+START = "fork"  # loading processes start as the peers' (torch's default on Linux); spawn re-imports torch in each
 S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
@@ -100,7 +101,8 @@ def options(endpoint: str) -> dict:
 
 def loader(ds: drt.CachedDataset, workers: int):
     return ds.to_torch_dataloader(sample_transform_fn=to_array, collate_fn=stack, batch_size=BATCH,
-                                  num_workers=workers, shard_window=WINDOW)
+                                  num_workers=workers, shard_window=WINDOW,
+                                  multiprocessing_context=START if workers else None)
 
 
 def open_ours(servers: Servers, url: str, cache_dir: Path, limit: int | None = None) -> drt.CachedDataset:

@@ -43,6 +43,17 @@ def test_the_cache_loader_over_s3_matches_the_local_cache(runtime, tmp_path, mot
             assert sorted(row[-1] for batch in got for row in batch) == list(range(500))
 
 
+def test_forked_loading_workers_make_their_own_store_clients(runtime, tmp_path, moto_endpoint, proxy):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=300)
+    reader = drt.ReaderConfig(seed=4, shard_window=2)
+    remote = runtime.cached_dataset(url, reader_config=reader, storage_options=options(proxy),
+                                    remote_config=remote_config(tmp_path))  # this process's client exists now
+    kwargs = dict(sample_transform_fn=payload, batch_size=32, num_workers=2, multiprocessing_context="fork")
+    got = [b.tolist() for b in remote.to_torch_dataloader(**kwargs)]  # every shard is fetched by the workers
+    assert got == [b.tolist() for b in runtime.cached_dataset(local, reader_config=reader).to_torch_dataloader(
+        **kwargs)]
+
+
 def _wait_idle(prefetcher, timeout: float = 30) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -26,6 +26,14 @@ _SHARED: dict[tuple[int, int, int], ShardPrefetcher] = {}
 _SHARED_LOCK = threading.Lock()
 
 
+def _after_fork() -> None:  # a lock held by a thread of the parent would never be released in the child
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class Fetchable(Protocol):
     """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()`` and
     ``touch()`` (marks it recently used, so that the node cache evicts it last) and ``hold()`` (an object whose

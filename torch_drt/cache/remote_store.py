@@ -106,6 +106,7 @@ class RemoteStore:
         self.policy = RetryPolicy(self.config.retries, self.config.backoff, self.config.max_backoff)
         self._fs: Any = None
         self._root = ""
+        self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_fs": None}
@@ -115,8 +116,9 @@ class RemoteStore:
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem (made on first use in this process)."""
-        if self._fs is None:
+        """The fsspec filesystem (made on first use in this process: a forked child makes its own)."""
+        if self._fs is None or self._pid != os.getpid():
+            self._pid = os.getpid()
             import fsspec
 
             try:

@@ -62,6 +62,14 @@ class _OpenMaps:
 _MAPS = _OpenMaps()
 
 
+def _after_fork() -> None:  # the child maps its own shards (the parent's maps are not its to release)
+    global _MAPS
+    _MAPS = _OpenMaps()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 def _verify(path: Path, checksum: tuple[str, str], where: str | Path) -> None:
     """Raise ``CacheCorruptError`` unless the file at ``path`` has the checksum the manifest records."""
     algo, expected = checksum
