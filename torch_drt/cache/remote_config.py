@@ -42,7 +42,7 @@ class RemoteConfig:
             byte ranges while its shard downloads); ``"ranges"`` reads every batch with coalesced byte-range
             requests and keeps no shard copy (for sparse or weighted sampling).
         prefetch_shards: shard downloads in flight per process.
-        prefetch_bytes: bytes of future shards a process fetches ahead (capped at half of ``cache_limit``).
+        prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
         open_shards: shards a process keeps mapped (each held open is exempt from eviction).
         chunk_bytes: size of the byte-range requests one shard download is split into.
@@ -130,5 +130,6 @@ class RemoteConfig:
         return shutil.disk_usage(probe).total // 2
 
     def bytes_ahead(self) -> int:
-        """Bytes a process prefetches ahead: ``prefetch_bytes``, at most half the node cache."""
-        return max(1, min(self.prefetch_bytes, self.node_cache_limit() // 2))
+        """Bytes a process prefetches ahead: ``prefetch_bytes``, at most a quarter of the node cache (the
+        processes of a node share it)."""
+        return max(1, min(self.prefetch_bytes, self.node_cache_limit() // 4))

@@ -58,6 +58,14 @@ class _OpenMaps:
         with self.lock:
             self.files.pop(id(file), None)
 
+    def keep_only(self, keys: set[str]) -> None:
+        """Unmap the idle shards no planned read needs (so that the node cache may evict them)."""
+        with self.lock:
+            for key, file in list(self.files.items()):
+                if file.users == 0 and file.key not in keys:
+                    self.files.pop(key)
+                    file.release()
+
 
 _MAPS = _OpenMaps()
 
@@ -222,9 +230,12 @@ class RemoteBackend(CacheBackend):
         return self.store.join(rel)
 
     def prefetch(self, files: Sequence[StoredFile]) -> None:
-        """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only)."""
+        """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only); the
+        shards this process maps that no planned read needs are unmapped."""
         if self.config.read_mode == "shards":
-            self.prefetcher.update([f for f in files if isinstance(f, RemoteFile) and f.downloadable])
+            planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
+            _MAPS.keep_only({f.key for f in planned})
+            self.prefetcher.update(planned)
 
     def check_root(self) -> None:
         """Nothing to check without a request: a location without a manifest is reported by the manifest read."""
