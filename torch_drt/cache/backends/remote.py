@@ -102,6 +102,7 @@ class RemoteFile(StoredFile):
         self.key = f"{checksum[0]}-{checksum[1]}"
         self.downloadable = checksum[0] in ("sha256", "xxh3_128")
         self.users = 0
+        self.kept = False  # mapped for the reader's life (the index), outside the open-shards budget
         self._pinned: PinnedFile | None = None
         self._lock = threading.Lock()
 
@@ -142,7 +143,8 @@ class RemoteFile(StoredFile):
             self.fetch()
         else:
             raise CacheCorruptError(self.where, "the node cache lost the file three times in a row")
-        _MAPS.used(self, self.backend.config.open_shards)
+        if not self.kept:
+            _MAPS.used(self, self.backend.config.open_shards)
         return pinned
 
     def _done(self) -> None:
@@ -307,6 +309,7 @@ class RemoteBackend(CacheBackend):
             checksum = ("ranges", hashlib.sha256(self.where(rel).encode()).hexdigest())
         file = RemoteFile(self, rel, size, checksum, ranges_ok)
         if rel == _INDEX:
+            file.kept = True
             file.mapped(wait=True)  # mapped for the reader's life
         return file
 
