@@ -117,6 +117,7 @@ class _Inner:
             batch_size=owner.batch_size,
             sampler=None if sequential else self.view,
             num_workers=owner.num_workers,
+            persistent_workers=owner.num_workers > 0,  # dataloader-rs keeps its threads across epochs
             collate_fn=owner.collate_fn if owner.collate_fn is not None else list,
             drop_last=owner.drop_last,
             item_concurrency=owner.item_concurrency,
