@@ -147,6 +147,39 @@ def build_table(b: dict) -> list[str]:
     return rows
 
 
+def remote_table(r: dict) -> list[str]:
+    """Caches on object storage (bench_remote.py): torch_drt against Streaming and LitData through a 20 ms proxy."""
+    rows = [
+        f"## Caches on object storage: {r['samples']:,} x {r['size']:,} B on moto S3 behind a "
+        f"{r['latency'] * 1e3:.0f} ms proxy, shuffled, batch 256 (torch_drt shard_window={r['window']})",
+        "",
+        "| library | workers | time to first batch (ms) | cold epoch 1 (samples/s) | warm epoch 2 (samples/s) "
+        "| epoch-2 bytes, 50% cache |",
+        "|---|---|---|---|---|---|",
+    ]
+    libraries = {"torch_drt": r["torch_drt"], **r.get("peers", {})}
+    for w in (0, 2):
+        for name, fig in libraries.items():
+            f = fig.get(f"w{w}", fig)
+            if reason := skip_reason(f):
+                rows.append(f"| {name} | {w} | skipped: {reason} | | | |")
+                continue
+            half = f["epoch2_bytes"]
+            half = f"{half:.0%}" if isinstance(half, float) else f"skipped: {skip_reason(half)}"
+            rows.append(f"| {name} | {w} | {f['ttfb'] * 1e3:.0f} | {fmt(f['epoch1'])} | {fmt(f['epoch2'])} "
+                        f"| {half} |")
+    res, ceil = r["resume"], r["ceiling"]
+    rows += [
+        "",
+        f"First batch after a mid-epoch resume: {res['resumed'] * 1e3:.1f} ms against a warm batch's "
+        f"{res['warm'] * 1e3:.1f} ms ({res['resumed'] / res['warm']:.2f}x; goal <= 2x). Network ceiling (plain GETs "
+        f"of every shard through the proxy, 8 at a time): {fmt(ceil['samples_per_s'])} samples/s, "
+        f"{ceil['mb_per_s']:.0f} MB/s.",
+        "",
+    ]
+    return rows
+
+
 def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
     lines = [
         "# torch_drt benchmark report",
@@ -284,6 +317,8 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
         lines += packing_section(pk)
     if (bu := results.get("bench_build.py")) is not None:
         lines += build_table(bu)
+    if (rm := results.get("bench_remote.py")) is not None:
+        lines += remote_table(rm)
     lines += ["## Raw output", ""]
     for script, text in outputs.items():
         lines += [f"### {script}", "", "```", text.strip(), "```", ""]
@@ -327,6 +362,7 @@ def main() -> None:
         ("bench_fetch.py", ["--repeats", repeats]),
         ("bench_packing.py", ["--repeats", repeats] + (["--resume-tokens", "20000000"] if args.quick else [])),
         ("bench_build.py", ["--repeats", repeats] + (["--samples", "2000", "--parts", "20"] if args.quick else [])),
+        ("bench_remote.py", ["--repeats", repeats] + (["--samples", "8000"] if args.quick else [])),
     ]
     results, outputs = {}, {}
     for script, extra in plan:

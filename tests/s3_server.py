@@ -7,7 +7,6 @@ and ``tiles/big.bin`` (5,000 bytes).
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -23,26 +22,17 @@ def free_port() -> int:
 @pytest.fixture(scope="module", name="s3")
 def s3_fixture():
     pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    port = free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    options = {"client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}"}}
-    import s3fs
+    pytest.importorskip("moto.server")
+    from remote_servers import moto_server
 
-    fs = s3fs.S3FileSystem(**options)
-    if not fs.exists("bucket"):  # moto keeps its buckets per process, across servers
-        fs.mkdir("bucket")
-    for i in range(6):
-        fs.pipe_file(f"bucket/tiles/{i}.png", bytes([i]) * (100 + i))
-    fs.pipe_file("bucket/tiles/big.bin", b"z" * 5000)
-    yield options
-    server.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with moto_server() as endpoint:
+        options = {"client_kwargs": {"endpoint_url": endpoint}}
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**options)
+        if not fs.exists("bucket"):  # moto keeps its buckets per process, across servers
+            fs.mkdir("bucket")
+        for i in range(6):
+            fs.pipe_file(f"bucket/tiles/{i}.png", bytes([i]) * (100 + i))
+        fs.pipe_file("bucket/tiles/big.bin", b"z" * 5000)
+        yield options

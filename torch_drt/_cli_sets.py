@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from torch_drt.cache import CacheCorruptError, WriterConfig, is_cache_set, open_cache_set
+from torch_drt.cache.backends import backend_for
+from torch_drt.cache.remote_store import RemoteStore
 
 __all__ = ["build_set", "ls_line", "set_info", "under_torchrun", "verify_set"]
 
@@ -28,8 +30,11 @@ def _join_ranks() -> bool:
     return True
 
 
-def build_set(source: Any, root: str, name: str, parts: int | None, config: WriterConfig) -> int:
-    """Build set ``root/name`` from a random-access source, split into ``parts`` (default: one per rank)."""
+def build_set(
+    source: Any, root: str, name: str, parts: int | None, config: WriterConfig, options: dict[str, Any] | None = None
+) -> int:
+    """Build set ``root/name`` (a directory or URL) from a random-access source, split into ``parts`` (default: one
+    per rank)."""
     import torch.distributed as dist
 
     from torch_drt.build import build_cache_set, split_rows
@@ -39,7 +44,7 @@ def build_set(source: Any, root: str, name: str, parts: int | None, config: Writ
     try:
         try:
             inputs = split_rows(source, num_parts=parts or world)
-            report = build_cache_set(inputs, root, name, writer_config=config)
+            report = build_cache_set(inputs, root, name, writer_config=config, storage_options=options)
         except (TypeError, ValueError, FileExistsError) as e:
             if rank == 0:
                 print(f"error: {e}", file=sys.stderr)
@@ -54,10 +59,10 @@ def build_set(source: Any, root: str, name: str, parts: int | None, config: Writ
             dist.destroy_process_group()
 
 
-def set_info(path: str, as_json: bool) -> int:
+def set_info(path: str | Path, as_json: bool, options: dict[str, Any] | None = None) -> int:
     """Print a set's summary: parts, samples, schema (and the manifest with ``as_json``)."""
     try:
-        cache_set, layouts = open_cache_set(path)
+        cache_set, layouts = open_cache_set(path, storage_options=options)
     except CacheCorruptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -71,14 +76,14 @@ def set_info(path: str, as_json: bool) -> int:
     for part in cache_set.parts:
         print(f"  {part.location:<40} {part.sample_count:>10} samples  cache_id {part.cache_id}")
     if as_json:
-        print(json.dumps(json.loads((cache_set.path / "cacheset.json").read_text()), indent=2))
+        print(json.dumps(json.loads(backend_for(path, options).read("cacheset.json", 64 << 20)), indent=2))
     return 0
 
 
-def verify_set(path: str) -> int:
+def verify_set(path: str | Path, options: dict[str, Any] | None = None) -> int:
     """Verify a set and every checksum of its parts; print ``ok`` or ``CORRUPT`` and return 0 or 1."""
     try:
-        cache_set, layouts = open_cache_set(path, verify=True)
+        cache_set, layouts = open_cache_set(path, verify=True, storage_options=options)
     except CacheCorruptError as e:
         print(f"CORRUPT {e.path}: {e.reason}")
         return 1
@@ -87,19 +92,26 @@ def verify_set(path: str) -> int:
     return 0
 
 
-def ls_line(entry: Path) -> str | None:
-    """The ``ls`` line of a set or of an unfinished set build; None for anything else."""
+def ls_line(entry: Path | str, options: dict[str, Any] | None = None) -> str | None:
+    """The ``ls`` line of a set or of an unfinished set build (a directory or URL); None for anything else."""
     from torch_drt.build.lifecycle import read_journal
 
-    if is_cache_set(entry):
+    name = str(entry).rstrip("/").rsplit("/", 1)[-1]
+    if is_cache_set(entry, storage_options=options):
         try:
-            cache_set, layouts = open_cache_set(entry)
+            cache_set, layouts = open_cache_set(entry, storage_options=options)
         except CacheCorruptError as e:
-            return f"{entry.name:<30} invalid set: {e.reason}"
+            return f"{name:<30} invalid set: {e.reason}"
         size = sum(s for layout in layouts for _, s in layout.shards)
-        return f"{entry.name:<30} {cache_set.sample_count:>10} samples  {size:>14,} bytes  set of {len(layouts)} parts"
-    if (journal := read_journal(entry)) is None:
+        return f"{name:<30} {cache_set.sample_count:>10} samples  {size:>14,} bytes  set of {len(layouts)} parts"
+    if (journal := read_journal(entry, options)) is None:
         return None
-    planned = journal.get("parts") or []
-    published = sum((entry / str(p.get("name")) / "manifest.json").is_file() for p in planned if isinstance(p, dict))
-    return f"{entry.name:<30} unfinished set build: {published} of {len(planned)} parts published"
+    planned = [str(p.get("name")) for p in journal.get("parts") or [] if isinstance(p, dict)]
+    published = sum(_has_manifest(entry, p, options) for p in planned)
+    return f"{name:<30} unfinished set build: {published} of {len(planned)} parts published"
+
+
+def _has_manifest(entry: Path | str, part: str, options: dict[str, Any] | None) -> bool:
+    if isinstance(entry, Path):
+        return (entry / part / "manifest.json").is_file()
+    return RemoteStore(f"{entry.rstrip('/')}/{part}", options).read_or_none("manifest.json", 1) is not None

@@ -87,13 +87,47 @@ def _build_source(args: argparse.Namespace) -> Any:
     return _DirectorySource(source_dir, args.name or source_dir.name)
 
 
+def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--storage-options``: fsspec options for URLs, as a JSON object."""
+    text = getattr(args, "storage_options", None)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"--storage-options is not valid JSON ({e})", 2) from None
+    if not isinstance(value, dict):
+        raise CliError("--storage-options must be a JSON object", 2)
+    return value
+
+
+def _location(path: str) -> Path | str:
+    """A cache URL as it is; a local path must be an existing directory."""
+    from torch_drt.cache.remote_store import is_url
+
+    return path if is_url(path) else existing_dir(path)
+
+
+def _published(url: str, options: dict[str, Any] | None) -> bool:
+    """True when a cache manifest is at ``url``."""
+    from torch_drt.cache.remote_store import RemoteStore
+
+    try:
+        return RemoteStore(url, options).read_or_none("manifest.json", 1) is not None
+    except ValueError as e:
+        raise CliError(str(e), 2) from None
+
+
 def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
     from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
+    from torch_drt.cache.remote_store import is_url
 
-    root = Path(args.root)
-    if root.exists() and not root.is_dir():
+    options = _storage_options(args)
+    remote = is_url(args.root)
+    root: Path | str = args.root.rstrip("/") if remote else Path(args.root)
+    if not remote and root.exists() and not root.is_dir():
         raise CliError(f"{root} is not a directory")
     config = WriterConfig(
         max_shard_bytes=args.max_shard_bytes,
@@ -103,16 +137,21 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
     )
     source = _build_source(args)
     if args.parts or under_torchrun():
-        return build_set(source, args.root, source.name, args.parts, config)
-    target = root / str(source.name)
+        return build_set(source, args.root, source.name, args.parts, config, options)
     plain = Path(str(source.name)).name == str(source.name)  # else the writer refuses the name itself
-    if plain and (target.exists() or target.is_symlink()):  # said before any sample is written
+    if remote:
+        target: Path | str = f"{root}/{source.name}"
+        exists = plain and _published(str(target), options)
+    else:
+        target = Path(root) / str(source.name)
+        exists = plain and (target.exists() or target.is_symlink())
+    if exists:  # said before any sample is written
         raise CliError(f"{target} already exists: choose another --name, or remove it first")
     with DatasetRuntime(1) as runtime:
-        (result,) = runtime.write_cache([source], root, writer_config=config)
+        (result,) = runtime.write_cache([source], root, writer_config=config, storage_options=options)
     if not isinstance(result, CacheWriteSuccess):
         raise CliError(result.message)
-    print(f"wrote {open_cache(result.path).sample_count} samples to {result.path}")
+    print(f"wrote {open_cache(result.path, storage_options=options).sample_count} samples to {result.path}")
     return 0
 
 
@@ -121,10 +160,12 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
     from torch_drt._cli_sets import set_info
     from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
-    if is_cache_set(args.path):
-        return set_info(args.path, args.json)
+    options = _storage_options(args)
+    location = _location(args.path)
     try:
-        layout = open_cache(existing_dir(args.path))
+        if is_cache_set(location, storage_options=options):
+            return set_info(location, args.json, options)
+        layout = open_cache(location, storage_options=options)
     except CacheCorruptError as e:
         raise CliError(str(e)) from e
     sizes = sum(s for _, s in layout.shards)
@@ -135,7 +176,7 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
     print(f"shards:      {len(layout.shards)}, {sizes:,} bytes, compression {layout.compression}")
     print("schema:      " + ", ".join(f"{n}: {k}" for n, k in layout.schema))
     if args.json:
-        print(json.dumps(json.loads((layout.path / "manifest.json").read_text()), indent=2))
+        print(json.dumps(json.loads(layout.backend.read("manifest.json", 64 << 20)), indent=2))
     return 0
 
 
@@ -145,12 +186,13 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
     from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
     status = 0
+    options = _storage_options(args)
     for path in args.paths:
-        if is_cache_set(path):
-            status |= verify_set(path)
-            continue
         try:
-            layout = open_cache(existing_dir(path), verify=True)
+            if is_cache_set(_location(path), storage_options=options):
+                status |= verify_set(_location(path), options)
+                continue
+            layout = open_cache(_location(path), verify=True, storage_options=options)
         except CacheCorruptError as e:
             print(f"CORRUPT {e.path}: {e.reason}")
             status = 1
@@ -167,23 +209,33 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     """``torch-drt cache ls``: the caches under a root, with counts and sizes; invalid ones say why."""
+    from torch_drt._cli_sets import ls_line
     from torch_drt.cache import CacheCorruptError, open_cache
 
-    root = existing_dir(args.root)
-    from torch_drt._cli_sets import ls_line
+    options = _storage_options(args)
+    root = _location(args.root)
+    if isinstance(root, str):
+        from torch_drt.cache.remote_store import RemoteStore
 
-    for entry in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if (line := ls_line(entry)) is not None:
+        try:
+            names = [n for n in RemoteStore(root, options).list_dirs() if not n.startswith(".")]
+        except ValueError as e:
+            raise CliError(str(e), 2) from None
+        entries: list[Any] = [(n, f"{root.rstrip('/')}/{n}") for n in names]
+    else:
+        entries = [(p.name, p) for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+    for name, entry in entries:
+        if (line := ls_line(entry, options)) is not None:
             print(line)
             continue
         try:
-            layout = open_cache(entry)
+            layout = open_cache(entry, storage_options=options)
         except CacheCorruptError as e:
-            print(f"{entry.name:<30} invalid: {e.reason}")
+            print(f"{name:<30} invalid: {e.reason}")
         except Exception as e:  # a damaged entry is listed as such; the listing goes on
-            print(f"{entry.name:<30} invalid: {type(e).__name__}: {e}")
+            print(f"{name:<30} invalid: {type(e).__name__}: {e}")
         else:
-            print(f"{entry.name:<30} {layout.sample_count:>10} samples  {sum(s for _, s in layout.shards):>14,} bytes")
+            print(f"{name:<30} {layout.sample_count:>10} samples  {sum(s for _, s in layout.shards):>14,} bytes")
     return 0
 
 
@@ -206,7 +258,7 @@ def _add_cache(sub: Any) -> None:
     build = cache.add_parser(
         "build", help="build a cache (or a cache set, also under torchrun) from a directory or a Python source spec"
     )
-    build.add_argument("root", help="cache root; the cache (or set) is written to ROOT/NAME")
+    build.add_argument("root", help="cache root (a directory or a URL); the cache (or set) is written to ROOT/NAME")
     build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
     build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
@@ -219,15 +271,20 @@ def _add_cache(sub: Any) -> None:
     )
     build.set_defaults(func=cmd_cache_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")
-    info.add_argument("path")
+    info.add_argument("path", help="a cache (or set) directory or URL")
     info.add_argument("--json", action="store_true", help="also print the whole manifest")
     info.set_defaults(func=cmd_cache_info)
     verify = cache.add_parser("verify", help="verify every checksum; non-zero exit on corruption")
-    verify.add_argument("paths", nargs="+")
+    verify.add_argument("paths", nargs="+", help="cache (or set) directories or URLs")
     verify.set_defaults(func=cmd_cache_verify)
     ls = cache.add_parser("ls", help="list the caches under a root")
-    ls.add_argument("root")
+    ls.add_argument("root", help="a directory or URL holding caches")
     ls.set_defaults(func=cmd_cache_ls)
+    for command in (build, info, verify, ls):
+        command.add_argument(
+            "--storage-options", metavar="JSON",
+            help='fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\'',
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:

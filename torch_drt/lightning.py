@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 import torch_drt as drt
 from torch_drt.describe import described
+from torch_drt.sources.template import redact
 
 try:
     import lightning.pytorch as pl
@@ -26,6 +27,16 @@ __all__ = ["CacheDataModule"]
 _VAL_VALUES = ("val", "valid", "validation")
 
 
+def _location(path: str | Path) -> str | Path:
+    """A URL as it is; anything else a local path."""
+    return path if isinstance(path, str) and "://" in path else Path(path)
+
+
+def _shown(location: str | Path) -> str:
+    """A location as reprs show it: a URL without credentials or query."""
+    return redact(location) if isinstance(location, str) else str(location)
+
+
 class CacheDataModule(pl.LightningDataModule):
     """Train and validation loaders over caches, built with ``CachedDataset.to_torch_dataloader``.
 
@@ -35,7 +46,7 @@ class CacheDataModule(pl.LightningDataModule):
     budgets); build the module the same way on every rank.
 
     Args:
-        paths: the training caches (one or more cache directories).
+        paths: the training caches (one or more cache directories or URLs such as ``s3://bucket/caches/train``).
         batch_size: samples per batch on each rank.
         shuffle: weighted sampling with replacement (True) or sequential reading of the training rows.
         seed: the sampling seed.
@@ -47,6 +58,8 @@ class CacheDataModule(pl.LightningDataModule):
             value ``"val"``, ``"valid"`` or ``"validation"`` (or True in a bool column); the others train.
         samples_per_epoch: training samples per epoch over all ranks (default: the training row count).
         multiprocessing_context: start method of loading processes.
+        storage_options: fsspec options for caches at URLs (credentials, endpoint).
+        remote_config: node cache, prefetch and read-mode settings for caches at URLs.
     """
 
     def __init__(
@@ -63,14 +76,17 @@ class CacheDataModule(pl.LightningDataModule):
         split_column: str | None = None,
         samples_per_epoch: int | None = None,
         multiprocessing_context: str | None = "spawn",
+        storage_options: dict[str, Any] | None = None,
+        remote_config: drt.RemoteConfig | None = None,
     ) -> None:
         super().__init__()
         if val_paths is not None and split_column is not None:
             raise ValueError("give val_paths or split_column, not both")
         if not paths:
             raise ValueError("paths must name at least one cache")
-        self.paths = [Path(p) for p in paths]
-        self.val_paths = None if val_paths is None else [Path(p) for p in val_paths]
+        self.paths = [_location(p) for p in paths]
+        self.val_paths = None if val_paths is None else [_location(p) for p in val_paths]
+        self.storage_options, self.remote_config = storage_options, remote_config
         self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
         self.num_workers, self.samples_per_epoch = num_workers, samples_per_epoch
         self.sample_transform_fn, self.collate_fn = sample_transform_fn, collate_fn
@@ -82,11 +98,11 @@ class CacheDataModule(pl.LightningDataModule):
         self._pending_state: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
-        paths = [str(p) for p in self.paths]
+        paths = [_shown(p) for p in self.paths]
         return described(
             self,
             paths if len(paths) <= 2 else f"{len(paths)} caches",
-            val_paths=None if self.val_paths is None else [str(p) for p in self.val_paths],
+            val_paths=None if self.val_paths is None else [_shown(p) for p in self.val_paths],
             batch_size=self.batch_size,
             shuffle=self.shuffle,
             seed=self.seed,
@@ -97,10 +113,13 @@ class CacheDataModule(pl.LightningDataModule):
             split_column=self.split_column,
         )
 
-    def _dataset(self, paths: list[Path], shuffle: bool) -> drt.CachedDataset:
+    def _dataset(self, paths: list[Path | str], shuffle: bool) -> drt.CachedDataset:
         if self._runtime is None:
             self._runtime = drt.DatasetRuntime(num_workers=1)
-        return self._runtime.cached_dataset(paths, reader_config=drt.ReaderConfig(seed=self.seed, shuffle=shuffle))
+        return self._runtime.cached_dataset(
+            paths, reader_config=drt.ReaderConfig(seed=self.seed, shuffle=shuffle),
+            storage_options=self.storage_options, remote_config=self.remote_config,
+        )
 
     def _val_mask(self, table: pa.Table) -> np.ndarray:
         if self.split_column not in table.column_names:

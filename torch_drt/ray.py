@@ -18,7 +18,7 @@ from torch_drt.build.part import write_part
 from torch_drt.build.plan import ColumnsToInput, PartPlan, part_bounds, plan_ranges
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport, PartOutcome
-from torch_drt.cache import CacheInput, WriterConfig
+from torch_drt.cache import CacheInput, RemoteConfig, WriterConfig
 
 __all__ = ["build_cache_set"]
 
@@ -48,11 +48,13 @@ def _arrow_rows(block_refs: Sequence[Any]) -> Iterator[dict[str, Any]]:
             yield from batch.to_pylist()
 
 
-def _write_part_task(part: PartPlan, block_refs: list[Any], set_dir: Path, config: WriterConfig, counter: Any):
+def _write_part_task(
+    part: PartPlan, block_refs: list[Any], set_dir: Path | str, config: WriterConfig, counter: Any, remote: dict
+):
     """One Ray task: write one part from its blocks (runs on a worker)."""
     rows = _arrow_rows(block_refs)
     return write_part(
-        dataclasses.replace(part, input=rows), set_dir, config, lambda n: counter.add.remote(part.index, n)
+        dataclasses.replace(part, input=rows), set_dir, config, lambda n: counter.add.remote(part.index, n), **remote
     )
 
 
@@ -68,14 +70,16 @@ def _materialize_in_order(dataset: Any) -> Any:
 
 
 def _run_tasks(
-    plan: list[PartPlan], splits: list[Any], set_dir: Path, config: WriterConfig, options: dict, bar: BuildProgress
+    plan: list[PartPlan], splits: list[Any], start: Any, config: WriterConfig, options: dict, bar: BuildProgress
 ) -> list[PartOutcome]:
     import ray
     from ray.exceptions import RayError
 
     counter = ray.remote(num_cpus=0)(_RowCounter).remote()
     task = ray.remote(_write_part_task).options(**options)
-    pending = {task.remote(p, splits[p.index].to_arrow_refs(), set_dir, config, counter): p for p in plan}
+    pending = {
+        task.remote(p, splits[p.index].to_arrow_refs(), start.set_dir, config, counter, start.remote): p for p in plan
+    }
     base, finished, outcomes = bar.done, {}, []
     try:
         while pending:
@@ -109,6 +113,8 @@ def build_cache_set(
     exist_ok: bool = False,
     max_retries: int = 3,
     num_cpus: float = 1,
+    storage_options: dict[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> BuildReport:
     """Build the cache set ``root/name`` from ``dataset`` with one Ray task per part, then publish it.
 
@@ -118,7 +124,8 @@ def build_cache_set(
 
     Args:
         dataset: a ``ray.data.Dataset``; its row order is kept (it is materialized once for the split).
-        root: the directory holding the set, visible to every node at the same path.
+        root: the directory holding the set, visible to every node at the same path, or a URL (parts are staged on
+            the workers and uploaded; the set manifest is written last).
         name: the set's name; part ``k`` is the cache ``root/name/name-0000k``.
         fn: row (a dict of Python values) -> ``CacheInput``, or None to leave the row out; runs in the tasks.
             Default: ``data_column`` is the payload and the other columns (or ``metadata_columns``) the metadata.
@@ -130,6 +137,8 @@ def build_cache_set(
         exist_ok: return the report of the set when it is already published instead of raising.
         max_retries: Ray's retries of a task whose worker died.
         num_cpus: CPUs reserved by each task.
+        storage_options: fsspec options for a URL root (they travel to the tasks).
+        remote_config: remote settings for a URL root.
 
     Returns:
         A ``BuildReport`` (the set's path when published; each failed part names its input row).
@@ -150,7 +159,10 @@ def build_cache_set(
     if not bounds:
         raise ValueError(f"the dataset has no rows: there is nothing to build into set {name!r}")
     plan = plan_ranges(name, bounds, convert)
-    start = start_build(root, name, plan, exist_ok=exist_ok, verify=config.validate_cache)
+    start = start_build(
+        root, name, plan, exist_ok=exist_ok, verify=config.validate_cache, storage_options=storage_options,
+        remote_config=remote_config,
+    )
     if start.complete is not None:
         return start.complete
     splits = data.split_at_indices([a for a, _ in bounds[1:]]) if len(bounds) > 1 else [data]
@@ -158,5 +170,5 @@ def build_cache_set(
     options = {"max_retries": max_retries, "num_cpus": num_cpus}
     with BuildProgress(name, bounds[-1][1], enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
-        outcomes = _run_tasks(todo, splits, start.set_dir, config, options, bar) if todo else []
+        outcomes = _run_tasks(todo, splits, start, config, options, bar) if todo else []
     return finish_build(start, name, [*start.done.values(), *outcomes])

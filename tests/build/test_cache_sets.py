@@ -171,11 +171,11 @@ def test_unparseable_set_manifests(tmp_path, raw):
     assert err.value.path == tmp_path / "s" / "cacheset.json"
 
 
-def test_remote_parts_are_refused_without_credentials_and_file_urls_open(runtime, tmp_path, parts):
+def test_parts_whose_url_carries_secrets_are_refused_and_file_urls_open(runtime, tmp_path, parts):
     path, body = _manifest(tmp_path, parts)
     body["parts"][0]["path"] = "s3://key:secret@bucket/p0?X-Amz-Signature=abc"
     path.write_text(json.dumps(body))
-    with pytest.raises(CacheCorruptError, match="is remote") as err:
+    with pytest.raises(CacheCorruptError, match="must not carry credentials") as err:
         open_cache_set(tmp_path / "s")
     assert "secret" not in str(err.value) and "Signature" not in str(err.value)
     body["parts"][0]["path"] = f"file://{parts[0]}"

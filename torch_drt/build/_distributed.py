@@ -9,7 +9,7 @@ barrier before rank 0 publishes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from torch_drt.build.part import write_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
-from torch_drt.cache import WriterConfig
+from torch_drt.cache import RemoteConfig, WriterConfig
 
 __all__ = ["Ranks", "build_on_ranks"]
 
@@ -90,7 +90,14 @@ class _Heartbeat(threading.Thread):
 
 
 def build_on_ranks(
-    ranks: Ranks, plan: Sequence[PartPlan], root: str | Path, name: str, config: WriterConfig, exist_ok: bool
+    ranks: Ranks,
+    plan: Sequence[PartPlan],
+    root: str | Path,
+    name: str,
+    config: WriterConfig,
+    exist_ok: bool,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> BuildReport:
     """Build the set across the job's ranks; every rank returns the same report.
 
@@ -104,7 +111,10 @@ def build_on_ranks(
     start: Any = None
     if ranks.rank == 0:
         try:
-            start = start_build(root, name, plan, exist_ok=exist_ok, verify=config.validate_cache)
+            start = start_build(
+                root, name, plan, exist_ok=exist_ok, verify=config.validate_cache, storage_options=storage_options,
+                remote_config=remote_config,
+            )
         except (FileExistsError, ValueError) as e:
             start = e
     start = ranks.broadcast(start)
@@ -120,7 +130,9 @@ def build_on_ranks(
     heartbeat = _Heartbeat(ranks, lambda rows: bar.set(reused + rows))
     heartbeat.start()
     try:
-        mine = [write_part(p, start.set_dir, config, heartbeat.add) for p in todo[ranks.rank :: ranks.world]]
+        mine = [
+            write_part(p, start.set_dir, config, heartbeat.add, **start.remote) for p in todo[ranks.rank :: ranks.world]
+        ]
     finally:
         heartbeat.finished.set()
         heartbeat.join()

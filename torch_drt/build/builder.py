@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,7 @@ from torch_drt.build.part import write_part
 from torch_drt.build.plan import plan_parts
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
-from torch_drt.cache import WriterConfig
+from torch_drt.cache import RemoteConfig, WriterConfig
 
 __all__ = ["build_cache_set"]
 
@@ -24,6 +24,8 @@ def build_cache_set(
     *,
     writer_config: WriterConfig | None = None,
     exist_ok: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> BuildReport:
     """Build the cache set ``root/name``, one part per input, and publish it once every part is written.
 
@@ -38,11 +40,14 @@ def build_cache_set(
     Args:
         inputs: the parts' inputs: ``RowRange`` objects (see ``split_rows``) or cache sources (objects with
             ``name`` and ``__iter__`` yielding ``CacheInput``), one part each.
-        root: the directory that holds the set (``root/name``); shared by every node of a multi-node job.
+        root: the directory that holds the set (``root/name``); shared by every node of a multi-node job. Or a
+            URL (``s3://bucket/sets``): each part is staged locally and uploaded, the set manifest written last.
         name: the set's name; part ``k`` is the cache ``root/name/name-0000k``.
         writer_config: the parts' writer settings; ``show_progress`` governs the build's one bar.
         exist_ok: when the set is already published, return its report instead of raising (the plan must
             match the one it was built with).
+        storage_options: fsspec options for a URL root.
+        remote_config: remote settings for a URL root.
 
     Returns:
         A ``BuildReport``: the set's path when published, each part's outcome (failures name the input row).
@@ -60,14 +65,19 @@ def build_cache_set(
         ranks = Ranks.current()
         if ranks is not None:
             try:
-                return build_on_ranks(ranks, plan, root, name, config, exist_ok)
+                return build_on_ranks(ranks, plan, root, name, config, exist_ok, storage_options, remote_config)
             finally:
                 ranks.close()
-    start = start_build(root, name, plan, exist_ok=exist_ok, verify=config.validate_cache)
+    start = start_build(
+        root, name, plan, exist_ok=exist_ok, verify=config.validate_cache, storage_options=storage_options,
+        remote_config=remote_config,
+    )
     if start.complete is not None:
         return start.complete
     known = [p.rows for p in plan]
     with BuildProgress(name, None if None in known else sum(known), enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
-        written = [write_part(p, start.set_dir, config, bar.add) for p in plan if p.index not in start.done]
+        written = [
+            write_part(p, start.set_dir, config, bar.add, **start.remote) for p in plan if p.index not in start.done
+        ]
     return finish_build(start, name, [*start.done.values(), *written])

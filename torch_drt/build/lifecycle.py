@@ -11,18 +11,27 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torch_drt.build.part import published_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import BuildReport, PartOutcome
-from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache_set, publish_cache_set
+from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set, publish_cache_set
 from torch_drt.cache.cache_set import read_cache_set
+from torch_drt.cache.remote_store import RemoteStore, is_url
 
-__all__ = ["JOURNAL_FILE", "BuildStart", "finish_build", "read_journal", "set_directory", "start_build"]
+__all__ = [
+    "JOURNAL_FILE",
+    "BuildStart",
+    "finish_build",
+    "part_location",
+    "read_journal",
+    "set_directory",
+    "start_build",
+]
 
 JOURNAL_FILE = ".build-plan.json"
 _JOURNAL_FORMAT = "torch_drt.cacheset.plan"
@@ -33,46 +42,54 @@ class BuildStart:
     """Where a build stands before any part is written.
 
     Attributes:
-        set_dir: the set directory (the parts' root).
+        set_dir: the set directory (the parts' root), or its URL.
         done: the parts already published, by index.
         complete: the report of a set already published (only with ``exist_ok``): nothing is left to do.
+        remote: ``storage_options`` and ``remote_config`` for a URL root (keyword arguments of ``write_part``).
     """
 
-    set_dir: Path
+    set_dir: Path | str
     done: dict[int, PartOutcome]
     complete: BuildReport | None = None
+    remote: dict[str, Any] = field(default_factory=dict)
 
 
-def set_directory(root: str | Path, name: str) -> Path:
-    """The directory of set ``name`` under ``root``: the one place that turns a build root into a location.
-
-    Raises:
-        ValueError: for an object-store root (builds write to a local or shared file system for now).
-    """
-    text = str(root)
-    if "://" in text and not text.startswith("file://"):
-        from torch_drt.sources.template import redact
-
-        raise ValueError(f"{redact(text)}: building a set into an object store is not supported yet")
-    return Path(text.removeprefix("file://")) / name
+def set_directory(root: str | Path, name: str) -> Path | str:
+    """The directory of set ``name`` under ``root``: the one place that turns a build root into a location (a URL
+    root gives the set's URL: parts are staged locally and uploaded, the set manifest written last)."""
+    if is_url(root):
+        return f"{str(root).rstrip('/')}/{name}"
+    return Path(str(root).removeprefix("file://")) / name
 
 
-def read_journal(set_dir: Path) -> dict[str, Any] | None:
+def read_journal(set_dir: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The plan a build of this set recorded, or None when none was recorded (or it is unreadable)."""
     try:
-        body = json.loads((set_dir / JOURNAL_FILE).read_bytes())
+        if isinstance(set_dir, str):
+            raw = RemoteStore(set_dir, storage_options).read_or_none(JOURNAL_FILE, 64 << 20)
+            if raw is None:
+                return None
+        else:
+            raw = (set_dir / JOURNAL_FILE).read_bytes()
+        body = json.loads(raw)
     except (OSError, ValueError):
         return None
     return body if isinstance(body, dict) and body.get("format") == _JOURNAL_FORMAT else None
 
 
-def _check_plan(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> None:
+def _check_plan(set_dir: Path | str, name: str, plan: Sequence[PartPlan], remote: dict[str, Any]) -> None:
     """Record the plan on the first run; on a later run, refuse a plan that differs from the recorded one."""
     body = {"format": _JOURNAL_FORMAT, "version": 1, "set": name, "parts": [p.describe() for p in plan]}
-    recorded = read_journal(set_dir)
+    recorded = read_journal(set_dir, remote.get("storage_options"))
     if recorded is None:
+        text = json.dumps(body, indent=2, sort_keys=True)
+        if isinstance(set_dir, str):
+            RemoteStore(set_dir, remote.get("storage_options"), remote.get("remote_config")).put(
+                JOURNAL_FILE, text.encode()
+            )
+            return
         tmp = set_dir / f".{JOURNAL_FILE}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-        tmp.write_text(json.dumps(body, indent=2, sort_keys=True))
+        tmp.write_text(text)
         os.replace(tmp, set_dir / JOURNAL_FILE)
         return
     if recorded.get("parts") == body["parts"]:
@@ -87,13 +104,13 @@ def _check_plan(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> None:
     )
 
 
-def _existing(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> BuildReport:
-    cache_set, layouts = open_cache_set(set_dir)
+def _existing(set_dir: Path | str, name: str, plan: Sequence[PartPlan], remote: dict[str, Any]) -> BuildReport:
+    cache_set, layouts = open_cache_set(set_dir, **remote)
     by_name = {part.location: layout for part, layout in zip(cache_set.parts, layouts)}
     if stray := sorted(set(by_name) - {p.name for p in plan}):
         raise ValueError(f"the set at {set_dir} was not built by this plan: it has parts {stray}")
     outcomes = tuple(
-        PartOutcome(p.index, p.name, "reused", set_dir / p.name, by_name[p.name].sample_count)
+        PartOutcome(p.index, p.name, "reused", part_location(set_dir, p.name), by_name[p.name].sample_count)
         if p.name in by_name
         else PartOutcome(p.index, p.name, "empty")
         for p in plan
@@ -101,8 +118,20 @@ def _existing(set_dir: Path, name: str, plan: Sequence[PartPlan]) -> BuildReport
     return BuildReport(name, set_dir, outcomes)
 
 
+def part_location(set_dir: Path | str, part: str) -> Path | str:
+    """Where part ``part`` of the set lives (a path, or a URL)."""
+    return f"{set_dir}/{part}" if isinstance(set_dir, str) else set_dir / part
+
+
 def start_build(
-    root: str | Path, name: str, plan: Sequence[PartPlan], *, exist_ok: bool = False, verify: bool = False
+    root: str | Path,
+    name: str,
+    plan: Sequence[PartPlan],
+    *,
+    exist_ok: bool = False,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> BuildStart:
     """Check the set is not published (or, with ``exist_ok``, is this very build), record or check the plan, and
     find the parts already published.
@@ -112,15 +141,17 @@ def start_build(
         ValueError: when an earlier run of this set recorded another plan.
     """
     set_dir = set_directory(root, name)
-    if is_cache_set(set_dir):
+    remote = {"storage_options": storage_options, "remote_config": remote_config} if isinstance(set_dir, str) else {}
+    if is_cache_set(set_dir, **remote):
         if not exist_ok:
             raise FileExistsError(f"cache set already exists: {set_dir} (a set is never overwritten)")
-        _check_plan(set_dir, name, plan)
-        return BuildStart(set_dir, {}, _existing(set_dir, name, plan))
-    set_dir.mkdir(parents=True, exist_ok=True)
-    _check_plan(set_dir, name, plan)
-    done = {p.index: o for p in plan if (o := published_part(p, set_dir, verify=verify)) is not None}
-    return BuildStart(set_dir, done)
+        _check_plan(set_dir, name, plan, remote)
+        return BuildStart(set_dir, {}, _existing(set_dir, name, plan, remote), remote)
+    if isinstance(set_dir, Path):
+        set_dir.mkdir(parents=True, exist_ok=True)
+    _check_plan(set_dir, name, plan, remote)
+    done = {p.index: o for p in plan if (o := published_part(p, set_dir, verify=verify, **remote)) is not None}
+    return BuildStart(set_dir, done, remote=remote)
 
 
 def finish_build(start: BuildStart, name: str, outcomes: Sequence[PartOutcome]) -> BuildReport:
@@ -139,9 +170,9 @@ def finish_build(start: BuildStart, name: str, outcomes: Sequence[PartOutcome]) 
     if not kept:
         return BuildReport(name, None, outcomes, "every part is empty: there is nothing to publish")
     try:
-        publish_cache_set(start.set_dir, [o.path for o in kept])
+        publish_cache_set(start.set_dir, [o.path for o in kept], **start.remote)
     except FileExistsError:
-        if [p.location for p in read_cache_set(start.set_dir).parts] != [o.name for o in kept]:
+        if [p.location for p in read_cache_set(start.set_dir, **start.remote).parts] != [o.name for o in kept]:
             return BuildReport(name, None, outcomes, f"another set was published at {start.set_dir} meanwhile")
     except (ValueError, CacheCorruptError) as e:  # the parts do not form one dataset (another schema)
         return BuildReport(name, None, outcomes, str(e))

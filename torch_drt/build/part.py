@@ -7,13 +7,13 @@ part removes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
-from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, WriterConfig, open_cache
+from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, RemoteConfig, WriterConfig, open_cache
 from torch_drt.cache.writer import write_source
 
 __all__ = ["PROGRESS_EVERY", "published_part", "write_part"]
@@ -22,15 +22,22 @@ PROGRESS_EVERY = 64  # rows between two progress reports of a part
 _END = object()
 
 
-def published_part(part: PartPlan, parts_root: Path, *, verify: bool = False) -> PartOutcome | None:
+def published_part(
+    part: PartPlan,
+    parts_root: Path | str,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> PartOutcome | None:
     """The ``"reused"`` outcome of ``part`` when a complete cache of it is already published, else None."""
-    path = parts_root / part.name
-    if not path.is_dir():
+    path = f"{parts_root}/{part.name}" if isinstance(parts_root, str) else parts_root / part.name
+    if isinstance(path, Path) and not path.is_dir():
         return None
     try:
-        layout = open_cache(path, verify=verify)
+        layout = open_cache(path, verify=verify, storage_options=storage_options, remote_config=remote_config)
     except CacheCorruptError:
-        return None  # the writer moves it aside and writes the part again
+        return None  # the writer moves it aside (a remote one without manifest: cleans it up) and writes it again
     return PartOutcome(part.index, part.name, "reused", path, layout.sample_count)
 
 
@@ -104,22 +111,31 @@ class _TrackedRows:
 
 
 def write_part(
-    part: PartPlan, parts_root: str | Path, config: WriterConfig, progress: Callable[[int], None] | None = None
+    part: PartPlan,
+    parts_root: str | Path,
+    config: WriterConfig,
+    progress: Callable[[int], None] | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
 ) -> PartOutcome:
     """Write ``part`` to ``parts_root/<part.name>`` unless it is already published there; never raises.
 
     Args:
         part: the part, with its input.
-        parts_root: the set directory.
+        parts_root: the set directory, or its URL (the part is staged locally and uploaded).
         config: writer settings (its progress bar is never shown: the driver shows one for the whole build).
         progress: called with the number of input rows done since its last call.
+        storage_options: fsspec options for a URL.
+        remote_config: remote settings for a URL.
 
     Returns:
         ``"reused"``, ``"written"``, ``"empty"`` (no sample: nothing written) or ``"failed"`` naming the input
         row at fault when there is one (its position in the whole input).
     """
-    parts_root = Path(parts_root)
-    if (done := published_part(part, parts_root, verify=config.validate_cache)) is not None:
+    remote = {"storage_options": storage_options, "remote_config": remote_config}
+    parts_root = parts_root if isinstance(parts_root, str) and "://" in parts_root else Path(parts_root)
+    if (done := published_part(part, parts_root, verify=config.validate_cache, **remote)) is not None:
         if progress is not None and part.rows:
             progress(part.rows)
         return done
@@ -127,14 +143,17 @@ def write_part(
     try:
         if not rows.peek():
             return PartOutcome(part.index, part.name, "empty")
-        result = write_source(rows, parts_root, config.model_copy(update={"show_progress": False}), mode="reuse")
+        result = write_source(
+            rows, parts_root, config.model_copy(update={"show_progress": False}), mode="reuse", **remote
+        )
         message = "" if isinstance(result, CacheWriteSuccess) else result.message
     except Exception as e:  # the first row failed while peeking
         message = f"{type(e).__name__}: {e}"
     finally:
         rows.flush_progress()
     if not message:
-        return PartOutcome(part.index, part.name, "written", parts_root / part.name, rows.samples)
+        path = f"{parts_root}/{part.name}" if isinstance(parts_root, str) else parts_root / part.name
+        return PartOutcome(part.index, part.name, "written", path, rows.samples)
     row = rows.failed_row()
     return PartOutcome(
         part.index, part.name, "failed", row=None if row is None else part.first_row + row, message=message

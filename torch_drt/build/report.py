@@ -20,7 +20,7 @@ class PartOutcome:
         name: its cache name.
         status: ``"written"`` now, ``"reused"`` (published by an earlier run), ``"empty"`` (no sample: left out
             of the set) or ``"failed"`` (nothing published for it).
-        path: the part cache, when written or reused.
+        path: the part cache (a path or URL), when written or reused.
         sample_count: its samples.
         row: for a failure caused by one input row, that row's position in the whole input.
         message: why it failed.
@@ -29,7 +29,7 @@ class PartOutcome:
     index: int
     name: str
     status: PartStatus
-    path: Path | None = None
+    path: Path | str | None = None
     sample_count: int = 0
     row: int | None = None
     message: str = ""
@@ -47,13 +47,13 @@ class BuildReport:
 
     Attributes:
         name: the set's name.
-        path: the published set directory, or None when the set was not published.
+        path: the published set directory (or URL), or None when the set was not published.
         parts: every part's outcome, in part order.
         message: why the set was not published (empty when it was).
     """
 
     name: str
-    path: Path | None
+    path: Path | str | None
     parts: tuple[PartOutcome, ...]
     message: str = ""
 

@@ -18,6 +18,7 @@ from torch_drt.cache.records import (
     CacheWriteSuccess,
     SizedTorchIterableDataset,
 )
+from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.runtime import DatasetRuntime
 from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
 
@@ -40,6 +41,7 @@ __all__ = [
     "CachedSample",
     "DatasetRuntime",
     "ReaderConfig",
+    "RemoteConfig",
     "ShardCompression",
     "SizedTorchIterableDataset",
     "WriterConfig",

@@ -17,15 +17,22 @@ import logging
 import os
 from typing import Any
 
-from torch_drt.cache._consumer import stream_id
+from torch_drt.cache._streams import stream_id
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 
-__all__ = ["ReaderEvents", "loader_event"]
+__all__ = ["ReaderEvents", "loader_event", "log_ready"]
 
 _READER_EVENT = (
     "event=%s pid=%s rank=%s worker=%s seed=%s native_threads=%s persistent=%s samples=%s population=%s "
     "sampling_reset=%s stream=%s"
+)
+
+
+_READY_EVENT = (
+    "event=loader_ready pid=%s rank=%s seed=%s streams=%s num_workers=%s native_threads_per_consumer=%s "
+    "partition=%s persistent=%s prefetch_factor=%s native_prefetch=%s samples=%s samples_per_rank=%s "
+    "batch_size=%s world_size=%s shuffle=%s multiprocessing_context=%s"
 )
 
 
@@ -53,6 +60,19 @@ def loader_event(logger_name: str, message: str, *args: Any) -> None:
         handler.handle(logger.makeRecord(logger_name, logging.INFO, "", 0, message, args, None))
     finally:
         handler.close()
+
+
+def log_ready(logger: str, loader: Any, plans: tuple[ConsumerPlan, ...], native_prefetch: int) -> None:
+    """The ``loader_ready`` event of a built cache loader (its resolved settings)."""
+    context = loader.multiprocessing_context
+    # fmt: off
+    loader_event(logger, _READY_EVENT, os.getpid(), loader.rank, loader.seed,
+                 ",".join(f"{p.worker}:{stream_id(p, len(plans))}" for p in plans), loader.num_workers,
+                 loader.native_num_workers, loader.worker_partition, loader.persistent_workers,
+                 "disabled" if loader.prefetch_factor is None else loader.prefetch_factor, native_prefetch,
+                 loader.samples_per_epoch, sum(p.sample_count for p in plans), loader.batch_size, loader.world_size,
+                 loader.shuffle, "disabled" if context is None else context.get_start_method())
+    # fmt: on
 
 
 class ReaderEvents:

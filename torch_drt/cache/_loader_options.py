@@ -115,6 +115,7 @@ class LoaderOptions:
     """The scalar arguments, validated on construction (``ValueError`` with dataset-rt's message).
 
     ``seed_given``: whether ``seed`` came from the caller (only then does it require ``shuffle=True``).
+    ``shard_window``: torch_drt's locality-aware shuffle (``ReaderConfig.shard_window``), given as an argument.
     """
 
     shuffle: bool
@@ -133,6 +134,7 @@ class LoaderOptions:
     prefetch_factor: int | Literal["auto"]
     verbose: bool
     work_dir: str | Path | None
+    shard_window: int | None = None
 
     def __post_init__(self) -> None:
         _count(self.num_workers, "num_workers", 0, (1 << 32) - 1)
@@ -162,6 +164,11 @@ class LoaderOptions:
             raise ValueError("worker_partition must be 'split', 'replicate', or None")
         if self.work_dir is not None and not Path(self.work_dir).is_dir():
             raise ValueError(f"work_dir={str(self.work_dir)!r} must be an existing directory")
+        window = self.shard_window  # torch_drt's own argument, checked after dataset-rt's
+        if window is not None and (type(window) is not int or window < 1):
+            raise ValueError(f"shard_window={window!r} must be None or an int >= 1")
+        if window is not None and not self.shuffle:
+            raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")
 
     def _check_seed(self) -> None:
         if isinstance(self.seed, str) and self.seed == "random":
@@ -177,6 +184,12 @@ class LoaderOptions:
     def random_seed(self) -> bool:
         """``seed="random"``: a seed is drawn when the loader is built (and adopted from a checkpoint)."""
         return isinstance(self.seed, str)
+
+    def window(self, configured: int | None) -> int | None:
+        """The shard window in force: the argument, else the ``ReaderConfig``'s (``configured``) when shuffled."""
+        if self.shard_window is not None:
+            return self.shard_window
+        return configured if self.shuffle else None
 
     @property
     def partition(self) -> Literal["split", "replicate"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult
+from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.writer import WriteMode, write_source
 from torch_drt.publish import publish_lock, remove_stale_staging
 
@@ -29,8 +31,11 @@ _STOP_GRACE_S = 2.0
 _POLL_S = 1.0  # how often a wait looks at the children's liveness
 
 
-def _child(conn: Connection, root: Path, config: WriterConfig, mode: WriteMode) -> None:
-    """A child: report ready, then write each ``(index, name, position, pickled source)`` it gets until ``b""``."""
+def _child(conn: Connection, root: Path | str, config: WriterConfig, mode: WriteMode, where: dict[str, Any]) -> None:
+    """A child: report ready, then write each ``(index, name, position, pickled source)`` it gets until ``b""``.
+
+    ``where``: the ``storage_options`` and ``remote_config`` of a URL root.
+    """
     conn.send(_READY)
     while (message := conn.recv_bytes()) != b"":
         index, name, position, payload = pickle.loads(message)
@@ -39,7 +44,7 @@ def _child(conn: Connection, root: Path, config: WriterConfig, mode: WriteMode) 
         except Exception as e:
             result: CacheWriteResult = CacheWriteError(name, f"source unpickling failed: {e!r}")
         else:
-            result = write_source(source, root, config, mode=mode, position=position)
+            result = write_source(source, root, config, mode=mode, position=position, **where)
         conn.send((index, result))
 
 
@@ -63,7 +68,7 @@ def _dispatch(child: _Child, index: int, source: Any, timeout: float) -> CacheWr
     return None
 
 
-def _stop(children: list[_Child], root: Path) -> None:
+def _stop(children: list[_Child], root: Path | str) -> None:
     for child in children:
         if child.process.is_alive() and child.job is None and child.ready:
             child.conn.send_bytes(b"")
@@ -73,13 +78,26 @@ def _stop(children: list[_Child], root: Path) -> None:
             child.process.kill()
             child.process.join()
         child.conn.close()
-        if child.job is not None:  # its staging directory's lock died with it
+        if child.job is not None and isinstance(root, Path):  # its staging directory's lock died with it (a URL's
+            # claim is taken over after RemoteConfig.stale_writer_after)
             with publish_lock(root, child.job[1]):
                 remove_stale_staging(root, child.job[1])
 
 
-def write_in_processes(sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode) -> list[CacheWriteResult]:
-    """Write ``sources`` in ``config.num_processes`` spawned children; one result per source, in input order."""
+def write_in_processes(
+    sources: list[Any],
+    root: Path | str,
+    config: WriterConfig,
+    mode: WriteMode,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> list[CacheWriteResult]:
+    """Write ``sources`` in ``config.num_processes`` spawned children; one result per source, in input order.
+
+    ``root`` may be a URL (with its ``storage_options`` and ``remote_config``): each child stages and uploads.
+    """
+    where = {"storage_options": None if storage_options is None else dict(storage_options),
+             "remote_config": remote_config}
     context = multiprocessing.get_context("spawn")
     timeout = config.process_timeout_seconds
     results: dict[int, CacheWriteResult] = {}
@@ -89,7 +107,7 @@ def write_in_processes(sources: list[Any], root: Path, config: WriterConfig, mod
     try:
         for _ in range(min(config.num_processes, len(sources))):
             parent, child_end = context.Pipe()
-            process = context.Process(target=_child, args=(child_end, root, config, mode), daemon=True)
+            process = context.Process(target=_child, args=(child_end, root, config, mode, where), daemon=True)
             process.start()
             child_end.close()
             children.append(_Child(process, parent, time.monotonic() + timeout))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch_drt.cache._consumer import RowFetcher
@@ -20,8 +21,9 @@ class StreamMode(LoaderMode):
 
     The checkpoint is ``{version, epoch, batches_done}`` plus what makes the streams: ``world_size``,
     ``num_workers``, ``samples_per_epoch``, ``batch_size``, ``drop_last``, ``shuffle``, ``seed``,
-    ``worker_partition`` and ``table_fingerprint``. A state whose settings differ is refused (the streams would
-    be others), except a seed drawn with ``seed="random"``, which is adopted from the checkpoint.
+    ``worker_partition``, ``shard_window`` and ``table_fingerprint``. A state whose settings differ is refused (the
+    streams would be others), except a seed drawn with ``seed="random"``, which is adopted from the checkpoint. A
+    state without ``shard_window`` (taken before it existed) reads as ``shard_window=None``.
     """
 
     VERSION = 1
@@ -29,6 +31,7 @@ class StreamMode(LoaderMode):
     EPOCH_KEY = StreamPlanner.EPOCH_KEY
     DONE_KEY = StreamPlanner.DONE_KEY
     FINGERPRINT_KEY = "table_fingerprint"
+    WINDOW_KEY = "shard_window"
     SETTINGS = (
         "world_size",
         "num_workers",
@@ -37,6 +40,7 @@ class StreamMode(LoaderMode):
         "drop_last",
         "shuffle",
         "worker_partition",
+        WINDOW_KEY,
     )
     SEED_KEY = "seed"
 
@@ -85,6 +89,8 @@ class StreamMode(LoaderMode):
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
         keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, *self.SETTINGS, self.SEED_KEY, self.FINGERPRINT_KEY)
+        if isinstance(state, Mapping) and self.WINDOW_KEY not in state:  # a checkpoint from before shard_window
+            state = {**state, self.WINDOW_KEY: None}
         state = require_mapping(state, "cache loader", keys)
         state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION, what="cache loader")
         epoch = state_int(state, self.EPOCH_KEY, what="cache loader")

@@ -11,18 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from torch_drt.cache._format import MANIFEST_FILE, validate_source_name
+from torch_drt.cache._format import MANIFEST_FILE, MAX_MANIFEST_BYTES, validate_source_name
+from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache, open_cache
 from torch_drt.publish import fsync_dir
+
+if TYPE_CHECKING:
+    from torch_drt.cache.remote_config import RemoteConfig
+
+Location = str | Path | CacheBackend
 
 __all__ = [
     "SET_FORMAT_NAME",
@@ -68,12 +75,12 @@ class CacheSet:
     """A parsed set manifest.
 
     Attributes:
-        path: the set directory.
+        path: the set directory (a ``Path``, or the set's URL).
         name: the set's name (its directory name when it was published).
         parts: the parts, in dataset order.
     """
 
-    path: Path
+    path: Path | str
     name: str
     parts: tuple[CacheSetPart, ...]
 
@@ -87,21 +94,14 @@ class CacheSet:
         """The metadata schema every part shares."""
         return self.parts[0].schema
 
-    def part_path(self, part: CacheSetPart) -> Path:
-        """Where ``part`` lives on this machine.
-
-        Raises:
-            CacheCorruptError: for a URL this torch_drt cannot open yet (only ``file://``).
-        """
+    def part_path(self, part: CacheSetPart) -> Path | str:
+        """Where ``part`` lives: a local path, or a URL (a part recorded as a URL, or any part of a remote set)."""
         location = part.location
         if "://" in location:
-            if location.startswith("file://"):
-                return Path(location[len("file://") :])
-            from torch_drt.sources.template import redact
-
-            raise CacheCorruptError(
-                self.path / SET_MANIFEST_FILE, f"part {redact(location)!r} is remote; only local parts can be opened"
-            )
+            return Path(location[len("file://") :]) if location.startswith("file://") else location
+        if isinstance(self.path, str):  # a remote set: relative parts lie under its URL
+            scheme, rest = self.path.split("://", 1)
+            return f"{scheme}://{posixpath.normpath(posixpath.join(rest, location))}"
         return Path(os.path.normpath(self.path / location))
 
 
@@ -117,9 +117,18 @@ def validate_set_name(name: object) -> str:
         raise ValueError(str(e).replace("source name", "cache set name")) from None
 
 
-def is_cache_set(path: str | Path) -> bool:
-    """True when ``path`` is a directory with a set manifest (whether or not the set is valid)."""
-    return (Path(path) / SET_MANIFEST_FILE).is_file()
+def _backend(path: Location, options: Mapping[str, Any] | None, config: RemoteConfig | None) -> CacheBackend:
+    return backend_for(path, options, config)
+
+
+def is_cache_set(
+    path: Location, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
+) -> bool:
+    """True when ``path`` (a directory or URL) holds a set manifest (whether or not the set is valid)."""
+    backend = _backend(path, storage_options, remote_config)
+    if backend.stats_cheaply:
+        return (Path(backend.where()) / SET_MANIFEST_FILE).is_file()
+    return _has(backend, SET_MANIFEST_FILE)
 
 
 def _schema_json(schema: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
@@ -142,15 +151,13 @@ def _parse_part(entry: object, where: Path) -> CacheSetPart:
     return CacheSetPart(location, cache_id, count, schema, digest)
 
 
-def read_cache_set(path: str | Path) -> CacheSet:
-    """Read and check a set manifest (not its parts).
-
-    Raises:
-        CacheCorruptError: naming the manifest when it is missing, unreadable, of another format, lists no
-            parts, repeats a cache id or mixes schemas (naming the part).
-    """
-    set_dir = Path(path)
-    mpath = set_dir / SET_MANIFEST_FILE
+def _read_set_manifest(backend: CacheBackend) -> bytes:
+    mpath = backend.where(SET_MANIFEST_FILE)
+    if not backend.stats_cheaply:
+        try:
+            return backend.read(SET_MANIFEST_FILE, _MAX_MANIFEST_BYTES)
+        except MissingFile:
+            raise CacheCorruptError(mpath, "set manifest is missing (not a published cache set)") from None
     try:
         with open(mpath, "rb") as f:
             raw = f.read(_MAX_MANIFEST_BYTES + 1)
@@ -160,6 +167,22 @@ def read_cache_set(path: str | Path) -> CacheSet:
         raise CacheCorruptError(mpath, f"set manifest cannot be read: {e}") from None
     if len(raw) > _MAX_MANIFEST_BYTES:
         raise CacheCorruptError(mpath, f"set manifest is larger than {_MAX_MANIFEST_BYTES} bytes")
+    return raw
+
+
+def read_cache_set(
+    path: Location, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
+) -> CacheSet:
+    """Read and check a set manifest (not its parts); ``path`` is a directory or a URL.
+
+    Raises:
+        CacheCorruptError: naming the manifest when it is missing, unreadable, of another format, lists no
+            parts, repeats a cache id or mixes schemas (naming the part).
+    """
+    backend = _backend(path, storage_options, remote_config)
+    set_dir = backend.where()
+    mpath = backend.where(SET_MANIFEST_FILE)
+    raw = _read_set_manifest(backend)
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -173,7 +196,8 @@ def read_cache_set(path: str | Path) -> CacheSet:
     entries = body.get("parts")
     if not isinstance(entries, list) or not entries:
         raise CacheCorruptError(mpath, "set manifest lists no parts")
-    cache_set = CacheSet(set_dir, str(body.get("name", set_dir.name)), tuple(_parse_part(e, mpath) for e in entries))
+    default_name = posixpath.basename(str(set_dir).rstrip("/"))
+    cache_set = CacheSet(set_dir, str(body.get("name", default_name)), tuple(_parse_part(e, mpath) for e in entries))
     if problem := _disagreement(cache_set.parts):
         raise CacheCorruptError(mpath, problem)
     if body.get("sample_count") != cache_set.sample_count:
@@ -196,72 +220,120 @@ def _disagreement(parts: Sequence[CacheSetPart]) -> str | None:
     return None
 
 
-def _manifest_sha256(cache_dir: Path) -> str:
-    return hashlib.sha256((cache_dir / MANIFEST_FILE).read_bytes()).hexdigest()
+def _manifest_sha256(backend: CacheBackend) -> str:
+    return hashlib.sha256(backend.read(MANIFEST_FILE, MAX_MANIFEST_BYTES)).hexdigest()
 
 
-def _load_parts(cache_set: CacheSet, verify: bool) -> list[tuple[CacheLayout, pa.Table]]:
+def _load_parts(
+    cache_set: CacheSet, verify: bool, options: Mapping[str, Any] | None = None, config: RemoteConfig | None = None
+) -> list[tuple[CacheLayout, pa.Table]]:
     """Load every part with its metadata table; each must be exactly the cache the manifest recorded."""
     loaded = []
     for part in cache_set.parts:
-        part_dir = cache_set.part_path(part)
         try:
-            layout, table = load_cache(part_dir, verify=verify)
+            backend = _backend(cache_set.part_path(part), options, config)
+        except ValueError as e:  # a URL with secrets in it, say: the message shows it redacted
+            where = cache_set.path / SET_MANIFEST_FILE if isinstance(cache_set.path, Path) else cache_set.path
+            raise CacheCorruptError(where, f"part cannot be opened: {e}") from None
+        try:
+            layout, table = load_cache(backend, verify=verify)
         except FileNotFoundError:
-            raise CacheCorruptError(part_dir, f"part {part.location} does not exist") from None
+            raise CacheCorruptError(backend.where(), f"part {part.location} does not exist") from None
         recorded = (part.cache_id, part.sample_count, part.schema)
         if (layout.cache_id, layout.sample_count, layout.schema) != recorded or (
-            _manifest_sha256(part_dir) != part.manifest_sha256
+            _manifest_sha256(backend) != part.manifest_sha256
         ):
             raise CacheCorruptError(
-                part_dir / MANIFEST_FILE,
+                backend.where(MANIFEST_FILE),
                 f"part {part.location} is not the cache the set recorded (replaced after the set was published?)",
             )
         loaded.append((layout, table))
     return loaded
 
 
-def open_cache_set(path: str | Path, *, verify: bool = False) -> tuple[CacheSet, list[CacheLayout]]:
+def open_cache_set(
+    path: Location,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> tuple[CacheSet, list[CacheLayout]]:
     """Open a set and every part; each part must be exactly the cache the manifest recorded.
 
     Args:
-        path: the set directory.
+        path: the set directory or URL.
         verify: also verify every checksum of every part.
+        storage_options: fsspec options for remote sets and parts.
+        remote_config: the remote settings for remote sets and parts.
 
     Raises:
         CacheCorruptError: naming the set manifest, or the file of the part at fault.
     """
-    cache_set = read_cache_set(path)
-    return cache_set, [layout for layout, _ in _load_parts(cache_set, verify)]
+    cache_set = read_cache_set(path, storage_options=storage_options, remote_config=remote_config)
+    return cache_set, [layout for layout, _ in _load_parts(cache_set, verify, storage_options, remote_config)]
 
 
-def load_caches(path: str | Path, *, verify: bool = False) -> list[tuple[CacheLayout, pa.Table]]:
+def load_caches(
+    path: Location,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> list[tuple[CacheLayout, pa.Table]]:
     """The caches at ``path`` with their metadata tables: its parts when it is a set, else the one cache there."""
-    if is_cache_set(path):
-        return _load_parts(read_cache_set(path), verify)
-    return [load_cache(path, verify=verify)]
+    backend = _backend(path, storage_options, remote_config)
+    if backend.stats_cheaply:
+        is_set = is_cache_set(backend)
+    else:  # a remote cache costs one request: its manifest is read first
+        is_set = not _has(backend, MANIFEST_FILE) and _has(backend, SET_MANIFEST_FILE)
+    if is_set:
+        return _load_parts(read_cache_set(backend), verify, storage_options, remote_config)
+    return [load_cache(backend, verify=verify)]
 
 
-def _location(set_dir: Path, part_dir: Path) -> str:
-    """The part's path relative to the set when both lie under the set's root (the root can move), else absolute."""
+def _has(backend: CacheBackend, rel: str) -> bool:
+    try:
+        backend.read(rel, _MAX_MANIFEST_BYTES)
+    except MissingFile:
+        return False
+    return True
+
+
+def _location(set_dir: Path | str, part_dir: Path | str) -> str:
+    """The part's path relative to the set when both lie under the set's root (the root can move), else absolute
+    (or its URL)."""
+    if isinstance(set_dir, str) or isinstance(part_dir, str):
+        set_url, part_url = str(set_dir).rstrip("/"), str(part_dir).rstrip("/")
+        root = set_url.rsplit("/", 1)[0] + "/"
+        if "://" in set_url and part_url.startswith(root):
+            return posixpath.relpath(part_url.split("://", 1)[1], set_url.split("://", 1)[1])
+        return part_url
     part, root = part_dir.resolve(), set_dir.resolve().parent
     if part.is_relative_to(root):
         return Path(os.path.relpath(part, set_dir.resolve())).as_posix()
     return str(part)
 
 
-def publish_cache_set(path: str | Path, parts: Sequence[str | Path]) -> CacheSet:
+def publish_cache_set(
+    path: str | Path,
+    parts: Sequence[str | Path],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> CacheSet:
     """Publish a set of existing caches at ``path`` (created when missing); never overwrites a set.
 
     Each part is opened (structure), checked against the others (one schema, distinct cache ids) and recorded
     by its path relative to the set directory when both lie under one root (``ROOT/set``, ``ROOT/part`` or
-    ``ROOT/set/part``), else by its absolute path. The manifest is
+    ``ROOT/set/part``), else by its absolute path or URL. A local manifest is
     written to a temporary file, synced, and linked into place in one step that fails when a set is already
-    there.
+    there; a remote one is written with a conditional put where the store has them (see ``RemoteConfig``).
 
     Args:
-        path: the set directory; its name is the set's name.
-        parts: the part cache directories, in dataset order.
+        path: the set directory or URL; its name is the set's name.
+        parts: the part caches (directories or URLs), in dataset order.
+        storage_options: fsspec options for URLs.
+        remote_config: the remote settings for URLs.
 
     Returns:
         The published set.
@@ -272,20 +344,22 @@ def publish_cache_set(path: str | Path, parts: Sequence[str | Path]) -> CacheSet
         ValueError: naming the part whose schema or cache id does not fit the others; when ``parts`` is empty
             or the set name is invalid.
     """
-    set_dir = Path(path)
-    name = validate_set_name(set_dir.name)
+    remote = isinstance(path, str) and "://" in path and not path.startswith("file://")
+    set_dir: Path | str = path.rstrip("/") if remote else Path(str(path).removeprefix("file://"))
+    name = validate_set_name(posixpath.basename(str(set_dir)))
     if not parts:
         raise ValueError("a cache set needs at least one part")
-    mpath = set_dir / SET_MANIFEST_FILE
-    if mpath.exists():
+    if not remote and (Path(set_dir) / SET_MANIFEST_FILE).exists():
         raise FileExistsError(f"cache set already exists: {set_dir}")
     entries = []
-    for part_dir in map(Path, parts):
-        layout = open_cache(part_dir)
+    for part in parts:
+        backend = _backend(part if isinstance(part, str) else Path(part), storage_options, remote_config)
+        layout = open_cache(backend)
+        where = backend.where() if not backend.stats_cheaply else Path(backend.where())
         entries.append(
             CacheSetPart(
-                _location(set_dir, part_dir), layout.cache_id, layout.sample_count, layout.schema,
-                _manifest_sha256(part_dir),
+                _location(set_dir, where), layout.cache_id, layout.sample_count, layout.schema,
+                _manifest_sha256(backend),
             )
         )
     if problem := _disagreement(entries):
@@ -307,9 +381,24 @@ def publish_cache_set(path: str | Path, parts: Sequence[str | Path]) -> CacheSet
             for p in entries
         ],
     }
-    set_dir.mkdir(parents=True, exist_ok=True)
-    _write_new_json(mpath, body)
+    if remote:
+        _put_new_remote(str(set_dir), body, storage_options, remote_config)
+    else:
+        Path(set_dir).mkdir(parents=True, exist_ok=True)
+        _write_new_json(Path(set_dir) / SET_MANIFEST_FILE, body)
     return cache_set
+
+
+def _put_new_remote(
+    set_url: str, body: Any, options: Mapping[str, Any] | None, config: RemoteConfig | None
+) -> None:
+    from torch_drt.cache.remote_store import RemoteStore
+
+    store = RemoteStore(set_url, options, config)
+    if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):
+        raise FileExistsError(f"cache set already exists: {set_url}")
+    backend = _backend(set_url, options, config)
+    backend.forget(SET_MANIFEST_FILE)  # a "missing" answer this node remembered is stale now
 
 
 def _write_new_json(path: Path, body: Any) -> None:

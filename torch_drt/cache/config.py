@@ -11,7 +11,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 __all__ = ["CompressionAlgo", "ReaderConfig", "ShardCompression", "WriterConfig", "WriterProfilerConfig"]
 
@@ -105,6 +113,9 @@ class ReaderConfig(BaseModel):
         prefetch_size: samples read ahead per batch gather when iterating sample by sample.
         shuffle: draw by weight with replacement (True) or walk the table cyclically (False).
         validate_cache: verify every checksum while loading (otherwise structure only).
+        shard_window: with ``shuffle``, read the table in a locality-aware exact shuffle instead: every row once
+            per epoch, this many shards at a time (for caches at URLs whose node cache is smaller than the
+            dataset; see ``torch_drt.sampling.locality``). Rows must have equal weights. None: weighted draws.
     """
 
     model_config = _FROZEN
@@ -113,6 +124,22 @@ class ReaderConfig(BaseModel):
     prefetch_size: int = Field(default=64, gt=0)
     shuffle: bool = True
     validate_cache: bool = False
+    shard_window: int | None = Field(default=None, ge=1, strict=True)
+
+    @model_validator(mode="after")
+    def _window_shuffles(self) -> ReaderConfig:
+        if self.shard_window is not None and not self.shuffle:
+            raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """dataset-rt's fields, plus torch_drt's ``shard_window`` only when set (so dumps of either package's
+        settings load in the other's ``ReaderConfig``, whose unknown fields are errors)."""
+        data = handler(self)
+        if self.shard_window is None:
+            data.pop("shard_window", None)
+        return data
 
     def check_seed(self) -> int:
         """The seed, if a dataset can read with it.

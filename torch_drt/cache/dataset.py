@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,8 +13,10 @@ import pyarrow as pa
 from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
+from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CachedSample, make_samples
+from torch_drt.cache.records import CachedBatch, CachedSample
+from torch_drt.cache.shard_order import ShardWindowOrder, shard_window_order
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.describe import described
 from torch_drt.loader.state import require_mapping, state_int
@@ -27,36 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["CachedBatch", "CachedDataset"]
 
 logger = logging.getLogger("torch_drt.cache")
-
-
-@dataclass(frozen=True)
-class CachedBatch:
-    """Samples read together: payloads plus their rows' identity and metadata columns.
-
-    Attributes:
-        data: the payloads, in order.
-        cache_id: the rows' cache ids (uint64).
-        sample_id: the rows' sample ids (int64).
-        rows: the rows' positions in the active table (int64).
-        metadata: the rows' stored and extra metadata columns as an Arrow table.
-    """
-
-    data: list[bytes]
-    cache_id: np.ndarray
-    sample_id: np.ndarray
-    rows: np.ndarray
-    metadata: pa.Table
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __repr__(self) -> str:  # sizes, not payloads
-        nbytes = sum(len(d) for d in self.data)
-        return f"CachedBatch({len(self.data)} samples, {nbytes} bytes, metadata={self.metadata.column_names})"
-
-    def samples(self) -> list[CachedSample]:
-        """The batch as ``CachedSample``s, in order."""
-        return make_samples(self.data, self.metadata, self.cache_id, self.sample_id)
 
 
 class _Window:
@@ -117,7 +88,7 @@ class CachedDataset(DatasetInterop):
         self._position = 0  # the stream position after every window reserved so far
         self._latest: _Window | None = None  # the most recent iterator's window: what state_dict() reports
         self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
-        self._draws: WeightedDraws | None = None
+        self._draws: WeightedDraws | ShardWindowOrder | None = None
         if logger.isEnabledFor(logging.INFO):
             logger.info("opened %d caches (%d rows): %s", len(self.layouts), len(self._active), self._shown_paths())
 
@@ -197,9 +168,17 @@ class CachedDataset(DatasetInterop):
 
     # -- position -----------------------------------------------------------------------------------------
 
-    def _weighted(self, active: ActiveTable) -> WeightedDraws:
+    def _weighted(self, active: ActiveTable) -> WeightedDraws | ShardWindowOrder:
         if self._draws is None:
-            self._draws = WeightedDraws(active.weights, self.reader_config.seed)
+            config = self.reader_config
+            self._draws = (
+                WeightedDraws(active.weights, config.seed)
+                if config.shard_window is None
+                else shard_window_order(
+                    self.reader, active.cache_pos, active.sample_ids, active.weights,
+                    window=config.shard_window, seed=config.seed,
+                )
+            )
         return self._draws
 
     def rows_at(self, active: ActiveTable, start: int, count: int) -> np.ndarray:
@@ -216,6 +195,12 @@ class CachedDataset(DatasetInterop):
             self._resume_len = None
             return self._active, window
 
+    def _mode(self) -> str:
+        config = self.reader_config
+        if not config.shuffle:
+            return "sequential"
+        return "shuffle" if config.shard_window is None else f"shard_window={config.shard_window}"
+
     def state_dict(self) -> dict[str, Any]:
         """The reader position after the samples delivered so far: mode, stream position, samples left in the
         interrupted epoch (None: a whole epoch comes next), epoch length, seed and the table's fingerprint.
@@ -231,7 +216,7 @@ class CachedDataset(DatasetInterop):
                 position, remaining = self._position, self._resume_len
             return {
                 self.VERSION_KEY: self.STATE_VERSION,
-                self.MODE_KEY: "shuffle" if self.reader_config.shuffle else "sequential",
+                self.MODE_KEY: self._mode(),
                 self.POSITION_KEY: position,
                 self.REMAINING_KEY: remaining,
                 self.EPOCH_LEN_KEY: self._epoch_len,
@@ -246,7 +231,7 @@ class CachedDataset(DatasetInterop):
             ValueError: when the state was taken on another table, mode or seed, or is not a dataset state.
         """
         state = require_mapping(state, "CachedDataset", (self.POSITION_KEY, self.EPOCH_LEN_KEY))
-        mode = "shuffle" if self.reader_config.shuffle else "sequential"
+        mode = self._mode()
         if state.get(self.FINGERPRINT_KEY) != self._active.fingerprint:
             raise ValueError(
                 "state was taken on a different metadata table (fingerprint "
@@ -292,7 +277,15 @@ class CachedDataset(DatasetInterop):
         return self._delivered_batches(active, window, batch_size)
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
-        for offset in range(0, count, batch_size):
+        def batch_rows(k: int) -> tuple[np.ndarray, np.ndarray] | None:  # what remote caches prefetch
+            if k * batch_size >= count:
+                return None
+            rows = self.rows_at(active, start + k * batch_size, min(batch_size, count - k * batch_size))
+            return active.cache_pos[rows], active.sample_ids[rows]
+
+        ahead = ReadAhead(self.reader, batch_rows)
+        for k, offset in enumerate(range(0, count, batch_size)):
+            ahead.before(k)
             yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
 
     def _delivered_batches(self, active: ActiveTable, window: _Window, batch_size: int) -> Iterator[CachedBatch]:
@@ -322,6 +315,8 @@ class CachedDataset(DatasetInterop):
         ``worker_init_fn``, ``prefetch_factor="auto"``, ``persistent_workers="auto"``, ``verbose`` and
         ``dataloader_kwargs`` (only ``in_order=True``, ``snapshot_every_n_steps``). Left out, ``shuffle``/``seed``
         are the ``ReaderConfig``'s, ``verbose`` False; compat datasets: ``True``, ``"random"``, ``True``.
+        torch_drt's own: ``shard_window`` (default the ``ReaderConfig``'s when shuffled), the locality-aware
+        exact shuffle; with ``"replicate"`` all consumers of all ranks share one order by blocks.
 
         Raises:
             ValueError: for invalid arguments or ``dataloader_kwargs``.

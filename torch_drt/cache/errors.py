@@ -14,12 +14,12 @@ class CacheCorruptError(ValueError, RuntimeError):
     for either keeps catching it.
 
     Attributes:
-        path: the file (or directory) at fault.
+        path: the file (or directory) at fault: a ``Path``, or the URL (a str) of a remote file.
         reason: what is wrong with it.
     """
 
     def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = Path(path)
+        self.path = path if isinstance(path, str) and "://" in path else Path(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 

@@ -54,8 +54,11 @@ def dump_config(dataset: CachedDataset, directory: str | Path) -> Path:
 
     Raises:
         pydantic.ValidationError: when ``directory`` is not an existing directory (a ``ValueError``).
+        ValueError: when a cache is read from a URL (``dataset.json`` holds local paths, as dataset-rt's).
         FileExistsError: when it already holds an export (or a partial one).
     """
+    if dataset.reader.remote:
+        raise ValueError("dump_config exports datasets of local caches only: dataset.json holds cache directories")
     directory = _DIRECTORY.validate_python(directory).resolve()
     config_path, metadata_path = directory / CONFIG_NAME, directory / METADATA_NAME
     pending_config, pending_metadata = directory / f"{CONFIG_NAME}.partial", directory / f"{METADATA_NAME}.partial"

@@ -20,7 +20,7 @@ from torch_drt.cache._compression import decompressor
 from torch_drt.cache._legacy import payload_index
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
-from torch_drt.cache.validate import load_index, open_cache, open_layout
+from torch_drt.cache.validate import load_index, open_cache, open_layout, open_shards
 from torch_drt.checksums import record_checksums
 
 __all__ = ["CacheReader"]
@@ -32,7 +32,7 @@ class _OpenedCache:
     def __init__(self, layout: CacheLayout) -> None:
         self.layout = layout
         self.backend = layout.backend
-        self.shards = [self.backend.open(layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards)]
+        self.shards = open_shards(layout)
         self.index_file, self.index = load_index(layout)
         if layout.legacy:  # payload extents are computed once, into private memory
             self.index = payload_index(layout, self.index, self.shards)
@@ -146,6 +146,7 @@ class CacheReader:
     def __init__(self, layouts: Sequence[CacheLayout]) -> None:
         self.layouts = tuple(layouts)
         self._caches = [_OpenedCache(layout) for layout in self.layouts]
+        self._offsets = np.concatenate([[0], np.cumsum([len(lay.shards) for lay in self.layouts])]).astype(np.int64)
 
     @classmethod
     def open(cls, paths: Sequence[str | Path], verify: bool = False) -> CacheReader:
@@ -192,6 +193,46 @@ class CacheReader:
             rows = np.nonzero(cache_pos == pos)[0] if len(self._caches) > 1 else np.arange(len(sample_ids))
             self._caches[pos].gather_into(sample_ids[rows], out, rows)
         return out
+
+    @property
+    def remote(self) -> bool:
+        """True when a cache is read from a URL (its shards can be fetched ahead: see ``prefetch``)."""
+        return any(not c.backend.stats_cheaply for c in self._caches)
+
+    @property
+    def lookahead_batches(self) -> int:
+        """Batches a loader should look ahead for prefetching (the first remote cache's setting; 0 when local)."""
+        configs = [getattr(c.backend, "config", None) for c in self._caches if not c.backend.stats_cheaply]
+        return configs[0].lookahead_batches if configs and configs[0] is not None else 0
+
+    def shard_groups(self, cache_pos: np.ndarray, sample_ids: np.ndarray) -> np.ndarray:
+        """The shard of each row as one number across this reader's caches (cache offset + shard number).
+
+        Raises:
+            IndexError: for a sample id outside its cache.
+        """
+        sample_ids = np.asarray(sample_ids, dtype=np.int64)
+        cache_pos = np.zeros(len(sample_ids), dtype=np.int64) if len(self._caches) == 1 else np.asarray(cache_pos)
+        out = np.empty(len(sample_ids), dtype=np.int64)
+        for pos in np.unique(cache_pos).tolist():
+            rows = np.nonzero(cache_pos == pos)[0]
+            out[rows] = self._caches[pos].entries(sample_ids[rows])["shard"].astype(np.int64) + self._offsets[pos]
+        return out
+
+    def prefetch(self, groups: np.ndarray) -> None:
+        """Fetch the shards numbered ``groups`` (as ``shard_groups`` numbers them) ahead of the reads that need
+        them, in this order; it replaces the previous call's plan. A no-op when every cache is local.
+
+        This is the loader's hook: give it the shards of the next batches before reading each batch (see
+        ``torch_drt.cache.read_ahead.ReadAhead``). The first remote cache's ``RemoteConfig`` bounds the prefetch.
+        """
+        remote = [c for c in self._caches if not c.backend.stats_cheaply]
+        if not remote:
+            return
+        groups = np.asarray(groups, dtype=np.int64)
+        pos = np.searchsorted(self._offsets, groups, side="right") - 1
+        files = [self._caches[p].shards[g - self._offsets[p]] for p, g in zip(pos.tolist(), groups.tolist())]
+        remote[0].backend.prefetch(files)
 
     def close(self) -> None:
         """Unmap every file (payloads already returned stay valid: they are copies)."""

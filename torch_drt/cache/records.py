@@ -25,6 +25,7 @@ __all__ = [
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",
+    "CachedBatch",
     "CachedSample",
     "Err",
     "ManifestUpdateEntry",
@@ -91,6 +92,36 @@ def make_samples(
     ]
 
 
+@dataclass(frozen=True)
+class CachedBatch:
+    """Samples read together: payloads plus their rows' identity and metadata columns.
+
+    Attributes:
+        data: the payloads, in order.
+        cache_id: the rows' cache ids (uint64).
+        sample_id: the rows' sample ids (int64).
+        rows: the rows' positions in the active table (int64).
+        metadata: the rows' stored and extra metadata columns as an Arrow table.
+    """
+
+    data: list[bytes]
+    cache_id: np.ndarray
+    sample_id: np.ndarray
+    rows: np.ndarray
+    metadata: pa.Table
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:  # sizes, not payloads
+        nbytes = sum(len(d) for d in self.data)
+        return f"CachedBatch({len(self.data)} samples, {nbytes} bytes, metadata={self.metadata.column_names})"
+
+    def samples(self) -> list[CachedSample]:
+        """The batch as ``CachedSample``s, in order."""
+        return make_samples(self.data, self.metadata, self.cache_id, self.sample_id)
+
+
 @runtime_checkable
 class CacheSource(Protocol):
     """Anything with a ``name`` and an ``__iter__`` yielding ``CacheInput``."""
@@ -101,10 +132,11 @@ class CacheSource(Protocol):
 
 
 class CacheWriteSuccess(NamedTuple):
-    """The cache of ``source_name`` is complete at ``path`` (written now or reused); a named tuple, as in dataset-rt."""
+    """The cache of ``source_name`` is complete at ``path`` (written now or reused): a ``Path``, or the cache's URL;
+    a named tuple, as in dataset-rt."""
 
     source_name: str
-    path: Path
+    path: Path | str
 
 
 class CacheWriteError(NamedTuple):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
+from torch_drt.cache.backends import CacheBackend
 from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
@@ -21,9 +22,17 @@ from torch_drt.cache.records import (
     CacheWriteResult,
     CacheWriteSuccess,
 )
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_store import is_url
 from torch_drt.cache.writer import WriteMode, write_source
+from torch_drt.sources.template import redact
 
 __all__ = ["DatasetRuntime"]
+
+
+def _root(root: str | Path) -> Path | str:
+    """A URL stays a str (``file://`` becomes a path); anything else is a local path."""
+    return str(root) if is_url(root) else Path(str(root).removeprefix("file://"))
 
 
 def _as_list(sources: Any) -> list[Any]:
@@ -32,12 +41,13 @@ def _as_list(sources: Any) -> list[Any]:
     return list(sources)
 
 
-def _refuse_duplicates(sources: list[Any], root: Path) -> None:
+def _refuse_duplicates(sources: list[Any], root: Path | str) -> None:
     names = Counter(name for s in sources if isinstance(name := getattr(s, "name", None), str))
     duplicated = [name for name, count in names.items() if count > 1]
     if duplicated:
         name = duplicated[0]
-        raise ValueError(f"duplicate generated cache path: {root / name} (two sources named {name!r})")
+        path = root / name if isinstance(root, Path) else f"{redact(root)}/{name}"
+        raise ValueError(f"duplicate generated cache path: {path} (two sources named {name!r})")
 
 
 class DatasetRuntime:
@@ -65,14 +75,23 @@ class DatasetRuntime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self, sources: list[Any], root: Path, config: WriterConfig, mode: WriteMode) -> list[CacheWriteResult]:
+    def _write(
+        self,
+        sources: list[Any],
+        root: Path | str,
+        config: WriterConfig,
+        mode: WriteMode,
+        options: Mapping[str, Any] | None = None,
+        remote: RemoteConfig | None = None,
+    ) -> list[CacheWriteResult]:
         _refuse_duplicates(sources, root)
         profile = WriterProfile(config.profiler) if config.profiler.enabled else None
+        where = {"storage_options": options, "remote_config": remote}
         try:
             if config.num_processes > 0 and profile is None:  # a profile is taken on threads, as in dataset-rt
-                return write_in_processes(sources, root, config, mode)
+                return write_in_processes(sources, root, config, mode, **where)
             futures = [
-                self.pool.submit(write_source, source, root, config, mode=mode, position=pos, profile=profile)
+                self.pool.submit(write_source, source, root, config, mode=mode, position=pos, profile=profile, **where)
                 for pos, source in enumerate(sources)
             ]
             results: list[CacheWriteResult] = []
@@ -87,14 +106,23 @@ class DatasetRuntime:
                 profile.write()
 
     def write_cache(
-        self, sources: Any, root: str | Path, *, writer_config: WriterConfig | None = None
+        self,
+        sources: Any,
+        root: str | Path,
+        *,
+        writer_config: WriterConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
     ) -> list[CacheWriteResult]:
         """Write one cache per source under ``root/<source.name>``; existing caches are errors.
 
         Args:
             sources: one source or an iterable of sources (objects with ``name`` and ``__iter__``).
-            root: the cache root directory.
+            root: the cache root directory, or a URL (``s3://bucket/caches``): each cache is then written to a
+                local staging directory and uploaded, its manifest last (see ``docs/remote-caches.md``).
             writer_config: writer settings (defaults: ``WriterConfig()``).
+            storage_options: fsspec options for a URL root (credentials, endpoint).
+            remote_config: remote settings for a URL root.
 
         Returns:
             One ``CacheWriteSuccess`` / ``CacheWriteError`` per source, in input order. A failing source
@@ -103,14 +131,27 @@ class DatasetRuntime:
         Raises:
             ValueError: when two sources have one name, before anything is written (as in dataset-rt).
         """
-        return self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "create")
+        return self._write(
+            _as_list(sources), _root(root), writer_config or WriterConfig(), "create", storage_options, remote_config
+        )
 
-    def cached_dataset(self, paths: str | Path | Iterable[str | Path], *, reader_config: ReaderConfig) -> CachedDataset:
-        """Load known cache directories into one dataset; a cache set's path stands for all its parts.
+    def cached_dataset(
+        self,
+        paths: str | Path | Iterable[str | Path],
+        *,
+        reader_config: ReaderConfig,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> CachedDataset:
+        """Load known caches into one dataset; a cache set's path stands for all its parts.
 
         Args:
-            paths: one cache directory (a str or ``Path``) or several.
+            paths: one cache (a directory as a str or ``Path``, or a URL such as ``s3://bucket/caches/name``) or
+                several. Local caches are memory-mapped; remote ones are read through the node cache (see
+                ``RemoteConfig``), opening only their manifest, index and metadata.
             reader_config: the reader settings.
+            storage_options: fsspec options for URLs (credentials, ``client_kwargs={"endpoint_url": ...}``).
+            remote_config: node cache, prefetch and read-mode settings for URLs.
 
         Raises:
             FileNotFoundError: when a path does not exist.
@@ -119,8 +160,14 @@ class DatasetRuntime:
             OverflowError: when ``reader_config.seed`` is outside ``[0, 2**64)``, as in dataset-rt.
         """
         reader_config.check_seed()
-        paths = [paths] if isinstance(paths, str | Path) else list(paths)
-        loaded = [pair for p in paths for pair in load_caches(p, verify=reader_config.validate_cache)]
+        paths = [paths] if isinstance(paths, str | Path | CacheBackend) else list(paths)
+        loaded = [
+            pair
+            for p in paths
+            for pair in load_caches(
+                p, verify=reader_config.validate_cache, storage_options=storage_options, remote_config=remote_config
+            )
+        ]
         if not loaded:
             raise ValueError("cached_dataset needs at least one cache path")
         return self.dataset_class(self, [lay for lay, _ in loaded], reader_config, tables=[t for _, t in loaded])
@@ -132,12 +179,15 @@ class DatasetRuntime:
         *,
         reader_config: ReaderConfig,
         writer_config: WriterConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
     ) -> CacheSourcesDatasetSuccess | CacheSourcesDatasetError:
         """Reuse complete caches under ``root/<name>``, write the missing ones and load the successes.
 
         A directory there that is not a complete cache (a bare directory, or one a killed writer of another
         tool left) is moved aside, kept, and the cache is rebuilt. Two processes building the same cache at
-        once end with one valid cache: the second to publish adopts the first's.
+        once end with one valid cache: the second to publish adopts the first's. ``root`` may be a URL (with
+        ``storage_options`` and ``remote_config``): a cache without its manifest there is cleaned up and written.
 
         Returns:
             ``CacheSourcesDatasetSuccess(dataset, results)`` when at least one source has a cache (check
@@ -147,14 +197,18 @@ class DatasetRuntime:
             ValueError: when two sources have one name, before anything is written (as in dataset-rt).
         """
         reader_config.check_seed()
-        results = self._write(_as_list(sources), Path(root), writer_config or WriterConfig(), "reuse")
+        results = self._write(
+            _as_list(sources), _root(root), writer_config or WriterConfig(), "reuse", storage_options, remote_config
+        )
         paths = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
         failures = [r for r in results if isinstance(r, CacheWriteError)]
         if not paths:
             detail = "; ".join(f"{r.source_name}: {r.message}" for r in failures) or "no sources given"
             return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
         try:
-            dataset = self.cached_dataset(paths, reader_config=reader_config)
+            dataset = self.cached_dataset(
+                paths, reader_config=reader_config, storage_options=storage_options, remote_config=remote_config
+            )
         except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
             return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
         return CacheSourcesDatasetSuccess(dataset, results)

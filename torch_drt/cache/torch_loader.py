@@ -8,7 +8,6 @@ transport, pinned as they are unpacked.
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
 import tempfile
@@ -19,17 +18,19 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from torch_drt.cache._consumer import RowFetcher, export_snapshot, stream_id
-from torch_drt.cache._loader_log import ReaderEvents, loader_event
+from torch_drt.cache._consumer import RowFetcher
+from torch_drt.cache._loader_log import ReaderEvents, log_ready
 from torch_drt.cache._loader_options import (
     MAX_SAMPLE_BUDGET,
     LoaderOptions,
     check_dataloader_kwargs,
     check_picklable,
 )
+from torch_drt.cache._snapshot import export_snapshot
 from torch_drt.cache._stream_mode import StreamMode
+from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
-from torch_drt.sampling.budget import ConsumerPlan, consumer_plans
+from torch_drt.sampling.budget import consumer_plans
 from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
@@ -93,23 +94,6 @@ _RESTART_WARNING = (
     "including when seed='random'. Short epochs can repeatedly omit the rest of the population. Set "
     "persistent_workers=True to continue sampling across epochs."
 )
-_READY_EVENT = (
-    "event=loader_ready pid=%s rank=%s seed=%s streams=%s num_workers=%s native_threads_per_consumer=%s "
-    "partition=%s persistent=%s prefetch_factor=%s native_prefetch=%s samples=%s samples_per_rank=%s "
-    "batch_size=%s world_size=%s shuffle=%s multiprocessing_context=%s"
-)
-
-
-def _log_ready(logger: str, loader: CacheDataLoader, plans: tuple[ConsumerPlan, ...], native_prefetch: int) -> None:
-    context = loader.multiprocessing_context
-    # fmt: off
-    loader_event(logger, _READY_EVENT, os.getpid(), loader.rank, loader.seed,
-                 ",".join(f"{p.worker}:{stream_id(p, len(plans))}" for p in plans), loader.num_workers,
-                 loader.native_num_workers, loader.worker_partition, loader.persistent_workers,
-                 "disabled" if loader.prefetch_factor is None else loader.prefetch_factor, native_prefetch,
-                 loader.samples_per_epoch, sum(p.sample_count for p in plans), loader.batch_size, loader.world_size,
-                 loader.shuffle, "disabled" if context is None else context.get_start_method())
-    # fmt: on
 
 
 def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
@@ -117,7 +101,7 @@ def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
     workdir = Path(tempfile.mkdtemp(prefix="torch_drt-loader-", dir=work_dir))
     try:
         export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / SNAPSHOT)
-        if work_dir is not None:
+        if work_dir is not None and not dataset.reader.remote:  # dataset.json holds local paths only
             dataset.dump_config(workdir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -147,6 +131,7 @@ def to_torch_dataloader(
     persistent_workers: bool | Literal["auto"] = "auto",
     verbose: bool = DEFAULT,
     dataloader_kwargs: Mapping[str, Any] | None = None,
+    shard_window: int | None = None,
 ) -> CacheDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
     from torch.utils.data import default_collate
@@ -167,6 +152,7 @@ def to_torch_dataloader(
         native_num_workers=native_num_workers, drop_last=drop_last, pin_memory=pin_memory,
         persistent_workers=persistent_workers, timeout=timeout, multiprocessing_context=multiprocessing_context,
         prefetch_factor=prefetch_factor, verbose=default_verbose if verbose is DEFAULT else verbose, work_dir=work_dir,
+        shard_window=shard_window,
     )
     # fmt: on
     rank, world_size = resolve_topology()
@@ -179,6 +165,9 @@ def to_torch_dataloader(
     if not 1 <= samples <= MAX_SAMPLE_BUDGET:
         raise ValueError(f"inherited samples_per_epoch must be between 1 and {MAX_SAMPLE_BUDGET}")
     seed = _common_seed(world_size) if seed == "random" else int(seed)
+    window = options.window(dataset.reader_config.shard_window)
+    if window is not None:
+        check_equal_weights(dataset.active.weights)
     # fmt: off
     plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=processes,
                            world_size=world_size, rank=rank, partition=options.partition, drop_last=drop_last)
@@ -192,7 +181,7 @@ def to_torch_dataloader(
     # fmt: on
     workdir = _workdir(dataset, work_dir)
     fetcher = RowFetcher(
-        [str(p) for p in dataset.cache_paths],
+        [layout.backend for layout in dataset.layouts],  # a URL's backend carries its options to the processes
         str(workdir / SNAPSHOT),
         plans=plans,
         shuffle=shuffle,
@@ -203,6 +192,10 @@ def to_torch_dataloader(
         native_num_workers=workers.counts.native_threads,
         pin=pin and processes == 0,
         events=events,
+        shard_window=window,
+        world_size=world_size,
+        batch_size=batch_size,
+        continue_streams=continue_streams,
     )
     settings = dict(
         batch_size=batch_size,
@@ -211,6 +204,7 @@ def to_torch_dataloader(
         shuffle=shuffle,
         seed=seed,
         worker_partition=options.partition,
+        shard_window=window,
         drop_last=drop_last,
         pin_memory=pin,
         timeout=timeout,
@@ -230,6 +224,6 @@ def to_torch_dataloader(
     mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
     loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None)
     if events is not None:
-        _log_ready(logger, loader, plans, dataset.reader_config.prefetch_size)
+        log_ready(logger, loader, plans, dataset.reader_config.prefetch_size)
         events.empty()
     return loader

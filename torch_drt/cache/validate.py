@@ -12,7 +12,9 @@ record's embedded JSON metadata with ``metadata.arrow``.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +26,9 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout, parse_manifest
 from torch_drt.checksums import xxh3_128_hex
 
+if TYPE_CHECKING:
+    from torch_drt.cache.remote_config import RemoteConfig
+
 __all__ = [
     "CacheLayout",
     "is_complete_cache",
@@ -31,6 +36,7 @@ __all__ = [
     "load_index",
     "open_cache",
     "open_layout",
+    "open_shards",
     "read_metadata",
     "verify_checksums",
 ]
@@ -38,13 +44,19 @@ __all__ = [
 _MAX_LEGACY_METADATA = 1 << 36  # format 3 records no size for metadata.arrow
 
 
+def _expected(layout: CacheLayout, rel: str) -> tuple[str, str]:
+    """The (algorithm, hex digest) the manifest records for ``rel``: XXH3-128 where it has one, else SHA-256."""
+    fast = layout.fast_checksums.get(rel)
+    return ("xxh3_128", fast) if fast else ("sha256", layout.checksums.get(rel, ""))
+
+
 def _check_digest(layout: CacheLayout, rel: str, data: bytes | memoryview) -> None:
     """Compare an in-memory file with the manifest's cheap checksum (or SHA-256 where it has no other)."""
-    expected = layout.fast_checksums.get(rel)
-    if expected:
+    kind, expected = _expected(layout, rel)
+    if kind == "xxh3_128":
         algo, actual = "XXH3-128", xxh3_128_hex(data)
     else:
-        algo, expected, actual = "SHA-256", layout.checksums.get(rel, ""), hashlib.sha256(data).hexdigest()
+        algo, actual = "SHA-256", hashlib.sha256(data).hexdigest()
         if not expected:
             raise CacheCorruptError(layout.backend.where(rel), "manifest records no checksum for this file")
     if actual != expected:
@@ -84,8 +96,9 @@ def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
         The opened file (mapped where the backend maps) and the entries as a structured array over it.
     """
     size = layout.sample_count * layout.index_dtype.itemsize
-    _check_size(layout, INDEX_FILE, "index", size, f"{layout.sample_count} samples need {size}")
-    file = layout.backend.open(INDEX_FILE, size)
+    if layout.backend.stats_cheaply:  # a remote backend checks the size of what it downloads instead
+        _check_size(layout, INDEX_FILE, "index", size, f"{layout.sample_count} samples need {size}")
+    file = layout.backend.open(INDEX_FILE, size, checksum=_expected(layout, INDEX_FILE))
     view = file.view()
     buf = view if view is not None else file.gather([0], [size])[0]
     _check_digest(layout, INDEX_FILE, buf)
@@ -102,7 +115,7 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
     """
     where = layout.backend.where(METADATA_FILE)
     try:
-        raw = layout.backend.read(METADATA_FILE, _MAX_LEGACY_METADATA)
+        raw = layout.backend.read(METADATA_FILE, _MAX_LEGACY_METADATA, checksum=_expected(layout, METADATA_FILE))
     except MissingFile as e:
         raise CacheCorruptError(e.path, "metadata file is missing") from None
     _check_digest(layout, METADATA_FILE, raw)
@@ -130,8 +143,13 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
     return table
 
 
-def _open_shards(layout: CacheLayout) -> list[StoredFile]:
-    return [layout.backend.open(layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards)]
+def open_shards(layout: CacheLayout) -> list[StoredFile]:
+    """Open every shard for range reads (a remote backend fetches nothing yet)."""
+    backend = layout.backend
+    return [
+        backend.open(rel, size, checksum=("sha256", layout.checksums.get(rel, "")), ranges_ok=layout.record_checksums)
+        for rel, size in ((layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards))
+    ]
 
 
 def verify_checksums(layout: CacheLayout) -> None:
@@ -154,18 +172,33 @@ def _check_shard_sizes(layout: CacheLayout) -> None:
         _check_size(layout, layout.shard_path(i), "shard", size, f"the manifest records {size} (truncated?)")
 
 
-def open_layout(location: str | Path | CacheBackend) -> CacheLayout:
+def open_layout(
+    location: str | Path | CacheBackend,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> CacheLayout:
     """Parse a cache's manifest and check its shards' types and sizes: all a payload reader needs before it loads
-    (and checks) the index itself. ``open_cache`` checks the metadata table too."""
-    backend = backend_for(location)
+    (and checks) the index itself. ``open_cache`` checks the metadata table too.
+
+    A URL (``s3://...``) is read through the remote backend with ``storage_options`` and ``remote_config``
+    (see ``backends.backend_for``); its shards' sizes are checked when they are fetched, not here.
+    """
+    backend = backend_for(location, storage_options, remote_config)
     backend.check_root()
     layout = parse_manifest(backend)
-    _check_shard_sizes(layout)  # cheap checks before any hashing
+    if backend.stats_cheaply:
+        _check_shard_sizes(layout)  # cheap checks before any hashing
     return layout
 
 
-def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayout, pa.Table]:
-    layout = open_layout(location)
+def _load(
+    location: str | Path | CacheBackend,
+    verify: bool,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> tuple[CacheLayout, pa.Table]:
+    layout = open_layout(location, storage_options=storage_options, remote_config=remote_config)
     index_file, index = load_index(layout)
     try:
         table = read_metadata(layout)
@@ -182,7 +215,7 @@ def _load(location: str | Path | CacheBackend, verify: bool) -> tuple[CacheLayou
 def _verify_legacy(layout: CacheLayout, index: np.ndarray, table: pa.Table) -> None:
     from torch_drt.cache._legacy import verify_embedded_metadata
 
-    shards = _open_shards(layout)
+    shards = open_shards(layout)
     try:
         verify_embedded_metadata(layout, index, shards, table)
     finally:
@@ -190,26 +223,46 @@ def _verify_legacy(layout: CacheLayout, index: np.ndarray, table: pa.Table) -> N
             shard.close()
 
 
-def load_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> tuple[CacheLayout, pa.Table]:
+def load_cache(
+    location: str | Path | CacheBackend,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> tuple[CacheLayout, pa.Table]:
     """Like ``open_cache``, also returning the validated metadata table."""
-    return _load(location, verify)
+    return _load(location, verify, storage_options, remote_config)
 
 
-def open_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> CacheLayout:
+def open_cache(
+    location: str | Path | CacheBackend,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> CacheLayout:
     """Validate a cache (everything checked at every open, plus every SHA-256 with ``verify``); return its layout.
+
+    ``location`` is a directory, a URL (read with ``storage_options`` and ``remote_config``) or a backend.
 
     Raises:
         FileNotFoundError: when nothing is at ``location``.
         CacheCorruptError: naming the file at fault.
         ValueError: for a cache whose stored columns clash with the metadata table's own columns.
     """
-    return _load(location, verify)[0]
+    return _load(location, verify, storage_options, remote_config)[0]
 
 
-def is_complete_cache(location: str | Path | CacheBackend, *, verify: bool = False) -> bool:
+def is_complete_cache(
+    location: str | Path | CacheBackend,
+    *,
+    verify: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> bool:
     """True when ``location`` holds a valid (and, with ``verify``, checksum-clean) cache."""
     try:
-        open_cache(location, verify=verify)
+        open_cache(location, verify=verify, storage_options=storage_options, remote_config=remote_config)
     except (CacheCorruptError, FileNotFoundError):
         return False
     return True

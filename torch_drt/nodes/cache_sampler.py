@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.describe import described
 from torch_drt.sampling import derive_key
 from torch_drt.sampling.stride import rank_share, stride_positions
@@ -31,6 +32,10 @@ class CacheSampler(BaseNode[int]):
     and a state taken on another table is refused. ``reset()`` without a state starts the next epoch where
     the stream stands.
 
+    For caches at URLs, it hands the dataset's reader the shards of its next rows in blocks of ``AHEAD_ROWS``
+    positions (``ReadAhead``; the readers downstream, e.g. ``CacheReaderNode``, then find them local). For local
+    caches it does nothing.
+
     Args:
         source: the dataset; its active table is snapshotted now.
         shuffle: weighted draws (default: the dataset's ``ReaderConfig.shuffle``).
@@ -43,6 +48,7 @@ class CacheSampler(BaseNode[int]):
     POSITION_KEY = "position"
     YIELDED_KEY = "yielded"
     FINGERPRINT_KEY = "table_fingerprint"
+    AHEAD_ROWS = 64  # the prefetch plan's unit: blocks of this many stream positions
     _CHUNK = 1024
 
     def __init__(
@@ -72,6 +78,8 @@ class CacheSampler(BaseNode[int]):
         self._yielded = 0
         self._rows = np.empty(0, dtype=np.int64)
         self._rows_start = 0
+        self._ahead = ReadAhead(source.reader, self._block_keys) if source.reader.remote else None
+        self._ahead_block = -1
 
     def __len__(self) -> int:
         """Rows per epoch (``num_samples``)."""
@@ -102,14 +110,18 @@ class CacheSampler(BaseNode[int]):
             self._yielded = 0  # a new epoch continues the stream
         self._rows, self._rows_start = np.empty(0, dtype=np.int64), self._position
 
-    def _fill(self) -> None:
-        start, count = self._position, self._CHUNK
+    def _rows_at(self, start: int, count: int) -> np.ndarray:
+        """The rows at stream positions ``start .. start+count-1`` (a pure function of them)."""
         if self._draws is not None:
-            self._rows = self._draws.draws(start, count)
-        else:
-            positions = stride_positions(start, count, rank=self.rank, world_size=self.world_size)
-            self._rows = positions % len(self.active)
-        self._rows_start = start
+            return self._draws.draws(start, count)
+        return stride_positions(start, count, rank=self.rank, world_size=self.world_size) % len(self.active)
+
+    def _block_keys(self, block: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = self._rows_at(block * self.AHEAD_ROWS, self.AHEAD_ROWS)
+        return self.active.cache_pos[rows], self.active.sample_ids[rows]
+
+    def _fill(self) -> None:
+        self._rows, self._rows_start = self._rows_at(self._position, self._CHUNK), self._position
 
     def next(self) -> int:
         if self._yielded >= self.num_samples:
@@ -118,6 +130,9 @@ class CacheSampler(BaseNode[int]):
         if not 0 <= k < len(self._rows):
             self._fill()
             k = 0
+        if self._ahead is not None and self._position // self.AHEAD_ROWS != self._ahead_block:
+            self._ahead_block = self._position // self.AHEAD_ROWS
+            self._ahead.before(self._ahead_block)
         self._position += 1
         self._yielded += 1
         return int(self._rows[k])

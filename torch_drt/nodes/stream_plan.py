@@ -10,7 +10,7 @@ from torchdata.nodes import BaseNode
 from torch_drt.describe import described
 from torch_drt.sampling.budget import ConsumerPlan, batch_counts, first_positions, interleave
 
-__all__ = ["StreamBatch", "StreamPlanner"]
+__all__ = ["StreamBatch", "StreamPlanner", "consumer_batch"]
 
 
 class StreamBatch(NamedTuple):
@@ -20,6 +20,7 @@ class StreamBatch(NamedTuple):
         epoch: the pass it belongs to.
         number: its number in the pass, in delivery order.
         worker: the consumer (loading worker) whose stream it is; it is loaded on that worker process.
+        index: its number among its consumer's batches of the pass.
         start: the stream position of its first item.
         count: its items.
         positions: the items' positions in the pass over all ranks and consumers.
@@ -29,18 +30,29 @@ class StreamBatch(NamedTuple):
     epoch: int
     number: int
     worker: int
+    index: int
     start: int
     count: int
     positions: range
     last: bool
 
 
+def consumer_batch(plan: ConsumerPlan, batch_size: int, epoch: int, k: int, continue_streams: bool) -> tuple[int, int]:
+    """``(start, count)``: the stream position and size of batch ``k`` of ``plan``'s consumer in pass ``epoch``.
+
+    A stream continues from pass to pass (pass ``p`` starts at ``p * sample_count``) unless ``continue_streams``
+    is False, when every pass repeats the first.
+    """
+    first = k * batch_size
+    count = min(batch_size, plan.sample_count - first)
+    return (epoch * plan.sample_count if continue_streams else 0) + first, count
+
+
 class StreamPlanner(BaseNode[StreamBatch]):
     """Walks one pass of a rank's consumers: batch ``k`` of consumer ``w`` in torch's round-robin order.
 
-    Consumer ``w`` yields ``plans[w].sample_count`` items per pass in batches of ``batch_size``. Its stream
-    continues from pass to pass (pass ``p`` starts at ``p * sample_count``) unless ``continue_streams`` is False,
-    when every pass repeats the first. The state is ``{epoch, batches_done}``, O(1) to resume.
+    Consumer ``w`` yields ``plans[w].sample_count`` items per pass in batches of ``batch_size`` (see
+    ``consumer_batch``). The state is ``{epoch, batches_done}``, O(1) to resume.
 
     Args:
         plans: this rank's consumer plans (``torch_drt.sampling.budget.consumer_plans``).
@@ -77,14 +89,12 @@ class StreamPlanner(BaseNode[StreamBatch]):
 
     def next(self) -> StreamBatch:
         worker, k = next(self._order)
-        plan = self.plans[worker]
-        first = k * self.batch_size
-        count = min(self.batch_size, plan.sample_count - first)
-        start = (self.epoch * plan.sample_count if self.continue_streams else 0) + first
-        base = self._bases[worker] + first
+        start, count = consumer_batch(self.plans[worker], self.batch_size, self.epoch, k, self.continue_streams)
+        base = self._bases[worker] + k * self.batch_size
         number = self.done
         self.done += 1
-        return StreamBatch(self.epoch, number, worker, start, count, range(base, base + count), self.done == self.total)
+        positions = range(base, base + count)
+        return StreamBatch(self.epoch, number, worker, k, start, count, positions, self.done == self.total)
 
     def get_state(self) -> dict[str, Any]:
         return {self.EPOCH_KEY: self.epoch, self.DONE_KEY: self.done}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,8 @@ import numpy as np
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CacheInput, CacheWriteError
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_store import is_url
 from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
 
@@ -37,20 +39,35 @@ class DocumentStorageWriter:
     Each document is bytes or a 1-D numpy array of ``dtype``; its length is kept as the ``length`` column.
 
     Args:
-        root: the cache root.
+        root: the cache root, or a URL (the storage is staged locally and uploaded by ``close()``).
         name: the cache (storage) name.
         dtype: element dtype of array documents; None stores bytes.
         writer_config: settings of the underlying cache writer.
+        storage_options: fsspec options for a URL root.
+        remote_config: remote settings for a URL root.
     """
 
-    def __init__(self, root: str | Path, name: str, dtype: Any = None, writer_config: WriterConfig | None = None):
+    def __init__(
+        self,
+        root: str | Path,
+        name: str,
+        dtype: Any = None,
+        writer_config: WriterConfig | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ):
         self.dtype = None if dtype is None else np.dtype(dtype)
         self._q: queue.Queue = queue.Queue(maxsize=256)
         self._result = None
         config = writer_config or WriterConfig(show_progress=False)
+        target = str(root) if is_url(root) else Path(str(root).removeprefix("file://"))
 
         def run() -> None:
-            self._result = write_source(_QueueSource(name, self._q), Path(root), config)
+            self._result = write_source(
+                _QueueSource(name, self._q), target, config, storage_options=storage_options,
+                remote_config=remote_config,
+            )
 
         self._thread = threading.Thread(target=run, name="torch_drt-document-writer", daemon=True)
         self._thread.start()
@@ -66,8 +83,8 @@ class DocumentStorageWriter:
             data = bytes(document)
             self._q.put(CacheInput(data, {"length": len(data), "dtype": ""}))
 
-    def close(self) -> Path:
-        """Publish and return the storage path.
+    def close(self) -> Path | str:
+        """Publish and return the storage path (its URL for a URL root).
 
         Raises:
             OSError: when the cache could not be written (the writer's message says why).
@@ -91,12 +108,20 @@ class DocumentStorage:
     Items are bytes, or numpy arrays when the cache was written by ``DocumentStorageWriter`` with a dtype.
 
     Args:
-        paths: one cache directory or several.
+        paths: one cache (a directory or a URL) or several.
+        storage_options: fsspec options for URLs.
+        remote_config: remote settings for URLs (node cache, read mode).
     """
 
-    def __init__(self, paths: str | Path | list[str | Path]) -> None:
+    def __init__(
+        self,
+        paths: str | Path | list[str | Path],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> None:
         paths = [paths] if isinstance(paths, str | Path) else list(paths)
-        loaded = [load_cache(p) for p in paths]
+        loaded = [load_cache(p, storage_options=storage_options, remote_config=remote_config) for p in paths]
         self.reader = CacheReader([layout for layout, _ in loaded])
         self._counts = np.array([layout.sample_count for layout in self.reader.layouts], dtype=np.int64)
         self._starts = np.concatenate([[0], np.cumsum(self._counts)])

@@ -6,12 +6,20 @@ import bisect
 import itertools
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from torch_drt.cache.backends import MissingFile
+from torch_drt.cache.backends.remote import RemoteBackend
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_publish import publish_directory
+from torch_drt.cache.remote_store import RemoteStore, is_url
 from torch_drt.checksums import sha256_file
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
@@ -25,16 +33,33 @@ class TokenStreamWriter:
     """Appends arrays of one dtype to a stream stored as shards under ``root/name``, published atomically.
 
     Args:
-        root: the storage root; the stream is published at ``root/name`` by ``close()``.
+        root: the storage root; the stream is published at ``root/name`` by ``close()``. A URL root stages the
+            stream in a local temporary directory and uploads it on ``close()``, its manifest last.
         name: the stream's directory name.
         dtype: element dtype (e.g. ``"int32"``).
         shard_elements: elements per shard file.
+        storage_options: fsspec options for a URL root.
+        remote_config: remote settings for a URL root.
     """
 
-    def __init__(self, root: str | Path, name: str, dtype: Any = "int32", shard_elements: int = 1 << 24) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        name: str,
+        dtype: Any = "int32",
+        shard_elements: int = 1 << 24,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> None:
         if shard_elements < 1:
             raise ValueError(f"{shard_elements=} must be > 0")
-        self.root, self.name = Path(root), name
+        self._store = RemoteStore(f"{str(root).rstrip('/')}/{name}", storage_options, remote_config) if is_url(
+            root
+        ) else None
+        local = Path(tempfile.mkdtemp(prefix="torch_drt-stream-")) if self._store else Path(str(root).removeprefix(
+            "file://"))
+        self.root, self.name = local, name
         self.dtype = np.dtype(dtype)
         self.shard_elements = shard_elements
         self.root.mkdir(parents=True, exist_ok=True)
@@ -66,14 +91,14 @@ class TokenStreamWriter:
         self._file = open(self._staging / f"{len(self._shards):06d}.bin", "wb")  # noqa: SIM115 - kept open
         self._shards.append(0)
 
-    def close(self) -> Path:
-        """Publish the stream and return its path.
+    def close(self) -> Path | str:
+        """Publish the stream and return its path (its URL for a URL root).
 
         Raises:
             FileExistsError: when ``root/name`` already exists (it is left untouched).
         """
         if self._closed:
-            return self.root / self.name
+            return self._store.url if self._store else self.root / self.name
         if self._file is not None:
             self._file.flush()
             os.fsync(self._file.fileno())
@@ -89,6 +114,14 @@ class TokenStreamWriter:
             ],
         }
         write_json_atomic(self._staging / MANIFEST, manifest)
+        if self._store is not None:
+            try:
+                publish_directory(self._staging, self._store, MANIFEST)
+            finally:
+                self._stage.discard()
+                shutil.rmtree(self.root, ignore_errors=True)
+            self._closed = True
+            return self._store.url
         target = self.root / self.name
         with publish_lock(self.root, self.name):
             if target.exists():
@@ -106,28 +139,43 @@ class TokenStreamWriter:
             self.close()
         else:
             self._stage.discard()
+            if self._store is not None:
+                shutil.rmtree(self.root, ignore_errors=True)
 
 
 class TokenStreamStorage:
-    """A published token stream, memory-mapped read-only; pickles as its path.
+    """A published token stream, memory-mapped read-only (or, at a URL, read through the node cache: each shard
+    is downloaded once per node, verified against its SHA-256); pickles as its location.
+
+    Args:
+        path: the stream's directory or URL.
+        storage_options: fsspec options for a URL.
+        remote_config: remote settings for a URL.
 
     Raises:
         CacheCorruptError: when the manifest is missing or a shard's size differs from it.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        try:
-            manifest = json.loads((self.path / MANIFEST).read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise CacheCorruptError(self.path / MANIFEST, f"not a token stream manifest: {e}") from None
-        if manifest.get("kind") != KIND:
-            raise CacheCorruptError(self.path / MANIFEST, f"kind {manifest.get('kind')!r} is not {KIND!r}")
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> None:
+        self._options, self._config = dict(storage_options or {}), remote_config
+        self._remote = RemoteBackend(str(path), storage_options, remote_config) if is_url(path) else None
+        self.path: Path | str = self._remote.location if self._remote else Path(str(path).removeprefix("file://"))
+        manifest = self._manifest()
         self.dtype = np.dtype(manifest["dtype"])
-        self._maps = []
+        self._maps: list[Any] = []
         for shard in manifest["shards"]:
+            nbytes = shard["elements"] * self.dtype.itemsize
+            if self._remote is not None:
+                self._maps.append(self._remote.open(shard["name"], nbytes, checksum=("sha256", shard["sha256"])))
+                continue
             file = self.path / shard["name"]
-            if not file.exists() or file.stat().st_size != shard["elements"] * self.dtype.itemsize:
+            if not file.exists() or file.stat().st_size != nbytes:
                 raise CacheCorruptError(file, f"shard should hold {shard['elements']} elements")
             # a plain ndarray over the mapping: slicing it is much cheaper than slicing an np.memmap
             self._maps.append(
@@ -137,26 +185,55 @@ class TokenStreamStorage:
         self._starts = [0, *itertools.accumulate(sizes)]
         self.total_elements = self._starts[-1]
 
+    def _manifest(self) -> dict[str, Any]:
+        where = self._remote.where(MANIFEST) if self._remote else self.path / MANIFEST
+        try:
+            raw = self._remote.read(MANIFEST, 64 << 20) if self._remote else (self.path / MANIFEST).read_bytes()
+            manifest = json.loads(raw)
+        except (OSError, ValueError, MissingFile) as e:
+            raise CacheCorruptError(where, f"not a token stream manifest: {e}") from None
+        if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
+            raise CacheCorruptError(where, f"kind {manifest.get('kind') if isinstance(manifest, dict) else None!r} "
+                                    f"is not {KIND!r}")
+        return manifest
+
     def __reduce__(self):
+        if self._remote is not None:
+            return (_reopen, (self.path, self._options, self._config))
         return (TokenStreamStorage, (str(self.path),))
 
+    def _slice(self, shard: int, start: int, stop: int) -> np.ndarray:
+        """Elements ``[start, stop)`` of one shard: a view of a local map, a copy of a remote shard's bytes."""
+        m = self._maps[shard]
+        if self._remote is None:
+            return m[start:stop]
+        size = self.dtype.itemsize
+        (data,) = m.gather([start * size], [stop * size])
+        return np.frombuffer(data, dtype=self.dtype)
+
+    def _shard_len(self, shard: int) -> int:
+        return self._starts[shard + 1] - self._starts[shard]
+
     def window(self, start: int, length: int) -> np.ndarray:
-        """Elements [start, start+length): a view inside one shard, a copy across shards."""
+        """Elements [start, start+length): a view inside one local shard, a copy across shards (or when remote)."""
         if start < 0 or start + length > self.total_elements:
             raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
         shard = bisect.bisect_right(self._starts, start) - 1
         local = start - self._starts[shard]
-        if local + length <= len(self._maps[shard]):
-            return self._maps[shard][local : local + length]
+        if local + length <= self._shard_len(shard):
+            return self._slice(shard, local, local + length)
         parts, need = [], length
         while need:
-            m = self._maps[shard]
-            if m is not None and local < len(m):
-                part = m[local : local + need]
+            if local < self._shard_len(shard):
+                part = self._slice(shard, local, min(self._shard_len(shard), local + need))
                 parts.append(part)
                 need -= len(part)
             shard, local = shard + 1, 0
         return np.concatenate(parts)
+
+
+def _reopen(path: str, options: dict[str, Any], config: RemoteConfig | None) -> TokenStreamStorage:
+    return TokenStreamStorage(path, storage_options=options, remote_config=config)
 
 
 class TokenStreamDataset:

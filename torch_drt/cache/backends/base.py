@@ -54,7 +54,13 @@ class CacheBackend(ABC):
 
     Args:
         location: the cache's location (a directory path for the local backend).
+
+    Attributes:
+        stats_cheaply: True when a file's size costs no request (opening then checks every shard's size; a remote
+            backend checks each shard's size and checksum when it fetches it instead).
     """
+
+    stats_cheaply = True
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -84,8 +90,11 @@ class CacheBackend(ABC):
         """
 
     @abstractmethod
-    def read(self, rel: str, limit: int) -> bytes:
+    def read(self, rel: str, limit: int, *, checksum: tuple[str, str] | None = None) -> bytes:
         """Read a whole regular file of at most ``limit`` bytes.
+
+        ``checksum`` (algorithm, hex digest), when the manifest records one, lets a backend serve the file from a
+        verified copy it keeps (the caller still verifies what it gets).
 
         Raises:
             MissingFile: when it is missing.
@@ -94,13 +103,23 @@ class CacheBackend(ABC):
         """
 
     @abstractmethod
-    def open(self, rel: str, size: int) -> StoredFile:
+    def open(
+        self, rel: str, size: int, *, checksum: tuple[str, str] | None = None, ranges_ok: bool = False
+    ) -> StoredFile:
         """Open a regular file that must be ``size`` bytes, for range reads.
+
+        ``checksum`` (algorithm, hex digest) is what the manifest records for the whole file; ``ranges_ok`` says
+        every record read from it is verified by its own checksum (a remote backend may then read byte ranges
+        without the whole file).
 
         Raises:
             MissingFile: when it is missing.
             CacheCorruptError: when it is not a regular file, or of another size.
         """
+
+    def prefetch(self, files: Sequence[StoredFile]) -> None:  # noqa: B027 - local files need no fetching
+        """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
+        plan). A no-op for local caches."""
 
     def sha256(self, rel: str) -> str:
         """The hex SHA-256 of a whole file, read in chunks (the strong check of ``validate_cache=True``)."""

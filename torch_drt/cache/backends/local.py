@@ -101,7 +101,7 @@ class LocalBackend(CacheBackend):
         os.close(fd)
         return size
 
-    def read(self, rel: str, limit: int) -> bytes:
+    def read(self, rel: str, limit: int, *, checksum: tuple[str, str] | None = None) -> bytes:
         fd, size = self._open_regular(rel)
         try:
             if size > limit:
@@ -121,7 +121,9 @@ class LocalBackend(CacheBackend):
             raise CacheCorruptError(self.where(rel), f"file changed while it was read ({got} of {size} bytes)")
         return b"".join(chunks)
 
-    def open(self, rel: str, size: int) -> LocalFile:
+    def open(
+        self, rel: str, size: int, *, checksum: tuple[str, str] | None = None, ranges_ok: bool = False
+    ) -> LocalFile:
         fd, actual = self._open_regular(rel)
         if actual != size:
             os.close(fd)

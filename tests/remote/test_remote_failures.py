@@ -1,0 +1,121 @@
+"""Failures at a URL are clear and lose nothing: bad credentials, a missing bucket, 503 storms (retried by the
+project's retry policy), slow servers (configurable time-outs); no message names a credential or a query."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from conftest import ListSource
+from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
+from remote_servers import FaultProxy, StaticServer
+
+import torch_drt as drt
+from torch_drt.cache import CacheCorruptError
+
+pytestmark = pytest.mark.timeout(120)
+SEQ = drt.ReaderConfig(seed=0, shuffle=False)
+SECRET = "wJalrXUtnFEMI-not-a-real-secret"
+
+
+def _open(runtime, url, proxy, tmp_path, **config):
+    return runtime.cached_dataset(url, reader_config=SEQ, storage_options={**options(proxy), "key": "AKIAWRONG",
+                                                                            "secret": SECRET},
+                                  remote_config=remote_config(tmp_path, **config))
+
+
+def test_bad_credentials_are_a_permission_error_that_shows_no_secret(runtime, tmp_path, moto_endpoint, proxy):
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
+    proxy.allowed_keys = {"testing"}  # as S3: an unknown access key is refused with 403
+    with pytest.raises(PermissionError) as err:
+        _open(runtime, url, proxy, tmp_path)
+    message = str(err.value)
+    assert f"{url}/manifest.json" in message and "attempt" in message
+    assert SECRET not in message and "AKIAWRONG" not in message and "127.0.0.1" not in message
+    assert err.value.__cause__ is None and err.value.__context__ is None
+    assert proxy.requests["GET"] == 0  # not retried: a refusal is permanent
+
+
+def test_a_missing_bucket_names_the_url(runtime, tmp_path, proxy):
+    with pytest.raises(CacheCorruptError, match="manifest is missing") as err:
+        runtime.cached_dataset("s3://no-such-bucket/c", reader_config=SEQ, storage_options=options(proxy),
+                               remote_config=remote_config(tmp_path))
+    assert err.value.path == "s3://no-such-bucket/c/manifest.json"
+    (result,) = runtime.write_cache(ListSource("x", 5), "s3://no-such-bucket/root",
+                                    writer_config=drt.WriterConfig(show_progress=False),
+                                    storage_options=options(proxy), remote_config=remote_config(tmp_path))
+    assert isinstance(result, drt.CacheWriteError) and "s3://no-such-bucket/root/x" in result.message
+
+
+def test_a_503_storm_is_ridden_out_by_retries_and_logged(runtime, tmp_path, moto_endpoint, proxy, caplog):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60)
+    proxy.storm = 4  # the next four requests get 503 SlowDown
+    with caplog.at_level(logging.INFO, logger="torch_drt.sources"):
+        ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
+                                    remote_config=remote_config(tmp_path, retries=5))
+        got = [s.data for s in ds]
+    assert proxy.failed == 4 and proxy.storm == 0
+    assert got == [s.data for s in runtime.cached_dataset(local, reader_config=SEQ)]
+    retries = [r.getMessage() for r in caplog.records if "attempt" in r.getMessage()]
+    assert retries and all(url in m and "retry in" in m for m in retries)  # (botocore may probe the bucket too)
+
+
+def test_a_storm_longer_than_the_retries_fails_naming_the_url_and_attempts(runtime, tmp_path, moto_endpoint, proxy):
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60)
+    proxy.storm = 100
+    with pytest.raises(OSError, match=rf"reading {url}/manifest.json failed after 3 attempt\(s\)"):
+        runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
+                               remote_config=remote_config(tmp_path, retries=2))
+    proxy.storm = 0
+    (result,) = runtime.write_cache(ListSource(unique("storm"), 5), f"s3://{BUCKET}",
+                                    writer_config=drt.WriterConfig(show_progress=False),
+                                    storage_options=options(proxy), remote_config=remote_config(tmp_path, retries=1))
+    assert isinstance(result, drt.CacheWriteSuccess)  # after the storm, writing works again
+
+
+def test_a_storm_during_reads_and_uploads_loses_nothing(runtime, tmp_path, moto_endpoint, proxy):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=300)
+    ds = runtime.cached_dataset(url, reader_config=drt.ReaderConfig(seed=1), storage_options=options(proxy),
+                                remote_config=remote_config(tmp_path, retries=6))
+    proxy.storm = 3
+    got = [b.data for b in ds.iter_batches(50)]
+    assert got == [b.data for b in runtime.cached_dataset(local, reader_config=drt.ReaderConfig(seed=1))
+                   .iter_batches(50)]
+    proxy.storm = 5
+    name = unique("stormy")
+    (result,) = runtime.write_cache(ListSource(name, 100), f"s3://{BUCKET}",
+                                    writer_config=drt.WriterConfig(show_progress=False, max_shard_bytes=200),
+                                    storage_options=options(proxy), remote_config=remote_config(tmp_path, retries=6))
+    assert isinstance(result, drt.CacheWriteSuccess), result
+    assert drt.cache.open_cache(result.path, verify=True, storage_options=options(proxy),
+                                remote_config=remote_config(tmp_path)).sample_count == 100
+
+
+def test_time_outs_are_configurable(runtime, tmp_path, moto_endpoint, proxy):
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
+    proxy.latency = 3.0
+    with pytest.raises(OSError, match=rf"{url}/manifest.json failed after 2 attempt\(s\)"):
+        runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
+                               remote_config=remote_config(tmp_path, timeout=0.3, retries=1))
+    proxy.latency = 0.0
+
+
+def test_http_server_errors_are_retried_and_missing_files_are_cache_errors(runtime, tmp_path):
+    config = drt.WriterConfig(show_progress=False, max_shard_bytes=256)
+    (result,) = runtime.write_cache(ListSource("web", 40), tmp_path / "site", writer_config=config)
+    server = StaticServer(tmp_path / "site")
+    front = FaultProxy(server.url)
+    try:
+        front.storm = 2
+        ds = runtime.cached_dataset(f"{front.url}/web", reader_config=SEQ, remote_config=remote_config(tmp_path))
+        assert [s.data for s in ds] == [s.data for s in runtime.cached_dataset(result.path, reader_config=SEQ)]
+        assert front.failed == 2
+        (result.path / "shards" / "000001.bin").unlink()
+        fresh = runtime.cached_dataset(f"{front.url}/web", reader_config=SEQ,
+                                       remote_config=remote_config(tmp_path / "other"))
+        with pytest.raises(CacheCorruptError, match="file is missing") as err:
+            list(fresh)
+        assert err.value.path == f"{front.url}/web/shards/000001.bin"
+    finally:
+        front.stop()
+        server.stop()

@@ -1,0 +1,104 @@
+"""A source's metadata columns as it is written: each sample checked against the first one's keys and kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from torch_drt.cache._format import KIND_TO_ARROW, UID_KEY, kind_of, validate_column_name
+
+__all__ = ["BadInput", "MetadataColumns"]
+
+_PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
+
+
+class BadInput(Exception):
+    """A problem with what the source yielded; becomes the source's CacheWriteError message."""
+
+
+def _coerce(value: object, kind: str) -> object:
+    """Accept numpy scalars of the right kind; anything else of another kind is refused."""
+    if kind_of(value) == kind:
+        return value.item() if isinstance(value, np.generic) else value
+    raise TypeError
+
+
+def _schema_of(meta: Mapping[str, Any], index: int) -> list[tuple[str, str]]:
+    if not isinstance(meta, Mapping):
+        raise BadInput(f"sample {index}: metadata must be a mapping, got {type(meta).__name__}")
+    schema = []
+    for key in sorted(meta):
+        try:
+            validate_column_name(key)
+        except ValueError as e:
+            raise BadInput(f"sample {index}: {e}") from None
+        kind = kind_of(meta[key])
+        if kind is None:
+            raise BadInput(
+                f"sample {index}: metadata key {key!r} has unsupported type {type(meta[key]).__name__} "
+                "(use bool, int, float or str)"
+            )
+        schema.append((key, kind))
+    return schema
+
+
+def _key_mismatch(meta: Mapping[str, Any], keys: frozenset[str], index: int) -> BadInput:
+    if not isinstance(meta, Mapping):
+        return BadInput(f"sample {index}: metadata must be a mapping, got {type(meta).__name__}")
+    missing, extra = sorted(keys - set(meta)), sorted(set(meta) - keys)
+    parts = [f"missing key(s) {missing}"] if missing else []
+    parts += [f"unexpected key(s) {extra}"] if extra else []
+    return BadInput(f"sample {index}: " + " and ".join(parts) + f" (the first sample has keys {sorted(keys)})")
+
+
+class MetadataColumns:
+    """Checks each sample against the first one's keys and kinds and collects the metadata columns."""
+
+    def __init__(self) -> None:
+        self.schema: list[tuple[str, str]] | None = None
+        self._keys: frozenset[str] = frozenset()
+        self._columns: list[tuple[str, str, type, list]] = []
+
+    def payload(self, i: int, item: Any) -> bytes:
+        """Check sample ``i`` and keep its metadata; return its payload as bytes."""
+        try:
+            data, meta = item.data, item.metadata
+        except AttributeError:
+            raise BadInput(f"sample {i}: expected a CacheInput, got {type(item).__name__}") from None
+        if type(data) is not bytes:
+            if not isinstance(data, bytearray | memoryview):
+                raise BadInput(
+                    f"sample {i}: payload must be bytes-like (bytes, bytearray, memoryview), got {type(data).__name__}"
+                )
+            data = memoryview(data).tobytes()
+        if self.schema is None:
+            self.schema = _schema_of(meta, i)
+            self._keys = frozenset(k for k, _ in self.schema)
+            self._columns = [(k, kind, _PY_TYPE[kind], []) for k, kind in self.schema]
+        if (type(meta) is not dict and not isinstance(meta, Mapping)) or meta.keys() != self._keys:
+            raise _key_mismatch(meta, self._keys, i)
+        for key, kind, py_type, values in self._columns:
+            value = meta[key]
+            if type(value) is not py_type:
+                try:
+                    value = _coerce(value, kind)
+                except TypeError:
+                    raise BadInput(
+                        f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} ({value!r})"
+                    ) from None
+            values.append(value)
+        return data
+
+    def write(self, path: Path, uid: str) -> None:
+        """Write the columns as an Arrow IPC file that names its cache (``uid``) in its schema metadata."""
+        assert self.schema is not None
+        fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
+        arrow_schema = pa.schema(fields, metadata={UID_KEY: uid.encode()})
+        arrays = {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in self._columns}
+        with ipc.new_file(str(path), arrow_schema) as w:
+            w.write_table(pa.table(arrays, schema=arrow_schema))

@@ -1,0 +1,62 @@
+"""The cache loader's metadata snapshot: one immutable Arrow file the parent writes and every loading process maps.
+
+Its leading columns are the rows' identity (cache position, sample id, cache id) and cumulative weight; the
+metadata columns follow. Processes map it read-only, so they share its pages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+__all__ = ["Snapshot", "export_snapshot"]
+
+CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT = "__cache_pos", "__sample_id", "__cache_id", "__cum_weight"
+_IDENTITY = 4  # the snapshot's leading columns; the metadata columns follow
+
+
+def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
+    """Write the active table as one Arrow IPC file the consumers map: identity, cumulative weight, metadata."""
+    table = active.table
+    meta = [n for n in table.column_names if n not in ("cache_id", "sample_id", "weight")]
+    ids = np.asarray(cache_ids, dtype=np.uint64)[active.cache_pos]
+    export = pa.Table.from_arrays(
+        [
+            pa.array(active.cache_pos.astype(np.int32)),
+            pa.array(active.sample_ids.astype(np.int64)),
+            pa.array(ids),
+            pa.array(np.cumsum(active.weights)),
+            *[table.column(n) for n in meta],
+        ],
+        names=[CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT, *meta],
+    ).combine_chunks()
+    with ipc.new_file(str(path), export.schema) as writer:
+        writer.write_table(export)
+    return path
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    return table.column(name).chunk(0).to_numpy(zero_copy_only=True)
+
+
+class Snapshot:
+    """An exported snapshot mapped read-only: its identity columns as arrays (views of the map) and its metadata.
+
+    Args:
+        path: the file ``export_snapshot`` wrote.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.table = ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        self.meta = self.table.select(self.table.column_names[_IDENTITY:])
+        self.cache_pos = _column(self.table, CACHE_POS)
+        self.sample_ids = _column(self.table, SAMPLE_ID)
+        self.cache_ids = _column(self.table, CACHE_ID)
+        self.cum_weights = _column(self.table, CUM_WEIGHT)
+
+    def __len__(self) -> int:
+        return self.table.num_rows

@@ -1,0 +1,398 @@
+"""The remote backend: a cache at a URL, read through the node cache (whole shards) or by byte ranges.
+
+Opening costs three small reads: the manifest (fetched by one process of the node and reused for
+``manifest_ttl`` seconds), then the index and the metadata table, which are content-addressed by the checksums
+the manifest records, so each is fetched once per node. Nothing is listed and no shard is touched at open.
+
+Shards (``read_mode="shards"``) are downloaded whole into the node cache, verified against the manifest's
+SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by the prefetcher, or by another
+process of the node) waits for it, and so does one that wants more than half of the shard's bytes; any other read
+whose shard nobody fetches yet (a cold start, a resume) is served by coalesced byte-range requests while the shard
+downloads in the background (format 2 caches, whose records carry their own checksums; older formats wait for the
+shard). ``read_mode="ranges"`` always reads by ranges and keeps
+no shard copy.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_drt.cache.backends._ranges import coalesce
+from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
+from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.node_cache import NodeCache, PinnedFile
+from torch_drt.cache.prefetch import ShardPrefetcher
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.checksums import sha256_file, xxh3_128_hex
+
+__all__ = ["RemoteBackend", "RemoteFile"]
+
+_MANIFESTS = frozenset({"manifest.json", "cacheset.json"})
+_INDEX = "index.bin"
+
+
+class _OpenMaps:
+    """The shards this process keeps mapped, least recently used first; beyond the cap the oldest idle one goes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: collections.OrderedDict[int, RemoteFile] = collections.OrderedDict()
+
+    def used(self, file: RemoteFile, cap: int) -> None:
+        with self.lock:
+            self.files[id(file)] = file
+            self.files.move_to_end(id(file))
+            idle = [f for f in self.files.values() if f is not file and f.users == 0]
+            for old in idle[: max(0, len(self.files) - cap)]:
+                self.files.pop(id(old), None)
+                old.release()
+
+    def forget(self, file: RemoteFile) -> None:
+        with self.lock:
+            self.files.pop(id(file), None)
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Unmap the idle shards no planned read needs (so that the node cache may evict them)."""
+        with self.lock:
+            for key, file in list(self.files.items()):
+                if file.users == 0 and file.key not in keys:
+                    self.files.pop(key)
+                    file.release()
+
+
+_MAPS = _OpenMaps()
+
+
+def _after_fork() -> None:  # the child maps its own shards (the parent's maps are not its to release)
+    global _MAPS
+    _MAPS = _OpenMaps()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _verify(path: Path, checksum: tuple[str, str], where: str | Path) -> None:
+    """Raise ``CacheCorruptError`` unless the file at ``path`` has the checksum the manifest records."""
+    algo, expected = checksum
+    actual = sha256_file(path) if algo == "sha256" else xxh3_128_hex(path.read_bytes())
+    if actual != expected:
+        raise CacheCorruptError(
+            where, f"{algo} of the downloaded file is {actual}, the manifest records {expected} (damaged?)"
+        )
+
+
+class RemoteFile(StoredFile):
+    """One remote file of a cache: mapped from the node cache once fetched, else read by byte ranges.
+
+    Attributes:
+        key: its content key in the node cache (``"sha256-<hex>"``).
+        ranges_ok: whether reads may use byte ranges (the reader verifies every record's checksum).
+    """
+
+    def __init__(self, backend: RemoteBackend, rel: str, size: int, checksum: tuple[str, str], ranges_ok: bool):
+        super().__init__(backend.where(rel), size)
+        self.backend, self.rel, self.checksum, self.ranges_ok = backend, rel, checksum, ranges_ok
+        self.key = f"{checksum[0]}-{checksum[1]}"
+        self.downloadable = checksum[0] in ("sha256", "xxh3_128")
+        self.users = 0
+        self.kept = False  # mapped for the reader's life (the index), outside the open-shards budget
+        self._pinned: PinnedFile | None = None
+        self._lock = threading.Lock()
+
+    def present(self) -> bool:
+        """True when the node cache holds the verified file."""
+        return self.backend.node.has(self.key, self.size)
+
+    def hold(self) -> PinnedFile | None:
+        """Hold the node cache's copy against eviction (without mapping it); None when it is not there."""
+        return self.backend.node.pin(self.key, self.size, mapped=False)
+
+    def touch(self) -> None:
+        """Mark the node cache's copy recently used (no-op when it is not there)."""
+        self.backend.node.touch(self.key)
+
+    def fetch(self) -> None:
+        """Download the file into the node cache (or wait for the process of the node that does)."""
+        backend = self.backend
+        backend.node.fetch(
+            self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size), self._check, str(self.where)
+        )
+
+    def _check(self, path: Path) -> None:
+        _verify(path, self.checksum, self.where)
+
+    def _acquire(self, wait: bool) -> PinnedFile | None:
+        """The mapped file with one more user, fetching it first when ``wait``; None when it is not local."""
+        for _ in range(3):  # an eviction between a fetch and the pin: fetch again
+            with self._lock:
+                if self._pinned is None:
+                    self._pinned = self.backend.node.pin(self.key, self.size)
+                if self._pinned is not None:
+                    self.users += 1
+                    pinned = self._pinned
+                    break
+            if not wait:
+                return None
+            self.fetch()
+        else:
+            raise CacheCorruptError(self.where, "the node cache lost the file three times in a row")
+        if not self.kept:
+            _MAPS.used(self, self.backend.config.open_shards)
+        return pinned
+
+    def _done(self) -> None:
+        with self._lock:
+            self.users -= 1
+
+    def mapped(self, wait: bool = False) -> bool:
+        """Map the file when it is local (or, with ``wait``, fetch it first); True when it is mapped now."""
+        pinned = self._acquire(wait)
+        if pinned is not None:
+            self._done()
+        return pinned is not None
+
+    def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        return self.backend.gather([self], [0] * len(starts), starts, ends)
+
+    def slices(self, starts: Sequence[int], ends: Sequence[int], wait: bool) -> list[bytes] | None:
+        """The ranges sliced from the mapped file, or None when it is not local (and not ``wait``)."""
+        pinned = self._acquire(wait)
+        if pinned is None:
+            return None
+        try:
+            m = pinned.map
+            return [m[a:b] for a, b in zip(starts, ends)]
+        finally:
+            self._done()
+
+    def view(self) -> memoryview | None:
+        pinned = self._pinned
+        return None if pinned is None else memoryview(pinned.map)
+
+    def check(self) -> None:
+        pinned = self._pinned
+        if pinned is not None and self.size and pinned.map.size() != self.size:
+            raise CacheCorruptError(self.where, "the node cache's copy changed size while mapped")
+
+    def release(self) -> None:
+        """Unmap (the node cache may evict the file again); the next read maps or fetches it anew."""
+        with self._lock:
+            if self.users == 0 and self._pinned is not None:
+                self._pinned.close()
+                self._pinned = None
+
+    def close(self) -> None:
+        _MAPS.forget(self)
+        self.release()
+
+
+class RemoteBackend(CacheBackend):
+    """A cache at an fsspec URL (``s3://``, ``gs://``, ``az://``, ``abfs://``, ``http(s)://``, ``memory://``, ...).
+
+    Args:
+        location: the cache's URL (no credentials, query or fragment in it).
+        storage_options: fsspec options: credentials, ``client_kwargs={"endpoint_url": ...}``; never shown.
+        config: node cache, prefetch, read mode, time-outs and retries (default ``RemoteConfig()``).
+    """
+
+    stats_cheaply = False
+
+    def __init__(
+        self, location: str, storage_options: Mapping[str, Any] | None = None, config: RemoteConfig | None = None
+    ) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.config = config or RemoteConfig()
+        self.store = RemoteStore(location, self.storage_options, self.config)
+        super().__init__(self.store.url)
+
+    def __reduce__(self):
+        return (type(self), (self.location, self.storage_options, self.config))
+
+    def __repr__(self) -> str:
+        return f"RemoteBackend({self.location!r}, options={sorted(self.storage_options)})"
+
+    @property
+    def node(self) -> NodeCache:
+        """The node cache this process shares with the node's others."""
+        return NodeCache.shared(self.config.node_cache_dir(), self.config.node_cache_limit())
+
+    @property
+    def prefetcher(self) -> ShardPrefetcher:
+        """This process's prefetcher."""
+        return ShardPrefetcher.shared(self.config.prefetch_shards, self.config.bytes_ahead())
+
+    def where(self, rel: str = "") -> str:
+        return self.store.join(rel)
+
+    def prefetch(self, files: Sequence[StoredFile]) -> None:
+        """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only); the
+        shards this process maps that no planned read needs are unmapped."""
+        if self.config.read_mode == "shards":
+            planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
+            _MAPS.keep_only({f.key for f in planned})
+            self.prefetcher.update(planned)
+
+    def check_root(self) -> None:
+        """Nothing to check without a request: a location without a manifest is reported by the manifest read."""
+
+    def _missing(self, rel: str) -> MissingFile:
+        return MissingFile(self.where(rel), "file is missing")
+
+    def _run(self, fn, rel: str):
+        try:
+            return fn()
+        except RemoteFileMissing as e:
+            error = self._missing(e.rel)
+        except FileNotFoundError:
+            error = self._missing(rel)
+        raise error
+
+    def size(self, rel: str) -> int:
+        path = self.store.path(rel)
+        return int(self._run(lambda: self.store.run("sizing", rel, lambda: self.store.fs.size(path)), rel))
+
+    def read(self, rel: str, limit: int, *, checksum: tuple[str, str] | None = None) -> bytes:
+        """A manifest through the node's short-lived copy; a file with a ``checksum`` through the node cache."""
+        if checksum is None or not checksum[1]:
+            data = self._small(rel, limit)
+        else:
+            key, where = f"{checksum[0]}-{checksum[1]}", self.where(rel)
+            for _ in range(3):  # evicted between the fetch and the read: fetch again
+                self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
+                                lambda path: _verify(path, checksum, where), where)
+                try:
+                    data = self.node.path(key).read_bytes()
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                raise CacheCorruptError(where, "the node cache lost the file three times in a row")
+        if len(data) > limit:
+            raise CacheCorruptError(self.where(rel), f"file is more than the {limit} bytes allowed")
+        return data
+
+    def _fetch_whole(self, rel: str, limit: int) -> bytes:
+        return self._run(lambda: self.store.read(rel, limit), rel)
+
+    def _small(self, rel: str, limit: int) -> bytes:
+        """A manifest: read by one process of the node, reused by the others for ``manifest_ttl`` seconds."""
+        name = hashlib.sha256(self.where(rel).encode()).hexdigest()[:40]
+        if rel not in _MANIFESTS:
+            return self._fetch_whole(rel, limit)
+        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit))
+        if data is None:
+            raise self._missing(rel)
+        return data
+
+    def forget(self, rel: str) -> None:
+        """Drop the node's copy of a manifest (after publishing, say)."""
+        self.node.forget(hashlib.sha256(self.where(rel).encode()).hexdigest()[:40])
+
+    def open(
+        self, rel: str, size: int, *, checksum: tuple[str, str] | None = None, ranges_ok: bool = False
+    ) -> RemoteFile:
+        """Open lazily: nothing is fetched until a read (the index, which every read needs, is fetched now).
+
+        Raises:
+            CacheCorruptError: when a file that must be downloaded has no checksum in the manifest.
+        """
+        if checksum is None or not checksum[1]:
+            if not ranges_ok:
+                raise CacheCorruptError(self.where(rel), "the manifest records no checksum to verify a download by")
+            checksum = ("ranges", hashlib.sha256(self.where(rel).encode()).hexdigest())
+        file = RemoteFile(self, rel, size, checksum, ranges_ok)
+        if rel == _INDEX:
+            file.kept = True
+            file.mapped(wait=True)  # mapped for the reader's life
+        return file
+
+    def sha256(self, rel: str) -> str:
+        """Stream the remote file through SHA-256 (nothing is stored)."""
+        size, h, chunk = self.size(rel), hashlib.sha256(), self.config.chunk_bytes
+        starts = list(range(0, size, chunk))
+        for g in range(0, len(starts), 4):
+            group = starts[g : g + 4]
+            for data in self._ranges([rel] * len(group), group, [min(s + chunk, size) for s in group]):
+                h.update(data)
+        return h.hexdigest()
+
+    def download(self, rel: str, fd: int, size: int) -> None:
+        """Write a remote file's bytes into ``fd`` (for the node cache)."""
+        try:
+            self._run(lambda: self.store.download(rel, fd, size), rel)
+        except EOFError:
+            error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest records")
+            raise error from None
+
+    def _ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        data = self._run(lambda: self.store.read_ranges(rels, starts, ends), rels[0] if rels else "")
+        for rel, a, b, d in zip(rels, starts, ends, data):
+            if len(d) != b - a:
+                raise CacheCorruptError(self.where(rel), f"file ends before byte {b} (shorter than the manifest says)")
+        return data
+
+    def gather(
+        self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
+    ) -> list[bytes]:
+        """Local shards are sliced; the others are read with coalesced ranges while they download (or, without
+        record checksums, once downloaded)."""
+        groups: dict[int, list[int]] = {}
+        for i, number in enumerate(numbers):
+            groups.setdefault(number, []).append(i)
+        out: list[bytes] = [b""] * len(numbers)
+        remote: list[tuple[RemoteFile, list[int]]] = []
+        shards_mode = self.config.read_mode == "shards"
+        for number, rows in groups.items():
+            file = files[number]
+            assert isinstance(file, RemoteFile)
+            got = None
+            if file.downloadable and (shards_mode or not file.ranges_ok):
+                a, b = [starts[i] for i in rows], [ends[i] for i in rows]
+                got = file.slices(a, b, wait=not file.ranges_ok)
+                if got is None and (self.node.downloading(file.key) or self._mostly(file, a, b)):
+                    got = file.slices(a, b, wait=True)  # in flight, or most of it wanted: fetch its bytes once
+                elif got is None:
+                    self.prefetcher.demand(file)  # a cold miss: it downloads while this read is served by ranges
+            if got is None:
+                remote.append((file, rows))
+                continue
+            for i, d in zip(rows, got):
+                out[i] = d
+        if remote:
+            self._read_by_ranges(remote, starts, ends, out)
+        return out
+
+    def _mostly(self, file: RemoteFile, starts: Sequence[int], ends: Sequence[int]) -> bool:
+        """True when the coalesced ranges of a read cover more than half of the file (then it is downloaded)."""
+        requests, _ = coalesce(starts, ends, self.config.range_gap, self.config.range_max)
+        return 2 * sum(b - a for a, b in requests) > file.size
+
+    def _read_by_ranges(
+        self, remote: list[tuple[RemoteFile, list[int]]], starts: Sequence[int], ends: Sequence[int], out: list[bytes]
+    ) -> None:
+        rels, req_starts, req_ends, plans = [], [], [], []
+        for file, rows in remote:
+            requests, where = coalesce([starts[i] for i in rows], [ends[i] for i in rows],
+                                       self.config.range_gap, self.config.range_max)
+            plans.append((rows, len(rels), where))
+            for a, b in requests:
+                rels.append(file.rel)
+                req_starts.append(a)
+                req_ends.append(b)
+        data = self._ranges(rels, req_starts, req_ends)
+        for rows, first, where in plans:
+            for i, (req, offset) in zip(rows, where):
+                out[i] = data[first + req][offset : offset + ends[i] - starts[i]]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

@@ -1,0 +1,327 @@
+"""NodeCache: one directory of verified remote files shared by every process and rank of a node.
+
+Layout under the directory::
+
+    data/<algo>-<digest>     verified files, named by their content checksum (shards, index and metadata files)
+    tmp/<key>.<pid>.<hex>    downloads in progress (never read)
+    locks/<key>.lock         one download at a time per file, across processes
+    small/<name>             manifests, reused for ``ttl`` seconds (their age is their mtime)
+    .space.lock              space accounting and eviction, one process at a time
+
+A download goes to a temporary name, is checked (size and checksum), synced and renamed into ``data/``: a killed
+downloader leaves only a temporary file, which the next downloader of that file (or an eviction pass) removes.
+Processes wanting the same file queue on its lock, so it is downloaded once. A reader holds a shared ``flock`` on
+every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened)
+and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A reader that
+opened a file just as it was evicted notices (its link count is 0) and fetches it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import stat
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+__all__ = ["NodeCache", "PinnedFile"]
+
+logger = logging.getLogger("torch_drt.cache")
+
+_SHARED: dict[tuple[str, int, int], NodeCache] = {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, flags)
+        yield fd
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+class PinnedFile:
+    """A verified file of the node cache, mapped read-only and locked shared (so it is not evicted) until closed.
+
+    Attributes:
+        path: the file.
+        size: its size.
+    """
+
+    def __init__(self, path: Path, fd: int, size: int, mapped: bool = True) -> None:
+        self.path, self.size, self._fd = path, size, fd
+        self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size and mapped else b""
+
+    def close(self) -> None:
+        """Unmap and unlock (a slice still alive keeps its own copy; a view keeps the map until it goes)."""
+        if isinstance(self.map, mmap.mmap):
+            with contextlib.suppress(BufferError):
+                self.map.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class NodeCache:
+    """The node-local cache of remote files (see the module docstring for the protocol).
+
+    Args:
+        directory: the cache directory (created when missing); must be local to the node.
+        limit: bytes the cache may hold.
+    """
+
+    def __init__(self, directory: str | Path, limit: int) -> None:
+        self.directory = Path(directory)
+        self.limit = int(limit)
+        for sub in ("data", "tmp", "locks", "small"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+
+    @classmethod
+    def shared(cls, directory: str | Path, limit: int) -> NodeCache:
+        """The one instance of this process for ``directory`` and ``limit``."""
+        key = (str(Path(directory).absolute()), int(limit), os.getpid())
+        if key not in _SHARED:
+            _SHARED[key] = cls(directory, limit)
+        return _SHARED[key]
+
+    def __repr__(self) -> str:
+        return f"NodeCache({str(self.directory)!r}, limit={self.limit})"
+
+    def path(self, key: str) -> Path:
+        """Where the verified file ``key`` lives."""
+        return self.directory / "data" / key
+
+    # -- reading ------------------------------------------------------------------------------------------
+
+    def pin(self, key: str, size: int, *, mapped: bool = True) -> PinnedFile | None:
+        """Map the verified file ``key`` and hold it against eviction; None when it is not (or no longer) here.
+        With ``mapped=False`` it is only held (the prefetcher keeps the files of the next reads so)."""
+        path = self.path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            st = os.fstat(fd)
+            if st.st_nlink == 0 or st.st_size != size or not stat.S_ISREG(st.st_mode):
+                os.close(fd)  # evicted between open and lock (or not the file the manifest says): fetch again
+                return None
+            with contextlib.suppress(OSError):
+                os.utime(path)  # least recently used goes first
+            return PinnedFile(path, fd, size, mapped)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+
+    def touch(self, key: str) -> None:
+        """Mark ``key`` recently used (it is evicted after every file used before it)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self.path(key))
+
+    def has(self, key: str, size: int | None) -> bool:
+        """True when ``key`` is here (with ``size`` bytes, unless None)."""
+        try:
+            actual = os.stat(self.path(key)).st_size
+        except FileNotFoundError:
+            return False
+        return size is None or actual == size
+
+    # -- downloading --------------------------------------------------------------------------------------
+
+    def fetch(
+        self,
+        key: str,
+        size: int | None,
+        download: Callable[[int], None],
+        check: Callable[[Path], None],
+        shown: str,
+    ) -> None:
+        """Make sure the verified file ``key`` is here: wait for another process downloading it, or download it.
+
+        Args:
+            key: the content key (``"sha256-<hex>"``).
+            size: its size in bytes (None when unknown: no space is reserved ahead).
+            download: writes the file's bytes into the descriptor it is given.
+            check: raises (a ``CacheCorruptError``, say) when the downloaded file is not the expected one.
+            shown: the file's URL, for messages.
+
+        Raises:
+            OSError: with errno ENOSPC when the node's disk is full (nothing is left behind); whatever
+                ``download`` and ``check`` raise (the temporary file is removed first).
+        """
+        if self.has(key, size):
+            return
+        with _locked(self.directory / "locks" / f"{key}.lock"):
+            if self.has(key, size):  # another process downloaded it while this one waited
+                return
+            self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
+            tmp = self._reserve(key, size, shown)
+            try:
+                fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
+                try:
+                    download(fd)
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+                check(tmp)
+                os.rename(tmp, self.path(key))
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise _disk_full(self.directory, shown, size or 0) from None
+                raise
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+
+    def _reserve(self, key: str, size: int | None, shown: str) -> Path:
+        """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size."""
+        tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+        with _locked(self.directory / ".space.lock"):
+            size = size or 0
+            self.evict(size)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    _preallocate(fd, size)
+                except OSError as e:
+                    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    self.evict(self.limit + size)  # the disk is fuller than the limit says: free all that is unused
+                    _preallocate(fd, size)
+            except OSError as e:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise _disk_full(self.directory, shown, size) from None
+                raise
+            os.close(fd)
+        return tmp
+
+    def _remove_tmp(self, key: str) -> None:
+        for entry in (self.directory / "tmp").glob(f"{key}.*"):
+            entry.unlink(missing_ok=True)
+
+    # -- space ----------------------------------------------------------------------------------------------
+
+    def usage(self) -> int:
+        """Bytes held: verified files and downloads in progress."""
+        return sum(size for _, size, _ in self._entries("data")) + sum(size for _, size, _ in self._entries("tmp"))
+
+    def _entries(self, sub: str) -> list[tuple[float, int, Path]]:
+        out = []
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.directory / sub) as it:
+            for entry in it:
+                with contextlib.suppress(FileNotFoundError):
+                    st = entry.stat(follow_symlinks=False)
+                    out.append((st.st_mtime, st.st_size, Path(entry.path)))
+        return out
+
+    def evict(self, need: int = 0) -> int:
+        """Remove least recently used files nobody holds until ``need`` more bytes fit under the limit; also remove
+        abandoned downloads. Call it under the space lock (``fetch`` does). Returns the bytes freed."""
+        usage = 0
+        for _, size, path in self._entries("tmp"):
+            key = path.name.split(".", 1)[0]
+            if self._abandoned(key):
+                path.unlink(missing_ok=True)
+            else:
+                usage += size
+        data = sorted(self._entries("data"))
+        usage += sum(size for _, size, _ in data)
+        freed = 0
+        for _, size, path in data:
+            if usage + need <= self.limit:
+                break
+            if _remove_unused(path):
+                usage -= size
+                freed += size
+        if usage + need > self.limit:
+            logger.info("node cache %s holds %d bytes in use; over its limit of %d", self.directory, usage, self.limit)
+        return freed
+
+    def downloading(self, key: str) -> bool:
+        """True while a process of the node (this one included) downloads ``key``."""
+        return not self._abandoned(key)
+
+    def _abandoned(self, key: str) -> bool:
+        """True when nobody downloads ``key`` now (its lock is free)."""
+        fd = os.open(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            return _free(fd)
+        finally:
+            os.close(fd)
+
+    # -- small files ------------------------------------------------------------------------------------------
+
+    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None]) -> bytes | None:
+        """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
+        A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
+        path = self.directory / "small" / name
+        with _locked(self.directory / "locks" / f"small-{name}.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - os.stat(path).st_mtime < ttl:
+                    return path.read_bytes()
+            data = fetch()
+            if data is not None:
+                tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            return data
+
+    def forget(self, name: str) -> None:
+        """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
+        (self.directory / "small" / name).unlink(missing_ok=True)
+
+
+def _remove_unused(path: Path) -> bool:
+    """Unlink ``path`` unless a reader holds it; True when it was removed (or was gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        if not _free(fd):
+            return False
+        path.unlink(missing_ok=True)  # under the exclusive lock: no reader can take it meanwhile
+        return True
+    finally:
+        os.close(fd)
+
+
+def _free(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` if nobody holds one (it goes with the descriptor); False when held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _preallocate(fd: int, size: int) -> None:
+    """Reserve ``size`` bytes now, so that a full disk fails before any download (sparse where unsupported)."""
+    if size == 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+
+
+def _disk_full(directory: Path, shown: str, size: int) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
+        "lower RemoteConfig.cache_limit, or choose another cache_dir",
+    )

@@ -1,0 +1,174 @@
+"""ShardPrefetcher: download the shards the next reads need, in the order they will be read, within bounds.
+
+A loader knows its future (its order is a pure function of seed, epoch and position), so it hands the prefetcher
+the shards of its next batches, in order (``update``); the prefetcher keeps at most ``concurrency`` downloads in
+flight and never looks further ahead than ``bytes_ahead`` bytes of shards (counting those already local or
+downloading). The shards within that distance that are local are held (like a reader holds the shards it maps),
+so the node cache evicts shards no planned read needs (those already read) before the ones the next batches
+read. A read that finds its shard missing asks for it first (``demand``). One prefetcher serves every remote cache
+of a process; the node cache makes the processes of a node share the downloads.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["Fetchable", "ShardPrefetcher"]
+
+logger = logging.getLogger("torch_drt.cache")
+
+_SHARED: dict[tuple[int, int, int], ShardPrefetcher] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _after_fork() -> None:  # a lock held by a thread of the parent would never be released in the child
+    global _SHARED_LOCK
+    _SHARED_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class Fetchable(Protocol):
+    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()`` and
+    ``touch()`` (marks it recently used, so that the node cache evicts it last) and ``hold()`` (an object whose
+    ``close()`` lets the node cache evict it again; None when the file is not local)."""
+
+    key: str
+    size: int
+
+    def present(self) -> bool: ...
+
+    def fetch(self) -> None: ...
+
+    def touch(self) -> None: ...
+
+    def hold(self) -> Any: ...
+
+
+class ShardPrefetcher:
+    """Background downloads of future shards: ``concurrency`` threads, ``bytes_ahead`` bytes of lookahead.
+
+    Args:
+        concurrency: downloads in flight at once (threads, started on first use).
+        bytes_ahead: the plan is followed only as far as its shards' sizes add up to this (the first one always).
+    """
+
+    def __init__(self, concurrency: int, bytes_ahead: int) -> None:
+        if concurrency < 1 or bytes_ahead < 1:
+            raise ValueError(f"{concurrency=} and {bytes_ahead=} must be > 0")
+        self.concurrency, self.bytes_ahead = concurrency, bytes_ahead
+        self._cond = threading.Condition()
+        self._plan: list[Fetchable] = []
+        self._urgent: collections.deque[Fetchable] = collections.deque()
+        self._running: set[str] = set()
+        self._failed: set[str] = set()
+        self._planned: set[str] = set()
+        self._held: dict[str, Any] = {}
+        self._threads: list[threading.Thread] = []
+        self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
+
+    @classmethod
+    def shared(cls, concurrency: int, bytes_ahead: int) -> ShardPrefetcher:
+        """The one prefetcher of this process for these bounds."""
+        key = (os.getpid(), concurrency, bytes_ahead)
+        with _SHARED_LOCK:
+            if key not in _SHARED:
+                _SHARED[key] = cls(concurrency, bytes_ahead)
+            return _SHARED[key]
+
+    def update(self, upcoming: Sequence[Fetchable]) -> None:
+        """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
+
+        Files that came into the plan are marked recently used, latest-needed first, so that downloads for the
+        plan evict what no planned read needs.
+        """
+        seen: set[str] = set()
+        plan = [f for f in upcoming if not (f.key in seen or seen.add(f.key))]
+        for file in reversed([f for f in plan if f.key not in self._planned]):
+            file.touch()
+        self._planned = seen
+        with self._cond:
+            self._plan = plan
+            self._hold_ahead()
+            self._start()
+            self._cond.notify_all()
+
+    def _ahead(self) -> list[Fetchable]:
+        """The plan's files within ``bytes_ahead`` (the first one always)."""
+        out, ahead = [], 0
+        for file in self._plan:
+            ahead += file.size
+            if ahead > self.bytes_ahead and out:
+                break
+            out.append(file)
+        return out
+
+    def _hold_ahead(self) -> None:
+        """Hold the local files within the bytes ahead, release the others (under the lock)."""
+        wanted = {f.key: f for f in self._ahead()}
+        for key in [k for k in self._held if k not in wanted]:
+            self._held.pop(key).close()
+        for key, file in wanted.items():
+            if key not in self._held and (held := file.hold()) is not None:
+                self._held[key] = held
+
+    def demand(self, file: Fetchable) -> None:
+        """Fetch ``file`` before anything planned (a read needs it now); a no-op when it is being fetched."""
+        with self._cond:
+            if file.key in self._running or file.key in self._failed:
+                return
+            self._urgent.append(file)
+            self._start()
+            self._cond.notify()
+
+    def busy(self, key: str) -> bool:
+        """True while ``key`` is being downloaded by this process."""
+        with self._cond:
+            return key in self._running
+
+    def _start(self) -> None:
+        while len(self._threads) < self.concurrency:
+            thread = threading.Thread(target=self._work, name="torch_drt-prefetch", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _next(self) -> Fetchable | None:
+        """The next file to download (under the lock), or None when nothing is due."""
+        while self._urgent:
+            file = self._urgent.popleft()
+            if file.key not in self._running and not file.present():
+                return file
+        for file in self._ahead():
+            if file.key in self._running or file.key in self._failed or file.present():
+                continue
+            return file
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                file = self._next()
+                while file is None:
+                    self._cond.wait()
+                    file = self._next()
+                self._running.add(file.key)
+            try:
+                file.fetch()
+            except Exception as e:  # a read that needs the file surfaces the error itself
+                logger.info("prefetching %s failed: %s", file.key, e)
+                with self._cond:
+                    self._failed.add(file.key)
+            else:
+                with self._cond:
+                    self.fetched += 1
+                    self._hold_ahead()
+            finally:
+                with self._cond:
+                    self._running.discard(file.key)
+                    self._cond.notify_all()

@@ -1,0 +1,67 @@
+"""ReadAhead: the loaders' hook into prefetching: the shards of the next batches, handed over before each read.
+
+A loader whose order is a pure function of its position knows the rows of any future batch. Before reading batch
+``k`` it calls ``before(k)``; ``ReadAhead`` computes the rows of the batch that just came into view
+(``k + depth - 1``), keeps the shards of the batches in view in read order, and gives them to
+``CacheReader.prefetch``. After a start or a resume the view fills a few batches per call (so the first batch
+costs little more than itself). For a reader of local caches it does nothing and computes nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+
+import numpy as np
+
+from torch_drt.cache.reader import CacheReader
+
+__all__ = ["ReadAhead"]
+
+BatchRows = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
+_FILL = 4  # batches computed per call at most: the view fills over the first batches
+
+
+class ReadAhead:
+    """Keeps ``reader``'s prefetch plan ``depth`` batches ahead of the reads.
+
+    Args:
+        reader: the reader the batches are read with.
+        batch_rows: batch number -> (cache positions, sample ids) of its rows, or None past the last batch; called
+            once per batch (it must not move the loader's own position).
+        depth: batches in view (default: the reader's ``RemoteConfig.lookahead_batches``).
+    """
+
+    def __init__(self, reader: CacheReader, batch_rows: BatchRows, depth: int | None = None) -> None:
+        self.reader = reader
+        self.batch_rows = batch_rows
+        self.active = reader.remote
+        self.depth = depth if depth is not None else max(1, reader.lookahead_batches)
+        if self.depth < 1:
+            raise ValueError(f"depth={self.depth} must be >= 1")
+        self._view: collections.deque[tuple[int, np.ndarray]] = collections.deque()
+
+    def before(self, k: int) -> None:
+        """Call before reading batch ``k``: batches ``k .. k + depth - 1`` are planned, in order."""
+        if not self.active:
+            return
+        view = self._view
+        while view and view[0][0] < k:
+            view.popleft()
+        if view and view[0][0] != k:  # a jump (a resume, a new pass): start over
+            view.clear()
+        nxt = view[-1][0] + 1 if view else k
+        end = min(k + self.depth, nxt + _FILL)
+        while nxt < end:
+            rows = self.batch_rows(nxt)
+            if rows is None:
+                break
+            groups = self.reader.shard_groups(*rows)
+            _, first = np.unique(groups, return_index=True)
+            view.append((nxt, groups[np.sort(first)]))
+            nxt += 1
+        if not view:
+            return
+        planned = np.concatenate([g for _, g in view])
+        _, first = np.unique(planned, return_index=True)
+        self.reader.prefetch(planned[np.sort(first)])

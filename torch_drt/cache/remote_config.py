@@ -1,0 +1,135 @@
+"""RemoteConfig: how caches at URLs are read and written (node cache, prefetch, ranges, retries, publishing)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["CACHE_DIR_ENV", "CACHE_LIMIT_ENV", "RemoteConfig"]
+
+CACHE_DIR_ENV = "TORCH_DRT_NODE_CACHE"
+CACHE_LIMIT_ENV = "TORCH_DRT_NODE_CACHE_BYTES"
+_MIB = 1 << 20
+
+
+def _positive(name: str, value: object, *, integer: bool = True, zero: bool = False) -> None:
+    kind = int if integer else (int, float)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < 0 or (value == 0 and not zero):
+        raise ValueError(f"{name}={value!r} must be a{'n int' if integer else ' number'} {'>=' if zero else '>'} 0")
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """Settings for caches at URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``, ``memory://``, ...).
+
+    Every process and rank of a node that uses the same ``cache_dir`` shares one node cache: a shard is
+    downloaded once per node, verified against the manifest's SHA-256 and evicted least-recently-used first
+    once the cache holds more than ``cache_limit`` bytes. See ``docs/remote-caches.md``.
+
+    Args:
+        cache_dir: the node-local cache directory (default: ``$TORCH_DRT_NODE_CACHE``, else
+            ``<tempdir>/torch_drt-node-cache-<uid>``). Use a local disk: file locks coordinate its users.
+        cache_limit: bytes the node cache may hold (default: ``$TORCH_DRT_NODE_CACHE_BYTES``, else half the size of
+            the file system holding ``cache_dir``). A shard in use is never evicted, so it is exceeded by at most
+            the shards readers hold open.
+        read_mode: ``"shards"`` downloads whole shards into the node cache (a read that misses is served by
+            byte ranges while its shard downloads); ``"ranges"`` reads every batch with coalesced byte-range
+            requests and keeps no shard copy (for sparse or weighted sampling).
+        prefetch_shards: shard downloads in flight per process.
+        prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
+        lookahead_batches: future batches a loader looks at to find the shards to fetch.
+        open_shards: shards a process keeps mapped (each held open is exempt from eviction).
+        chunk_bytes: size of the byte-range requests one shard download is split into.
+        range_gap: ranges closer than this are fetched in one request.
+        range_max: the largest request coalescing may build.
+        ranges_in_flight: byte-range requests in flight at once.
+        timeout: seconds a request may wait for data before it fails (and is retried).
+        connect_timeout: seconds to open a connection.
+        retries: further attempts after a transient failure (``torch_drt.sources.retry``).
+        backoff: base wait before a retry, in seconds (doubling, with jitter).
+        max_backoff: longest wait before a retry.
+        manifest_ttl: seconds a fetched manifest is reused by the node's processes before it is fetched again.
+        upload_concurrency: files uploaded at once when publishing to a URL.
+        stale_writer_after: seconds without a heartbeat after which another writer's claim on a cache name is
+            considered abandoned (its partial upload is then removed by the next writer).
+        conditional_writes: whether the store refuses to overwrite an object on request (S3's ``If-None-Match``);
+            None decides by scheme (``s3`` and ``memory``: yes). Without them a writer claims a name by writing
+            then re-reading its claim after ``claim_settle`` seconds.
+        claim_settle: seconds between writing a claim and checking it on stores without conditional writes.
+        staging_dir: where caches to publish at a URL are written first (default: the system temp directory).
+    """
+
+    cache_dir: str | None = None
+    cache_limit: int | None = None
+    read_mode: Literal["shards", "ranges"] = "shards"
+    prefetch_shards: int = 4
+    prefetch_bytes: int = 1 << 30
+    lookahead_batches: int = 64
+    open_shards: int = 8
+    chunk_bytes: int = 8 * _MIB
+    range_gap: int = 256 * 1024
+    range_max: int = 16 * _MIB
+    ranges_in_flight: int = 32
+    timeout: float = 60.0
+    connect_timeout: float = 10.0
+    retries: int = 5
+    backoff: float = 0.2
+    max_backoff: float = 10.0
+    manifest_ttl: float = 60.0
+    upload_concurrency: int = 8
+    stale_writer_after: float = 3600.0
+    conditional_writes: bool | None = None
+    claim_settle: float = 1.0
+    staging_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_mode not in ("shards", "ranges"):
+            raise ValueError(f"read_mode={self.read_mode!r} must be 'shards' or 'ranges'")
+        for name in ("prefetch_shards", "lookahead_batches", "open_shards", "chunk_bytes", "range_max",
+                     "ranges_in_flight", "upload_concurrency", "prefetch_bytes"):
+            _positive(name, getattr(self, name))
+        for name in ("timeout", "connect_timeout"):
+            _positive(name, getattr(self, name), integer=False)
+        for name in ("backoff", "max_backoff", "manifest_ttl", "stale_writer_after", "claim_settle"):
+            _positive(name, getattr(self, name), integer=False, zero=True)
+        _positive("range_gap", self.range_gap, zero=True)
+        _positive("retries", self.retries, zero=True)
+        if self.cache_limit is not None:
+            _positive("cache_limit", self.cache_limit)
+        if self.conditional_writes not in (None, True, False):
+            raise ValueError(f"conditional_writes={self.conditional_writes!r} must be None, True or False")
+
+    def node_cache_dir(self) -> Path:
+        """The node cache directory in force (argument, environment, or the default under the temp directory)."""
+        chosen = self.cache_dir or os.environ.get(CACHE_DIR_ENV)
+        if chosen:
+            return Path(chosen)
+        return Path(tempfile.gettempdir()) / f"torch_drt-node-cache-{os.getuid()}"
+
+    def node_cache_limit(self) -> int:
+        """The node cache's byte limit in force (argument, environment, or half the file system's size)."""
+        if self.cache_limit is not None:
+            return self.cache_limit
+        env = os.environ.get(CACHE_LIMIT_ENV)
+        if env:
+            try:
+                value = int(env)
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise ValueError(f"{CACHE_LIMIT_ENV}={env!r} must be an int > 0 (bytes)")
+            return value
+        directory = self.node_cache_dir()
+        probe = next((p for p in (directory, *directory.parents) if p.exists()), Path("/"))
+        return shutil.disk_usage(probe).total // 2
+
+    def bytes_ahead(self) -> int:
+        """Bytes a process prefetches ahead: ``prefetch_bytes``, at most a quarter of the node cache (the
+        processes of a node share it)."""
+        return max(1, min(self.prefetch_bytes, self.node_cache_limit() // 4))

@@ -1,0 +1,300 @@
+"""RemoteStore: one URL prefix of an fsspec store, with the project's retries, time-outs and redacted errors.
+
+Every request of the remote cache paths (reading, downloading, uploading, listing) goes through here, so that
+each one is retried by ``torch_drt.sources.retry`` (the one retry policy; the store client's own retries are
+turned off where this module knows how) and fails with an error that names the URL without credentials or query
+strings. A URL that carries credentials, a query or a fragment is refused: pass credentials in
+``storage_options``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
+from torch_drt.sources.template import redact
+
+__all__ = ["RemoteFileMissing", "RemoteStore", "is_url"]
+
+T = TypeVar("T")
+_CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
+_CONDITIONAL = frozenset({"s3", "s3a", "memory"})
+
+
+def is_url(location: object) -> bool:
+    """True for a ``scheme://...`` string other than ``file://`` (those are local paths)."""
+    return isinstance(location, str) and "://" in location and not location.startswith("file://")
+
+
+class RemoteFileMissing(FileNotFoundError):
+    """A file is missing at the store; ``rel`` is its path relative to the store's URL."""
+
+    def __init__(self, rel: str, message: str) -> None:
+        super().__init__(message)
+        self.rel = rel
+
+
+def _check_url(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise ValueError(f"{redact(url)!r} is not a valid URL") from None
+    if not parts.scheme or not url[len(parts.scheme) :].startswith("://"):
+        raise ValueError(f"{redact(url)!r} is not a scheme://location URL")
+    if "@" in parts.netloc or parts.query or parts.fragment or url.rstrip("?#") != url:
+        raise ValueError(
+            f"{redact(url)!r}: a cache URL must not carry credentials, a query or a fragment; "
+            "pass credentials and endpoints in storage_options"
+        )
+    return url.rstrip("/")
+
+
+def _with_defaults(scheme: str, options: Mapping[str, Any], config: RemoteConfig) -> dict[str, Any]:
+    """The fsspec options with this config's time-outs, and the client's own retries off (retry.py retries)."""
+    out = dict(options)
+    if scheme in ("s3", "s3a"):
+        kwargs = dict(out.get("config_kwargs") or {})
+        kwargs.setdefault("connect_timeout", config.connect_timeout)
+        kwargs.setdefault("read_timeout", config.timeout)
+        kwargs.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        out["config_kwargs"] = kwargs
+    elif scheme in ("http", "https"):
+        import aiohttp
+
+        client = dict(out.get("client_kwargs") or {})
+        timeout = aiohttp.ClientTimeout(sock_connect=config.connect_timeout, sock_read=config.timeout)
+        client.setdefault("timeout", timeout)
+        out["client_kwargs"] = client
+    return out
+
+
+def _http_failure(error: BaseException) -> AttemptError | None:
+    """An HTTP status error (fsspec's http client raises aiohttp's) described as a transient or permanent attempt."""
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is None or not isinstance(error, aiohttp.ClientResponseError):
+        return None
+    status = int(error.status)
+    kind: type[Exception] = {404: FileNotFoundError, 401: PermissionError, 403: PermissionError}.get(status, OSError)
+    return AttemptError(f"HTTP {status}", transient=transient_status(status), kind=kind)
+
+
+class RemoteStore:
+    """A URL prefix (``s3://bucket/caches/name``) and the fsspec filesystem that reaches it.
+
+    It pickles without its filesystem, which is made again on first use in each process.
+
+    Args:
+        url: the prefix; files are addressed relative to it (``"shards/000000.bin"``).
+        storage_options: fsspec options (credentials, ``client_kwargs={"endpoint_url": ...}``); never shown.
+        config: time-outs, retries and conditional writes.
+
+    Raises:
+        ValueError: for a URL with credentials, a query or a fragment, or no ``scheme://``.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, config: RemoteConfig | None = None):
+        self.url = _check_url(url)
+        self.scheme = self.url.split("://", 1)[0]
+        self.options = dict(storage_options or {})
+        self.config = config or RemoteConfig()
+        self.policy = RetryPolicy(self.config.retries, self.config.backoff, self.config.max_backoff)
+        self._fs: Any = None
+        self._root = ""
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None}
+
+    def __repr__(self) -> str:
+        return f"RemoteStore({self.url!r}, options={sorted(self.options)})"
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (made on first use in this process: a forked child makes its own)."""
+        if self._fs is None or self._pid != os.getpid():
+            self._pid = os.getpid()
+            import fsspec
+
+            try:
+                self._fs, self._root = fsspec.core.url_to_fs(
+                    self.url, **_with_defaults(self.scheme, self.options, self.config)
+                )
+            except ImportError as e:
+                raise ImportError(f"cannot open {self.url}: {e}") from None
+            except Exception as e:
+                error = ValueError(f"cannot open {self.url} with fsspec ({type(e).__name__}): check URL and options")
+                raise error from None
+            if self.scheme in ("s3", "s3a") and "retries" not in self.options:
+                self._fs.retries = 1  # s3fs's own retry loop off: retry.py retries (an instance with our options)
+        return self._fs
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the store refuses to overwrite on request (``RemoteConfig.conditional_writes``, else by scheme)."""
+        chosen = self.config.conditional_writes
+        return self.scheme in _CONDITIONAL if chosen is None else chosen
+
+    def child(self, rel: str) -> RemoteStore:
+        """The store of the prefix ``url/rel`` (same options and config)."""
+        return RemoteStore(self.join(rel), self.options, self.config)
+
+    def join(self, rel: str) -> str:
+        """The URL of ``rel`` (for messages: it holds no secret)."""
+        return f"{self.url}/{rel}" if rel else self.url
+
+    def path(self, rel: str) -> str:
+        """The filesystem path of ``rel``."""
+        self.fs  # noqa: B018 - sets the root
+        root = self._root.rstrip("/")
+        return f"{root}/{rel}" if rel else root
+
+    def run(self, verb: str, rel: str, fn: Callable[[], T]) -> T:
+        """``fn()`` under the retry policy; its failure names ``verb`` and the URL of ``rel``."""
+
+        def attempt() -> T:
+            try:
+                return fn()
+            except Exception as e:
+                described = _http_failure(e)
+                if described is None:
+                    raise
+            raise described
+
+        try:
+            return self.policy.run(attempt, f"{verb} {self.join(rel)}", unknown=True)
+        except FileNotFoundError as e:
+            error = RemoteFileMissing(rel, str(e))
+        raise error
+
+    def read(self, rel: str, limit: int | None = None) -> bytes:
+        """A whole file (at most ``limit + 1`` bytes are fetched, so a caller can tell it is too large).
+
+        Raises:
+            RemoteFileMissing: when it is missing; ``PermissionError``, ``TimeoutError`` or ``OSError`` otherwise.
+        """
+        path = self.path(rel)
+        if limit is None:
+            return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path)))
+        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=0, end=limit + 1)))
+
+    def read_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a file (fewer when the file is shorter: the caller checks)."""
+        path = self.path(rel)
+        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=start, end=end)))
+
+    def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[starts[i], ends[i])`` of ``rels[i]`` for each ``i``, up to ``ranges_in_flight`` requests at once;
+        each failed request is retried on its own."""
+        if not rels:
+            return []
+        paths = [self.path(r) for r in rels]
+        extra = {"batch_size": self.config.ranges_in_flight} if getattr(self.fs, "async_impl", False) else {}
+        try:
+            got: list[Any] = self.fs.cat_ranges(paths, list(starts), list(ends), on_error="return", **extra)
+        except Exception:  # the whole call failed (no connection, say): every range is retried below
+            got = [None] * len(paths)
+        return [
+            bytes(d) if isinstance(d, bytes | bytearray) else self.read_range(r, s, e)
+            for d, r, s, e in zip(got, rels, starts, ends)
+        ]
+
+    def download(self, rel: str, fd: int, size: int) -> None:
+        """Write the file's ``size`` bytes to ``fd`` (at their offsets) with ranged requests of ``chunk_bytes``.
+
+        Raises:
+            EOFError: when the file is shorter than ``size``.
+        """
+        chunk = self.config.chunk_bytes
+        starts = list(range(0, size, chunk))
+        for g in range(0, len(starts), _CHUNKS_IN_FLIGHT):
+            group = starts[g : g + _CHUNKS_IN_FLIGHT]
+            ends = [min(s + chunk, size) for s in group]
+            for start, end, data in zip(group, ends, self.read_ranges([rel] * len(group), group, ends)):
+                if len(data) != end - start:
+                    raise EOFError(f"{self.join(rel)}: got {len(data)} bytes at offset {start}, expected {end - start}")
+                view, offset = memoryview(data), start
+                while view:
+                    written = os.pwrite(fd, view, offset)
+                    view, offset = view[written:], offset + written
+
+    def upload(self, local: str | os.PathLike, rel: str) -> None:
+        """Copy a local file to ``rel`` (overwriting)."""
+        path = self.path(rel)
+        self.run("uploading", rel, lambda: self.fs.put_file(os.fspath(local), path))
+
+    def put(self, rel: str, data: bytes) -> None:
+        """Write ``data`` to ``rel`` (overwriting)."""
+        path = self.path(rel)
+        self.run("writing", rel, lambda: self.fs.pipe_file(path, data))
+
+    def put_new(self, rel: str, data: bytes) -> bool:
+        """Write ``data`` to ``rel`` unless something is there; False when it was (checked atomically only on stores
+        with conditional writes: see ``RemoteConfig.conditional_writes``)."""
+        path = self.path(rel)
+
+        def create() -> bool:
+            try:
+                if self.conditional:
+                    self.fs.pipe_file(path, data, mode="create")
+                    return True
+                self.fs.cat_file(path, start=0, end=1)
+                return False
+            except FileExistsError:
+                return False
+            except FileNotFoundError:
+                self.fs.pipe_file(path, data)
+                return True
+
+        return self.run("creating", rel, create)
+
+    def read_or_none(self, rel: str, limit: int | None = None) -> bytes | None:
+        """``read``, or None when the file is missing."""
+        try:
+            return self.read(rel, limit)
+        except FileNotFoundError:
+            return None
+
+    def list(self) -> list[str]:
+        """Every file under the prefix, relative to it (one listing; used by publishing and ``ls`` only)."""
+        root = self.path("")
+
+        def find() -> list[str]:
+            self.fs.invalidate_cache()
+            try:
+                found = self.fs.find(root)
+            except FileNotFoundError:
+                return []
+            return sorted(str(p)[len(root) :].lstrip("/") for p in found)
+
+        return self.run("listing", "", find)
+
+    def list_dirs(self) -> list[str]:
+        """The names directly under the prefix (for ``ls`` of a root of caches)."""
+        root = self.path("")
+
+        def ls() -> list[str]:
+            self.fs.invalidate_cache()
+            try:
+                entries = self.fs.ls(root, detail=False)
+            except FileNotFoundError:
+                return []
+            return sorted({str(p).rstrip("/").rsplit("/", 1)[-1] for p in entries})
+
+        return self.run("listing", "", ls)
+
+    def remove(self, rels: Sequence[str]) -> None:
+        """Delete files (missing ones are fine)."""
+        for rel in rels:
+            path = self.path(rel)
+
+            def rm(path: str = path) -> None:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm_file(path)
+
+            self.run("deleting", rel, rm)
