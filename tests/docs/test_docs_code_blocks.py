@@ -4,8 +4,8 @@ A page becomes one Python script (``doc_pages.page_script``): ``python`` blocks 
 interpreter (a page reads like a tutorial, later blocks use earlier names), and ``bash``/``sh``/``console`` blocks
 run as shell commands at their place in the page (``$ `` prompts are stripped). Blocks fenced as ``text``
 (diagrams, layouts, sample output) are not code. An untagged fence is refused: say what a block is. Pages that
-need servers start them themselves (``remote-caches.md`` starts moto's S3 server on loopback; its printed results
-are also checked by ``tests/remote/test_remote_docs.py``).
+need servers start them themselves (``remote-caches.md`` starts moto's S3 server on loopback). Where a page prints
+results it states in comments, ``PRINTED`` holds what its output must contain.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from doc_pages import blocks, page_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+PRINTED = {
+    "remote-caches.md": ["s3://datasets/caches/images", "CacheWriteError True", "ok      s3://datasets/caches/images"],
+}
 
 
 @pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])
@@ -40,3 +43,5 @@ def test_code_blocks_run(page: Path, tmp_path: Path) -> None:
         [sys.executable, "page.py"], cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env
     )
     assert proc.returncode == 0, f"{page.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    missing = [text for text in PRINTED.get(page.name, []) if text not in proc.stdout]
+    assert not missing, f"{page.name} did not print {missing}:\n{proc.stdout[-3000:]}"

@@ -1,5 +1,5 @@
-"""docs/remote-caches.md runs as written (one script, blocks in page order, shell blocks in place), and the S3
-training example publishes, streams, checkpoints and resumes on an empty node cache identically."""
+"""The S3 training example publishes, streams, checkpoints and resumes on an empty node cache identically (the page
+docs/remote-caches.md itself runs in tests/docs/test_docs_code_blocks.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from doc_pages import page_script
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGE = ROOT / "docs" / "remote-caches.md"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -24,14 +22,6 @@ def _run(args: list[str], tmp_path: Path) -> str:
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
-
-
-def test_the_page_runs_as_written(tmp_path):
-    pytest.importorskip("moto.server")
-    (tmp_path / "page.py").write_text(page_script(PAGE))
-    out = _run(["page.py"], tmp_path)
-    assert "s3://datasets/caches/images" in out and "CacheWriteError True" in out
-    assert out.count("True") >= 3 and "ok      s3://datasets/caches/images" in out
 
 
 def test_the_s3_training_example(tmp_path):
