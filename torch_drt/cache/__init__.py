@@ -1,6 +1,7 @@
 """The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
 
-from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set, publish_cache_set
+from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set
+from torch_drt.cache.cache_set_publish import publish_cache_set
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
 from torch_drt.cache.errors import CacheCorruptError

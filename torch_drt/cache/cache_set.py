@@ -3,7 +3,8 @@
 A set is a directory holding ``cacheset.json``, a small manifest that lists its parts (each a complete cache):
 where the part lives, its cache id, sample count, metadata schema and the SHA-256 of its ``manifest.json``
 (which in turn records the checksum of every file of the part). Opening a set opens its parts as the caches of
-one dataset; they must share one schema and have distinct cache ids. See ``docs/format.md``.
+one dataset; they must share one schema and have distinct cache ids. See ``docs/format.md``. Publishing a set:
+``cache_set_publish``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import hashlib
 import json
 import os
 import posixpath
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +23,7 @@ import pyarrow as pa
 from torch_drt.cache._format import MANIFEST_FILE, MAX_MANIFEST_BYTES, validate_source_name
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.validate import CacheLayout, load_cache, open_cache
-from torch_drt.publish import fsync_dir
+from torch_drt.cache.validate import CacheLayout, load_cache
 
 if TYPE_CHECKING:
     from torch_drt.cache.remote_config import RemoteConfig
@@ -40,7 +39,6 @@ __all__ = [
     "is_cache_set",
     "load_caches",
     "open_cache_set",
-    "publish_cache_set",
     "read_cache_set",
     "validate_set_name",
 ]
@@ -297,122 +295,3 @@ def _has(backend: CacheBackend, rel: str) -> bool:
     except MissingFile:
         return False
     return True
-
-
-def _location(set_dir: Path | str, part_dir: Path | str) -> str:
-    """The part's path relative to the set when both lie under the set's root (the root can move), else absolute
-    (or its URL)."""
-    if isinstance(set_dir, str) or isinstance(part_dir, str):
-        set_url, part_url = str(set_dir).rstrip("/"), str(part_dir).rstrip("/")
-        root = set_url.rsplit("/", 1)[0] + "/"
-        if "://" in set_url and part_url.startswith(root):
-            return posixpath.relpath(part_url.split("://", 1)[1], set_url.split("://", 1)[1])
-        return part_url
-    part, root = part_dir.resolve(), set_dir.resolve().parent
-    if part.is_relative_to(root):
-        return Path(os.path.relpath(part, set_dir.resolve())).as_posix()
-    return str(part)
-
-
-def publish_cache_set(
-    path: str | Path,
-    parts: Sequence[str | Path],
-    *,
-    storage_options: Mapping[str, Any] | None = None,
-    remote_config: RemoteConfig | None = None,
-) -> CacheSet:
-    """Publish a set of existing caches at ``path`` (created when missing); never overwrites a set.
-
-    Each part is opened (structure), checked against the others (one schema, distinct cache ids) and recorded
-    by its path relative to the set directory when both lie under one root (``ROOT/set``, ``ROOT/part`` or
-    ``ROOT/set/part``), else by its absolute path or URL. A local manifest is
-    written to a temporary file, synced, and linked into place in one step that fails when a set is already
-    there; a remote one is written with a conditional put where the store has them (see ``RemoteConfig``).
-
-    Args:
-        path: the set directory or URL; its name is the set's name.
-        parts: the part caches (directories or URLs), in dataset order.
-        storage_options: fsspec options for URLs.
-        remote_config: the remote settings for URLs.
-
-    Returns:
-        The published set.
-
-    Raises:
-        FileExistsError: when a set is already published at ``path``.
-        CacheCorruptError: naming the file of a part that is not a valid cache.
-        ValueError: naming the part whose schema or cache id does not fit the others; when ``parts`` is empty
-            or the set name is invalid.
-    """
-    remote = isinstance(path, str) and "://" in path and not path.startswith("file://")
-    set_dir: Path | str = path.rstrip("/") if remote else Path(str(path).removeprefix("file://"))
-    name = validate_set_name(posixpath.basename(str(set_dir)))
-    if not parts:
-        raise ValueError("a cache set needs at least one part")
-    if not remote and (Path(set_dir) / SET_MANIFEST_FILE).exists():
-        raise FileExistsError(f"cache set already exists: {set_dir}")
-    entries = []
-    for part in parts:
-        backend = _backend(part if isinstance(part, str) else Path(part), storage_options, remote_config)
-        layout = open_cache(backend)
-        where = backend.where() if not backend.stats_cheaply else Path(backend.where())
-        entries.append(
-            CacheSetPart(
-                _location(set_dir, where), layout.cache_id, layout.sample_count, layout.schema,
-                _manifest_sha256(backend),
-            )
-        )
-    if problem := _disagreement(entries):
-        raise ValueError(problem)
-    cache_set = CacheSet(set_dir, name, tuple(entries))
-    body = {
-        "format": SET_FORMAT_NAME,
-        "format_version": SET_FORMAT_VERSION,
-        "name": name,
-        "sample_count": cache_set.sample_count,
-        "parts": [
-            {
-                "path": p.location,
-                "cache_id": p.cache_id,
-                "sample_count": p.sample_count,
-                "metadata_schema": _schema_json(p.schema),
-                "manifest_sha256": p.manifest_sha256,
-            }
-            for p in entries
-        ],
-    }
-    if remote:
-        _put_new_remote(str(set_dir), body, storage_options, remote_config)
-    else:
-        Path(set_dir).mkdir(parents=True, exist_ok=True)
-        _write_new_json(Path(set_dir) / SET_MANIFEST_FILE, body)
-    return cache_set
-
-
-def _put_new_remote(
-    set_url: str, body: Any, options: Mapping[str, Any] | None, config: RemoteConfig | None
-) -> None:
-    from torch_drt.cache.remote_store import RemoteStore
-
-    store = RemoteStore(set_url, options, config)
-    if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):
-        raise FileExistsError(f"cache set already exists: {set_url}")
-    backend = _backend(set_url, options, config)
-    backend.forget(SET_MANIFEST_FILE)  # a "missing" answer this node remembered is stale now
-
-
-def _write_new_json(path: Path, body: Any) -> None:
-    """Write ``body`` to ``path`` only if nothing is there: temp file, fsync, hard link (atomic, no overwrite)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            json.dump(body, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise FileExistsError(f"cache set already exists: {path.parent}") from None
-        fsync_dir(path.parent)
-    finally:
-        tmp.unlink(missing_ok=True)
