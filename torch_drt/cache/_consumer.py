@@ -112,14 +112,26 @@ class RowFetcher:
             return
         self._reader = CacheReader.open(self.caches)
         self._snapshot = Snapshot(self.snapshot_path)
-        settings = StreamSettings(self.shuffle, self.seed, self.partition, self.shard_window, self.world_size)
-        self._streams = ConsumerStreams(self.plans, settings, self._snapshot, self._reader)
+        self._new_streams()
         self._remote = self._reader.remote
-        self._ahead: dict[int, ReadAhead] = {}
         self._counts = batch_counts(self.plans, self.batch_size)
         n = self.native_num_workers
         self._pool = ThreadPool(self._read_part, n, name="torch_drt-reader") if n > 1 else None
         self._opened_in = os.getpid()
+
+    def _new_streams(self) -> None:
+        settings = StreamSettings(self.shuffle, self.seed, self.partition, self.shard_window, self.world_size)
+        self._streams = ConsumerStreams(self.plans, settings, self._snapshot, self._reader)
+        self._ahead: dict[int, ReadAhead] = {}
+
+    def reseed(self, seed: int) -> None:
+        """Read with ``seed`` from now on (a checkpoint's, adopted by a ``seed="random"`` loader): the streams this
+        process built with the old seed are built anew."""
+        self.seed = seed
+        if self.events is not None:
+            self.events.seed = seed
+        if self._opened_in == os.getpid():
+            self._new_streams()
 
     def rows(self, batch: StreamBatch) -> np.ndarray:
         """The active-table rows of a stream batch."""

@@ -109,6 +109,7 @@ class StreamMode(LoaderMode):
         if seed != self.seed:
             if self.seed_given or seed is None:
                 raise ValueError(f"the state was saved with seed={seed!r}, this loader has seed={self.seed!r}")
-            self.seed = self.fetcher.seed = seed  # seed="random": take the checkpoint's
+            self.seed = seed  # seed="random": take the checkpoint's
+            self.fetcher.reseed(seed)
             self.mapper.close()  # loading processes hold the old seed: start new ones
         return epoch, {self.EPOCH_KEY: epoch, self.DONE_KEY: done}

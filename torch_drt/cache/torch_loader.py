@@ -52,12 +52,17 @@ class CacheDataLoader(PipelineLoader):
     def __init__(
         self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool
     ) -> None:
-        self.__dict__.update(settings)
+        self.__dict__.update({key: value for key, value in settings.items() if key != "seed"})
         self.dataset = dataset
         self.snapshot_path = str(workdir / SNAPSHOT)
         self._setup_pipeline(mode)
         if not keep:  # a work_dir export is the caller's; a temporary one goes with the loader
             weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
+
+    @property
+    def seed(self) -> int:  # type: ignore[override]
+        """The sampling seed: the one given or drawn, or a checkpoint's once a ``seed="random"`` loader adopted it."""
+        return self._mode.seed
 
     def worker_pids(self) -> list[int]:
         """The loading processes' pids (empty before the first ``iter()`` and without loading processes)."""
