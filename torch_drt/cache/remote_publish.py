@@ -209,6 +209,7 @@ def write_remote(
         if mode == "create":
             return CacheWriteError(name, f"cache already exists: {store.url}")
         if is_complete_cache(store.url, verify=verify, **check):
+            logger.info("reused the cache of source %r at %s", name, store.url)
             return CacheWriteSuccess(name, store.url)
         return CacheWriteError(name, f"a cache is published at {store.url} but does not open; remove it to rebuild")
     staging = Path(tempfile.mkdtemp(prefix="torch_drt-publish-", dir=remote.staging_dir))
@@ -219,7 +220,8 @@ def write_remote(
         publish_directory(staging / name, store, MANIFEST_FILE)
     except FileExistsError as e:
         if mode == "reuse" and is_complete_cache(store.url, **check):
-            return CacheWriteSuccess(name, store.url)  # another writer published it first
+            logger.info("reused the cache of source %r at %s (another writer published it first)", name, store.url)
+            return CacheWriteSuccess(name, store.url)
         return CacheWriteError(name, str(e))
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -151,6 +151,7 @@ def _reuse(root: Path, name: str, validate: bool) -> CacheWriteResult | None:
         return None
     with publish_lock(root, name):
         remove_stale_staging(root, name)
+    logger.info("reused the cache of source %r at %s", name, root / name)
     return CacheWriteSuccess(name, root / name)
 
 
