@@ -548,13 +548,13 @@ class Gated(PyDataset):
         super().__init__()
         self.n, self.open_from = n, open_from
         self.gate, self.asked = threading.Event(), threading.Event()
-        self.threads: set[int] = set()
+        self.threads: set[threading.Thread] = set()  # the objects: a new thread may reuse an old one's ident
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, index: int) -> int:
-        self.threads.add(threading.get_ident())
+        self.threads.add(threading.current_thread())
         if index >= self.open_from:
             self.asked.set()
             self.gate.wait(timeout=30)
@@ -569,9 +569,8 @@ def test_the_readmes_thread_rules_ctrl_c_and_fork():
     dataset.gate.set()
     loader = PyDataloader(dataset, batch_size=2, num_workers=2)
     list(loader)
-    first = set(dataset.threads)
-    dataset.threads.clear()
-    assert rows_or_ids(loader) == list(range(6)) and dataset.threads == first  # threads made once, reused
+    assert rows_or_ids(loader) == list(range(6)) and rows_or_ids(loader) == list(range(6))
+    assert 1 <= len(dataset.threads) <= 2  # threads made once, reused: three epochs ran on the same two
 
     waiting = Gated(4, open_from=2)
     iterator = iter(PyDataloader(waiting, batch_size=2))

@@ -30,6 +30,7 @@ from torch_drt.cache._snapshot import export_snapshot
 from torch_drt.cache._stream_mode import StreamMode
 from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
+from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
 from torch_drt.sampling.topology import resolve_topology
 
@@ -63,6 +64,14 @@ class CacheDataLoader(PipelineLoader):
     def seed(self) -> int:  # type: ignore[override]
         """The sampling seed: the one given or drawn, or a checkpoint's once a ``seed="random"`` loader adopted it."""
         return self._mode.seed
+
+    def _start_workers(self, epoch: int) -> None:
+        """Loading processes start as torch's workers do: ``get_worker_info()`` set (its ``dataset`` is None: they
+        read rows through the snapshot), the global generators seeded from the loader's seed and the epoch they
+        start in, then ``worker_init_fn(worker_id)``."""
+        self._mode.mapper.worker_init = WorkerStart(
+            self.num_workers, base_seed(self.seed, epoch), None, self.worker_init_fn, "process"
+        )
 
     def worker_pids(self) -> list[int]:
         """The loading processes' pids (empty before the first ``iter()`` and without loading processes)."""
