@@ -176,3 +176,29 @@ def test_a_failing_worker_init_fn_fails_the_batches_with_its_error(kwargs):
     with pytest.raises(OSError, match="worker 0 cannot open its shard"):
         next(iter(loader))
     loader.close()
+
+
+def test_a_drawn_seed_adopts_the_checkpoints_for_the_loader_and_its_workers():
+    """A loader without a seed takes the checkpoint's (its shuffle order continues): ``loader.seed`` and the seeds its
+    workers start with are the checkpoint's too, as the uninterrupted loader's were."""
+
+    def run(loader: StatefulDataLoader, state: dict | None = None) -> tuple[list, set[int]]:
+        seeds: set[int] = set()
+        loader.worker_init_fn = lambda worker_id: seeds.add(get_worker_info().seed)
+        if state is not None:
+            loader.load_state_dict(state)
+        return list(loader), seeds
+
+    def make(**kwargs) -> StatefulDataLoader:
+        return StatefulDataLoader(list(range(12)), batch_size=2, shuffle=True, collate_fn=list, num_workers=2,
+                                  **kwargs)
+
+    first = make(seed=3)
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    expected = list(it)
+    resumed = make()  # seed drawn at random
+    batches, seeds = run(resumed, state)
+    assert resumed.seed == 3 and batches == expected
+    assert seeds == run(make(seed=3))[1]

@@ -247,6 +247,17 @@ class StatefulDataLoader(PipelineLoader):
         return fields
 
     @property
+    def seed(self) -> int:
+        """The loader's seed: the one given or drawn, or a checkpoint's once a loader with a drawn seed adopted it
+        (the mode owns it from construction on: shuffle order, item generators and worker seeds follow it)."""
+        mode = self.__dict__.get("_mode")
+        return getattr(mode, "seed", self._seed) if mode is not None else self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._seed = value
+
+    @property
     def in_flight(self) -> int:
         """Batches in flight at most: ``num_workers * prefetch_factor``, else ``num_workers + prefetch_depth``."""
         if self.prefetch_factor is not None:
