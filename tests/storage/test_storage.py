@@ -29,6 +29,18 @@ def test_windows_cross_shard_boundaries(stream):
     assert len(loader) == 5 and stream.total_elements == 53
 
 
+def test_a_stream_dataset_reads_windows_by_index_and_refuses_indices_outside(stream):
+    from torch_drt.storage.token_stream import TokenStreamDataset
+
+    windows = TokenStreamDataset(stream, 5)
+    assert [w.tolist() for w in windows.__getitems__([9, 0, 1])] == [list(range(45, 50)), list(range(5)),
+                                                                        list(range(5, 10))]
+    assert windows[9].tolist() == list(range(45, 50)) and windows.__getitems__([]) == []
+    for bad in ([3, 10], [-1, 2]):
+        with pytest.raises(IndexError, match=f"index {bad[0] if bad[0] < 0 else bad[1]} is out of range for 10"):
+            windows.__getitems__(bad)
+
+
 def test_stream_shuffled_ranks_cover_every_window_once(stream):
     seen = []
     for rank in range(2):

@@ -218,9 +218,12 @@ class TokenStreamStorage:
         """Elements [start, start+length): a view inside one local shard, a copy across shards (or when remote)."""
         if start < 0 or start + length > self.total_elements:
             raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
-        shard = bisect.bisect_right(self._starts, start) - 1
-        local = start - self._starts[shard]
-        if local + length <= self._shard_len(shard):
+        starts = self._starts
+        shard = bisect.bisect_right(starts, start) - 1
+        local = start - starts[shard]
+        if local + length <= starts[shard + 1] - starts[shard]:  # the common case, inlined: one view of a local map
+            if self._remote is None:
+                return self._maps[shard][local : local + length]
             return self._slice(shard, local, local + length)
         parts, need = [], length
         while need:
@@ -259,4 +262,8 @@ class TokenStreamDataset:
         return self.storage.window(index * self.sequence_length, self.sequence_length)
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
-        return [self[i] for i in indices]
+        n, length, window = len(self), self.sequence_length, self.storage.window
+        if indices and not (min(indices) >= 0 and max(indices) < n):
+            bad = next(i for i in indices if not 0 <= i < n)
+            raise IndexError(f"index {bad} is out of range for {n} sequences")
+        return [window(i * length, length) for i in indices]
