@@ -72,8 +72,8 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
         "",
         f"Machine: {machine}",
         "",
-        f"Generated {time.strftime('%Y-%m-%d %H:%M')} by `python benchmarks/run_all.py`; figures are medians of "
-        "repeated runs.",
+        f"Generated {time.strftime('%Y-%m-%d %H:%M')} by `python benchmarks/run_all.py {' '.join(sys.argv[1:])}`"
+        "; each script's figures are medians over its repeats (`--repeats`, printed in each raw output).",
         "",
     ]
     if (c := results.get("bench_cache.py")) is not None:
