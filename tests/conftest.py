@@ -50,6 +50,18 @@ def rehash_manifest(path: Path) -> None:
 
 
 @pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt during the test, as at a terminal, even when the test run started with
+    SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN, and Python then installs no
+    handler)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
 def runtime() -> Iterator[drt.DatasetRuntime]:
     rt = drt.DatasetRuntime(num_workers=2)
     yield rt

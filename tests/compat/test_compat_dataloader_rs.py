@@ -561,7 +561,7 @@ class Gated(PyDataset):
         return index
 
 
-def test_the_readmes_thread_rules_ctrl_c_and_fork():
+def test_the_readmes_thread_rules_ctrl_c_and_fork(sigint_raises):
     import os
     import signal
 

@@ -235,7 +235,7 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
 
 
 @pytest.mark.parametrize("workers", [0, 1])  # 0: the batch loads in the calling thread, which Ctrl-C interrupts
-def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing(workers):
+def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing(workers, sigint_raises):
     ds = Gate(10, open_from=2)
     loader = StatefulDataLoader(ds, batch_size=2, num_workers=workers, collate_fn=list)
     it = iter(loader)
