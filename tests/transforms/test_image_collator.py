@@ -37,6 +37,40 @@ def test_views_are_writable_and_share_the_buffer():
     assert a[0, 0, 0, 0] == 77
 
 
+def test_a_buffer_taken_is_not_handed_out_again_before_its_batch_exists():
+    """Two loader threads collating at once: the second ``take`` must not see the first's buffer as free in the
+    moment before the first wraps it in its batch (both would write into one buffer: silently wrong batches)."""
+    pool = ImageCollator(buffers=4)._pool
+    first = pool.take((2, 3, 4, 4), torch.uint8)
+    second = pool.take((2, 3, 4, 4), torch.uint8)
+    assert first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+    del first, second
+    again = pool.take((2, 3, 4, 4), torch.uint8)  # free again once nothing holds them
+    assert again.untyped_storage().data_ptr() in {b.untyped_storage().data_ptr() for b in pool._buffers}
+
+
+def test_threads_collating_at_once_never_share_a_buffer():
+    import threading
+
+    collate = ImageCollator(buffers=4)
+    failures = []
+
+    def work(value: int) -> None:
+        items = [np.full((8, 8, 3), value, np.uint8)] * 4
+        for _ in range(300):
+            batch = collate(items)
+            if not bool((batch == value).all()):
+                failures.append(value)
+            del batch
+
+    threads = [threading.Thread(target=work, args=(v,)) for v in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
 def test_buffers_are_reused_only_when_no_view_is_alive():
     collate = ImageCollator(buffers=1)
     first = collate(images(2))

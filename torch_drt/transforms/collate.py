@@ -72,18 +72,22 @@ class _BufferPool:
             self._buffers = [b for b in self._buffers if b.untyped_storage().data_ptr() != ptr]
 
     def take(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A free buffer of ``shape`` and ``dtype``, or a new one (kept when there is room)."""
+        """A free buffer of ``shape`` and ``dtype``, or a new one (kept when there is room).
+
+        What it returns is a view, made under the lock: the buffer counts as in use from that moment, so a
+        second thread's ``take`` cannot hand it out again before the first has wrapped it in its batch.
+        """
         with self._lock:
             free = [b for b in self._buffers if _storage_uses(b) == 2]  # the pool's tensor and this lookup
             for b in free:
                 if b.shape == shape and b.dtype == dtype:
-                    return b
+                    return b.view(shape)
             buffer = torch.empty(shape, dtype=dtype)
             if len(self._buffers) >= self.size and free:
                 self._buffers = [b for b in self._buffers if b is not free[0]]  # room for the shape in use now
             if len(self._buffers) < self.size:
                 self._buffers.append(buffer)
-            return buffer
+            return buffer.view(shape)
 
 
 class ImageCollator:
