@@ -92,6 +92,8 @@ def test_after_a_timeout_and_close_the_interpreter_exits(method):
 @pytest.mark.parametrize("method", ["thread", "process"])
 def test_ctrl_c_exits_while_a_worker_is_inside_a_slow_getitem(method):
     script = textwrap.dedent(HANGS + f"""
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, whatever the test run inherited
     from torch_drt import StatefulDataLoader
     if __name__ == "__main__":
         loader = StatefulDataLoader(Hangs(), batch_size=2, num_workers=2, collate_fn=list,
