@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt import _cli_cache_inputs as inputs
 from torch_drt._cli_bench import add_bench
-from torch_drt._cli_common import CliError, CliParser, existing_dir, non_negative_int, positive_int, report
+from torch_drt._cli_common import CliError, CliParser, non_negative_int, positive_int, report
 
 __all__ = ["build_parser", "main"]
 
@@ -34,97 +35,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if figures["exact_resume"] else 1
 
 
-class _DirectorySource:
-    """Every file under a directory, in sorted order; metadata: relative path and size."""
-
-    def __init__(self, root: Path, name: str) -> None:
-        self.root = root
-        self.name = name
-        self.files = sorted(p for p in root.rglob("*") if p.is_file())
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, i: int):
-        from torch_drt.cache import CacheInput
-
-        path = self.files[i]
-        return CacheInput(path.read_bytes(), {"path": str(path.relative_to(self.root)), "size": path.stat().st_size})
-
-    def __iter__(self):
-        for i in range(len(self.files)):
-            yield self[i]
-
-
-def _load_spec(spec: str, name: str | None) -> Any:
-    """``package.module:object``: a cache source, or a callable returning one."""
-    import importlib
-
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise CliError(f"--source-spec {spec!r} must look like package.module:object", 2)
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        obj = getattr(importlib.import_module(module_name), attr)
-        source = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "__iter__")) else obj
-    except (ImportError, AttributeError) as e:
-        raise CliError(f"--source-spec {spec}: {type(e).__name__}: {e}", 2) from e
-    if name is not None:
-        source.name = name
-    if not hasattr(source, "name") or not hasattr(source, "__iter__"):
-        raise CliError(f"--source-spec {spec} is not a cache source (an object with name and __iter__)", 2)
-    return source
-
-
-def _build_source(args: argparse.Namespace) -> Any:
-    if args.source_spec and args.source:
-        raise CliError("give a SOURCE directory or --source-spec, not both", 2)
-    if args.source_spec:
-        return _load_spec(args.source_spec, args.name)
-    source_dir = Path(args.source or "")
-    if not args.source or not source_dir.is_dir():
-        raise CliError(f"{args.source!r} is not a directory (or give --source-spec)", 2)
-    return _DirectorySource(source_dir, args.name or source_dir.name)
-
-
-def _storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
-    """``--storage-options``: fsspec options for URLs, as a JSON object."""
-    text = getattr(args, "storage_options", None)
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise CliError(f"--storage-options is not valid JSON ({e})", 2) from None
-    if not isinstance(value, dict):
-        raise CliError("--storage-options must be a JSON object", 2)
-    return value
-
-
-def _location(path: str) -> Path | str:
-    """A cache URL as it is; a local path must be an existing directory."""
-    from torch_drt.cache.remote_store import is_url
-
-    return path if is_url(path) else existing_dir(path)
-
-
-def _published(url: str, options: dict[str, Any] | None) -> bool:
-    """True when a cache manifest is at ``url``."""
-    from torch_drt.cache.remote_store import RemoteStore
-
-    try:
-        return RemoteStore(url, options).read_or_none("manifest.json", 1) is not None
-    except ValueError as e:
-        raise CliError(str(e), 2) from None
-
-
 def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
     from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
     from torch_drt.cache.remote_store import is_url
 
-    options = _storage_options(args)
+    options = inputs.storage_options(args)
     remote = is_url(args.root)
     root: Path | str = args.root.rstrip("/") if remote else Path(args.root)
     if not remote and root.exists() and not root.is_dir():
@@ -135,13 +52,13 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
         show_progress=not args.quiet,
         validate_cache=args.verify,
     )
-    source = _build_source(args)
+    source = inputs.build_source(args)
     if args.parts or under_torchrun():
         return build_set(source, args.root, source.name, args.parts, config, options)
     plain = Path(str(source.name)).name == str(source.name)  # else the writer refuses the name itself
     if remote:
         target: Path | str = f"{root}/{source.name}"
-        exists = plain and _published(str(target), options)
+        exists = plain and inputs.published(str(target), options)
     else:
         target = Path(root) / str(source.name)
         exists = plain and (target.exists() or target.is_symlink())
@@ -160,8 +77,8 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
     from torch_drt._cli_sets import set_info
     from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
-    options = _storage_options(args)
-    location = _location(args.path)
+    options = inputs.storage_options(args)
+    location = inputs.location(args.path)
     try:
         if is_cache_set(location, storage_options=options):
             return set_info(location, args.json, options)
@@ -186,13 +103,13 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
     from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache
 
     status = 0
-    options = _storage_options(args)
+    options = inputs.storage_options(args)
     for path in args.paths:
         try:
-            if is_cache_set(_location(path), storage_options=options):
-                status |= verify_set(_location(path), options)
+            if is_cache_set(inputs.location(path), storage_options=options):
+                status |= verify_set(inputs.location(path), options)
                 continue
-            layout = open_cache(_location(path), verify=True, storage_options=options)
+            layout = open_cache(inputs.location(path), verify=True, storage_options=options)
         except CacheCorruptError as e:
             print(f"CORRUPT {e.path}: {e.reason}")
             status = 1
@@ -212,8 +129,8 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     from torch_drt._cli_sets import ls_line
     from torch_drt.cache import CacheCorruptError, open_cache
 
-    options = _storage_options(args)
-    root = _location(args.root)
+    options = inputs.storage_options(args)
+    root = inputs.location(args.root)
     if isinstance(root, str):
         from torch_drt.cache.remote_store import RemoteStore
 
