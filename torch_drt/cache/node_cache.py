@@ -27,24 +27,16 @@ import os
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from torch_drt.cache._node_files import disk_full, free, locked, preallocate, remove_unused
 
 __all__ = ["NodeCache", "PinnedFile"]
 
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}
-
-
-@contextlib.contextmanager
-def _locked(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, flags)
-        yield fd
-    finally:
-        os.close(fd)  # closing drops the lock
 
 
 class PinnedFile:
@@ -160,7 +152,7 @@ class NodeCache:
         """
         if self.has(key, size):
             return
-        with _locked(self.directory / "locks" / f"{key}.lock"):
+        with locked(self.directory / "locks" / f"{key}.lock"):
             if self.has(key, size):  # another process downloaded it while this one waited
                 return
             self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
@@ -177,7 +169,7 @@ class NodeCache:
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _disk_full(self.directory, shown, size or 0) from None
+                    raise disk_full(self.directory, shown, size or 0) from None
                 raise
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -186,23 +178,23 @@ class NodeCache:
     def _reserve(self, key: str, size: int | None, shown: str) -> Path:
         """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with _locked(self.directory / ".space.lock"):
+        with locked(self.directory / ".space.lock"):
             size = size or 0
             self.evict(size)
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
                 try:
-                    _preallocate(fd, size)
+                    preallocate(fd, size)
                 except OSError as e:
                     if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                         raise
                     self.evict(self.limit + size)  # the disk is fuller than the limit says: free all that is unused
-                    _preallocate(fd, size)
+                    preallocate(fd, size)
             except OSError as e:
                 os.close(fd)
                 tmp.unlink(missing_ok=True)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise _disk_full(self.directory, shown, size) from None
+                    raise disk_full(self.directory, shown, size) from None
                 raise
             os.close(fd)
         return tmp
@@ -242,7 +234,7 @@ class NodeCache:
         for _, size, path in data:
             if usage + need <= self.limit:
                 break
-            if _remove_unused(path):
+            if remove_unused(path):
                 usage -= size
                 freed += size
         if usage + need > self.limit:
@@ -257,7 +249,7 @@ class NodeCache:
         """True when nobody downloads ``key`` now (its lock is free)."""
         fd = os.open(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            return _free(fd)
+            return free(fd)
         finally:
             os.close(fd)
 
@@ -267,7 +259,7 @@ class NodeCache:
         """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
         A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
         path = self.directory / "small" / name
-        with _locked(self.directory / "locks" / f"small-{name}.lock"):
+        with locked(self.directory / "locks" / f"small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - os.stat(path).st_mtime < ttl:
                     return path.read_bytes()
@@ -281,47 +273,3 @@ class NodeCache:
     def forget(self, name: str) -> None:
         """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
         (self.directory / "small" / name).unlink(missing_ok=True)
-
-
-def _remove_unused(path: Path) -> bool:
-    """Unlink ``path`` unless a reader holds it; True when it was removed (or was gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return True
-    try:
-        if not _free(fd):
-            return False
-        path.unlink(missing_ok=True)  # under the exclusive lock: no reader can take it meanwhile
-        return True
-    finally:
-        os.close(fd)
-
-
-def _free(fd: int) -> bool:
-    """Take an exclusive lock on ``fd`` if nobody holds one (it goes with the descriptor); False when held."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _preallocate(fd: int, size: int) -> None:
-    """Reserve ``size`` bytes now, so that a full disk fails before any download (sparse where unsupported)."""
-    if size == 0:
-        return
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as e:
-        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-            raise
-        os.ftruncate(fd, size)
-
-
-def _disk_full(directory: Path, shown: str, size: int) -> OSError:
-    return OSError(
-        errno.ENOSPC,
-        f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
-        "lower RemoteConfig.cache_limit, or choose another cache_dir",
-    )

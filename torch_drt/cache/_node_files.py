@@ -1,0 +1,66 @@
+"""File primitives of the node cache: locks, unlinking a file nobody holds, reserving space up front."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["disk_full", "free", "locked", "preallocate", "remove_unused"]
+
+
+@contextlib.contextmanager
+def locked(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, flags)
+        yield fd
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+def remove_unused(path: Path) -> bool:
+    """Unlink ``path`` unless a reader holds it; True when it was removed (or was gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        if not free(fd):
+            return False
+        path.unlink(missing_ok=True)  # under the exclusive lock: no reader can take it meanwhile
+        return True
+    finally:
+        os.close(fd)
+
+
+def free(fd: int) -> bool:
+    """Take an exclusive lock on ``fd`` if nobody holds one (it goes with the descriptor); False when held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Reserve ``size`` bytes now, so that a full disk fails before any download (sparse where unsupported)."""
+    if size == 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+
+
+def disk_full(directory: Path, shown: str, size: int) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
+        "lower RemoteConfig.cache_limit, or choose another cache_dir",
+    )
