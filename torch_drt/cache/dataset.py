@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from torch_drt.cache._dataset_position import DatasetPosition, Window
 from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedBatch, CachedSample
-from torch_drt.cache.shard_order import ShardWindowOrder, shard_window_order
+from torch_drt.cache.shard_order import ShardWindowOrder
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.describe import described
-from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
@@ -30,16 +30,7 @@ __all__ = ["CachedBatch", "CachedDataset"]
 logger = logging.getLogger("torch_drt.cache")
 
 
-class _Window:
-    """One iterator's reserved window of the stream, and how much of it was delivered."""
-
-    __slots__ = ("count", "delivered", "start")
-
-    def __init__(self, start: int, count: int) -> None:
-        self.start, self.count, self.delivered = start, count, 0
-
-
-class CachedDataset(DatasetInterop):
+class CachedDataset(DatasetPosition, DatasetInterop):
     """An immutable set of caches read through one editable metadata table.
 
     Iterating yields ``epoch_len`` samples (the table's row count unless ``set_epoch_len`` changed it).
@@ -50,14 +41,6 @@ class CachedDataset(DatasetInterop):
     Build it with ``DatasetRuntime.cached_dataset`` or ``DatasetRuntime.from_cache_sources``.
     """
 
-    STATE_VERSION = 1
-    MODE_KEY = "mode"
-    POSITION_KEY = "position"
-    REMAINING_KEY = "remaining"
-    EPOCH_LEN_KEY = "epoch_len"
-    FINGERPRINT_KEY = "table_fingerprint"
-    SEED_KEY = "seed"
-    VERSION_KEY = "version"
 
     def __init__(
         self,
@@ -86,7 +69,7 @@ class CachedDataset(DatasetInterop):
         self._active = build_table(self.layouts, self._stored_tables)
         self._epoch_len = len(self._active)
         self._position = 0  # the stream position after every window reserved so far
-        self._latest: _Window | None = None  # the most recent iterator's window: what state_dict() reports
+        self._latest: Window | None = None  # the most recent iterator's window: what state_dict() reports
         self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
         self._draws: WeightedDraws | ShardWindowOrder | None = None
         if logger.isEnabledFor(logging.INFO):
@@ -166,89 +149,6 @@ class CachedDataset(DatasetInterop):
     def __len__(self) -> int:
         return self._epoch_len
 
-    # -- position -----------------------------------------------------------------------------------------
-
-    def _weighted(self, active: ActiveTable) -> WeightedDraws | ShardWindowOrder:
-        if self._draws is None:
-            config = self.reader_config
-            self._draws = (
-                WeightedDraws(active.weights, config.seed)
-                if config.shard_window is None
-                else shard_window_order(
-                    self.reader, active.cache_pos, active.sample_ids, active.weights,
-                    window=config.shard_window, seed=config.seed,
-                )
-            )
-        return self._draws
-
-    def rows_at(self, active: ActiveTable, start: int, count: int) -> np.ndarray:
-        """Active-table rows at reader positions ``start .. start+count-1`` (a pure function of them)."""
-        if self.reader_config.shuffle:
-            return self._weighted(active).draws(start, count)
-        return (np.arange(start, start + count, dtype=np.int64)) % len(active)
-
-    def _reserve(self) -> tuple[ActiveTable, _Window]:
-        with self._lock:
-            count = self._epoch_len if self._resume_len is None else self._resume_len
-            window = self._latest = _Window(self._position, count)
-            self._position += count
-            self._resume_len = None
-            return self._active, window
-
-    def _mode(self) -> str:
-        config = self.reader_config
-        if not config.shuffle:
-            return "sequential"
-        return "shuffle" if config.shard_window is None else f"shard_window={config.shard_window}"
-
-    def state_dict(self) -> dict[str, Any]:
-        """The reader position after the samples delivered so far: mode, stream position, samples left in the
-        interrupted epoch (None: a whole epoch comes next), epoch length, seed and the table's fingerprint.
-
-        It counts what the most recent iterator delivered: taken mid-iteration, a resume yields the rest of that
-        epoch, then whole epochs, exactly as the uninterrupted reader would.
-        """
-        with self._lock:
-            window = self._latest
-            if window is not None and window.delivered < window.count:
-                position, remaining = window.start + window.delivered, window.count - window.delivered
-            else:
-                position, remaining = self._position, self._resume_len
-            return {
-                self.VERSION_KEY: self.STATE_VERSION,
-                self.MODE_KEY: self._mode(),
-                self.POSITION_KEY: position,
-                self.REMAINING_KEY: remaining,
-                self.EPOCH_LEN_KEY: self._epoch_len,
-                self.SEED_KEY: self.reader_config.seed,
-                self.FINGERPRINT_KEY: self._active.fingerprint,
-            }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at a saved position in O(1).
-
-        Raises:
-            ValueError: when the state was taken on another table, mode or seed, or is not a dataset state.
-        """
-        state = require_mapping(state, "CachedDataset", (self.POSITION_KEY, self.EPOCH_LEN_KEY))
-        mode = self._mode()
-        if state.get(self.FINGERPRINT_KEY) != self._active.fingerprint:
-            raise ValueError(
-                "state was taken on a different metadata table (fingerprint "
-                f"{state.get(self.FINGERPRINT_KEY)!r} != {self._active.fingerprint!r}); apply the same "
-                "update_metadata() before load_state_dict()"
-            )
-        if state.get(self.MODE_KEY) != mode or state.get(self.SEED_KEY) != self.reader_config.seed:
-            raise ValueError(
-                f"state was taken with mode={state.get(self.MODE_KEY)!r} seed={state.get(self.SEED_KEY)!r}, "
-                f"this dataset reads with mode={mode!r} seed={self.reader_config.seed!r}"
-            )
-        position = state_int(state, self.POSITION_KEY, what="CachedDataset")
-        epoch_len = state_int(state, self.EPOCH_LEN_KEY, low=1, what="CachedDataset")
-        remaining = None if state.get(self.REMAINING_KEY) is None else state_int(state, self.REMAINING_KEY, low=1)
-        with self._lock:
-            self._position, self._epoch_len, self._resume_len, self._latest = position, epoch_len, remaining, None
-
     # -- reading ------------------------------------------------------------------------------------------
 
     def read_rows(self, rows: np.ndarray, active: ActiveTable | None = None) -> CachedBatch:
@@ -288,7 +188,7 @@ class CachedDataset(DatasetInterop):
             ahead.before(k)
             yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
 
-    def _delivered_batches(self, active: ActiveTable, window: _Window, batch_size: int) -> Iterator[CachedBatch]:
+    def _delivered_batches(self, active: ActiveTable, window: Window, batch_size: int) -> Iterator[CachedBatch]:
         for batch in self._batches(active, window.start, window.count, batch_size):
             window.delivered += len(batch)  # counted as it is handed over
             yield batch
@@ -297,7 +197,7 @@ class CachedDataset(DatasetInterop):
         active, window = self._reserve()
         return self._samples(active, window)
 
-    def _samples(self, active: ActiveTable, window: _Window) -> Iterator[CachedSample]:
+    def _samples(self, active: ActiveTable, window: Window) -> Iterator[CachedSample]:
         for batch in self._batches(active, window.start, window.count, self.reader_config.prefetch_size):
             for sample in batch.samples():
                 window.delivered += 1  # counted as it is handed over
