@@ -94,10 +94,13 @@ class ShardPrefetcher:
             file.touch()
         self._planned = seen
         with self._cond:
+            if [f.key for f in plan] == [f.key for f in self._plan]:
+                return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan = plan
             self._hold_ahead()
-            self._start()
-            self._cond.notify_all()
+            if self._due():
+                self._start()
+                self._cond.notify_all()
 
     def _ahead(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always)."""
@@ -108,6 +111,11 @@ class ShardPrefetcher:
                 break
             out.append(file)
         return out
+
+    def _due(self) -> bool:
+        """Whether a file within the bytes ahead may need downloading (under the lock; held files are local)."""
+        return any(f.key not in self._held and f.key not in self._running and f.key not in self._failed
+                   for f in self._ahead())
 
     def _hold_ahead(self) -> None:
         """Hold the local files within the bytes ahead, release the others (under the lock)."""
@@ -145,8 +153,9 @@ class ShardPrefetcher:
             if file.key not in self._running and not file.present():
                 return file
         for file in self._ahead():
-            if file.key in self._running or file.key in self._failed or file.present():
-                continue
+            key = file.key
+            if key in self._held or key in self._running or key in self._failed or file.present():
+                continue  # a held file is local (held files cannot be evicted): no need to look
             return file
         return None
 

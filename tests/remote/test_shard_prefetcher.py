@@ -1,0 +1,75 @@
+"""ShardPrefetcher: it downloads the planned files within its bytes ahead, and a warm pipeline (every planned file
+local and held) costs it nothing per batch: no presence checks and no woken download threads.
+
+The files here are real files in ``tmp_path`` (``fetch`` writes one, ``present`` stats it, ``hold`` opens it): the
+prefetcher sees them through its ``Fetchable`` protocol, the one the remote backend implements.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from torch_drt.cache.prefetch import ShardPrefetcher
+
+
+class CountedFile:
+    """A file of ``size`` bytes under ``root``, counting how often the prefetcher looks at it."""
+
+    def __init__(self, root: Path, key: str, size: int = 10) -> None:
+        self.key, self.size, self.path = key, size, root / key
+        self.checks = 0
+        self.fetches = 0
+        self.lock = threading.Lock()
+
+    def present(self) -> bool:
+        with self.lock:
+            self.checks += 1
+        return self.path.exists()
+
+    def fetch(self) -> None:
+        with self.lock:
+            self.fetches += 1
+        self.path.write_bytes(b"x" * self.size)
+
+    def touch(self) -> None:
+        if self.path.exists():
+            self.path.touch()
+
+    def hold(self):
+        return self.path.open("rb") if self.path.exists() else None
+
+
+def _wait(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_planned_files_within_the_bytes_ahead_are_fetched_once_in_order(tmp_path):
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(6)]
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=40)  # four 10-byte files ahead
+    prefetcher.update(files)
+    _wait(lambda: prefetcher.fetched == 4)
+    time.sleep(0.1)
+    assert [f.fetches for f in files] == [1, 1, 1, 1, 0, 0]
+    prefetcher.update(files[2:])  # two read: two more come into view
+    _wait(lambda: prefetcher.fetched == 6)
+    assert [f.fetches for f in files] == [1] * 6
+
+
+def test_a_warm_plan_costs_no_presence_checks_and_wakes_no_downloads(tmp_path):
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(8)]
+    for f in files:
+        f.fetch()
+    prefetcher = ShardPrefetcher(concurrency=4, bytes_ahead=1 << 20)
+    prefetcher.update(files)
+    time.sleep(0.2)  # threads woken by the first plan settle
+    before = sum(f.checks for f in files)
+    for k in range(50):  # batches of a warm epoch: the same plan, then the plan losing its first files
+        prefetcher.update(files[k // 10:])
+    time.sleep(0.2)
+    assert sum(f.checks for f in files) == before
+    assert prefetcher.fetched == 0
