@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from torch_drt.cache._inherited_clients import made
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
 from torch_drt.sources.template import redact
@@ -130,6 +131,7 @@ class RemoteStore:
             except Exception as e:
                 error = ValueError(f"cannot open {self.url} with fsspec ({type(e).__name__}): check URL and options")
                 raise error from None
+            made(self._fs)  # a forked child keeps it alive, unused (see _inherited_clients)
             if self.scheme in ("s3", "s3a") and "retries" not in self.options:
                 self._fs.retries = 1  # s3fs's own retry loop off: retry.py retries (an instance with our options)
         return self._fs

@@ -1,0 +1,52 @@
+"""A process forked from one that reads a cache at a URL (a loading worker, any ``fork`` child) must leave the
+parent's store client alone: the parent keeps reading at full speed, and the child prints nothing about it.
+
+The hazard is real: an fsspec/aiohttp client shares its event loop's epoll instance with a forked child, and a
+child that closes the inherited client (its finalizer runs when the child drops it) unregisters the parent's
+pooled sockets from that epoll. The parent's next request on such a socket then waits for its time-out. The
+requests go through the proxy (an aiohttp server) because it keeps connections alive, as real stores do.
+"""
+
+from __future__ import annotations
+
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
+from script_runner import run_script
+
+
+def test_a_forked_child_leaves_the_parents_store_client_working(runtime, tmp_path, moto_endpoint, proxy):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=50)
+    config = remote_config(tmp_path, timeout=2.0, retries=0)
+    result = run_script(f"""
+        import gc, os, time
+        import fsspec.asyn
+        import torch_drt as drt
+        from torch_drt.cache import open_cache
+
+        config = drt.RemoteConfig(**{config.__dict__!r})
+        layout = open_cache({url!r}, storage_options={options(proxy)!r}, remote_config=config)
+        backend = layout.backend
+        for _ in range(3):
+            backend.size("index.bin")  # the parent's client holds a pooled connection now
+
+        async def collect():  # the child's garbage collection running on its own IO thread (as it often does)
+            global inherited
+            inherited = None
+            gc.collect()
+
+        for _ in range(3):
+            inherited = backend.store.fs  # the parent's client, as the child inherits it
+            pid = os.fork()
+            if pid == 0:  # a child reading on its own client, as a loading worker does, then collecting garbage
+                backend.size("index.bin")
+                fsspec.asyn.sync(fsspec.asyn.get_loop(), collect)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            for _ in range(3):
+                t = time.perf_counter()
+                backend.size("index.bin")
+                assert time.perf_counter() - t < 1.5, "the parent's request waited for its time-out (2 s)"
+        print("parent ok")
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "parent ok" in result.stdout
+    assert "Traceback" not in result.stderr and "different loop" not in result.stderr, result.stderr[-3000:]
