@@ -50,3 +50,34 @@ def test_a_forked_child_leaves_the_parents_store_client_working(runtime, tmp_pat
     assert result.returncode == 0, result.stderr[-3000:]
     assert "parent ok" in result.stdout
     assert "Traceback" not in result.stderr and "different loop" not in result.stderr, result.stderr[-3000:]
+
+
+def test_a_forked_child_does_not_parse_the_s3_service_model_again(runtime, tmp_path, moto_endpoint):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=50)
+    config = remote_config(tmp_path)
+    result = run_script(f"""
+        import os
+        import botocore.loaders
+        import torch_drt as drt
+        from torch_drt.cache import open_cache
+
+        loads = []
+        parse = botocore.loaders.JSONFileLoader.load_file
+        botocore.loaders.JSONFileLoader.load_file = lambda self, path: loads.append(path) or parse(self, path)
+        config = drt.RemoteConfig(**{config.__dict__!r})
+        options = {{"client_kwargs": {{"endpoint_url": {moto_endpoint!r}}}}}
+        layout = open_cache({url!r}, storage_options=options, remote_config=config)
+        layout.backend.size("index.bin")
+        assert loads, "the parent parses the model"
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a loading worker: its own client, its first request
+            loads.clear()
+            layout.backend.size("index.bin")
+            os.write(write, repr(loads).encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("child parsed", os.read(read, 1 << 16).decode())
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child parsed []" in result.stdout, result.stdout

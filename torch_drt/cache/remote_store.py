@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from torch_drt.cache._client_options import client_options
 from torch_drt.cache._inherited_clients import made
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
@@ -54,25 +55,6 @@ def _check_url(url: str) -> str:
             "pass credentials and endpoints in storage_options"
         )
     return url.rstrip("/")
-
-
-def _with_defaults(scheme: str, options: Mapping[str, Any], config: RemoteConfig) -> dict[str, Any]:
-    """The fsspec options with this config's time-outs, and the client's own retries off (retry.py retries)."""
-    out = dict(options)
-    if scheme in ("s3", "s3a"):
-        kwargs = dict(out.get("config_kwargs") or {})
-        kwargs.setdefault("connect_timeout", config.connect_timeout)
-        kwargs.setdefault("read_timeout", config.timeout)
-        kwargs.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
-        out["config_kwargs"] = kwargs
-    elif scheme in ("http", "https"):
-        import aiohttp
-
-        client = dict(out.get("client_kwargs") or {})
-        timeout = aiohttp.ClientTimeout(sock_connect=config.connect_timeout, sock_read=config.timeout)
-        client.setdefault("timeout", timeout)
-        out["client_kwargs"] = client
-    return out
 
 
 def _http_failure(error: BaseException) -> AttemptError | None:
@@ -124,7 +106,7 @@ class RemoteStore:
 
             try:
                 self._fs, self._root = fsspec.core.url_to_fs(
-                    self.url, **_with_defaults(self.scheme, self.options, self.config)
+                    self.url, **client_options(self.scheme, self.options, self.config)
                 )
             except ImportError as e:
                 raise ImportError(f"cannot open {self.url}: {e}") from None
