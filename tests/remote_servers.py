@@ -75,7 +75,8 @@ class FaultProxy:
         storm: the next ``storm`` requests get 503 SlowDown (counted down as they come).
         allowed_keys: when set, a request signed with another access key gets 403 InvalidAccessKeyId (as S3 does).
         requests: requests forwarded, by method; ``gets`` by path; ``bytes_out`` response body bytes of GETs;
-            ``ranges`` the Range header of each GET, by path; ``puts`` the paths written, in order.
+            ``ranges`` the Range header of each GET, by path; ``puts`` the paths written, in order;
+            ``max_gets_at_once`` the most GETs being served at one time (latency included).
     """
 
     def __init__(self, upstream: str, latency: float = 0.0, serve: bool = True) -> None:
@@ -100,6 +101,8 @@ class FaultProxy:
         self.ranges: collections.defaultdict = collections.defaultdict(list)
         self.puts: list[str] = []
         self.bytes_out = 0
+        self.gets_now = 0
+        self.max_gets_at_once = 0
 
     def stats(self) -> dict:
         return {"requests": dict(self.requests), "bytes_out": self.bytes_out, "failed": self.failed,
@@ -120,6 +123,16 @@ class FaultProxy:
         return web.json_response({})
 
     async def forward(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "GET":
+            return await self._forward(request)
+        self.gets_now += 1
+        self.max_gets_at_once = max(self.max_gets_at_once, self.gets_now)
+        try:
+            return await self._forward(request)
+        finally:
+            self.gets_now -= 1
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
         if self.latency:
             await asyncio.sleep(self.latency)
         if self.storm > 0:

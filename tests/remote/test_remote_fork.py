@@ -81,3 +81,36 @@ def test_a_forked_child_does_not_parse_the_s3_service_model_again(runtime, tmp_p
     """, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "child parsed []" in result.stdout, result.stdout
+
+
+def test_threads_of_a_forked_child_asking_at_once_all_get_the_childs_own_client(runtime, tmp_path, moto_endpoint):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=50)
+    config = remote_config(tmp_path)
+    result = run_script(f"""
+        import os, threading
+        import torch_drt as drt
+        from torch_drt.cache import open_cache
+
+        config = drt.RemoteConfig(**{config.__dict__!r})
+        options = {{"client_kwargs": {{"endpoint_url": {moto_endpoint!r}}}}}
+        store = open_cache({url!r}, storage_options=options, remote_config=config).backend.store
+        parent = id(store.fs)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a loading worker's download threads start at once
+            barrier, got = threading.Barrier(8), []
+            def ask():
+                barrier.wait()
+                got.append(id(store.fs))
+            threads = [threading.Thread(target=ask) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            os.write(write, f"{{len(set(got))}} {{parent in got}}".encode())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("clients, parent's among them:", os.read(read, 100).decode())
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "clients, parent's among them: 1 False" in result.stdout, result.stdout

@@ -43,6 +43,30 @@ def test_s3_cache_reads_as_the_local_one_and_opens_cheaply(runtime, tmp_path, mo
     assert proxy.requests["GET"] == 0  # the node cache holds the manifest (for its TTL), index, metadata, shards
 
 
+def test_the_open_fetches_index_and_metadata_at_once(runtime, tmp_path, moto_endpoint, proxy):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint)
+    proxy.latency = 0.3  # each request is in flight long enough for the next one to start meanwhile
+    config = remote_config(tmp_path)
+    runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    assert proxy.requests["GET"] == 3
+    assert proxy.max_gets_at_once == 2  # the manifest alone, then the index and the metadata together
+
+
+def test_the_shards_a_read_waits_for_download_at_once(runtime, tmp_path, moto_endpoint, proxy):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=100)
+    config = remote_config(tmp_path, prefetch_shards=4)
+    ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    reader = ds.reader
+    rows = np.arange(60, dtype=np.int64)
+    shards = np.unique(reader.shard_groups(np.zeros(60, dtype=np.int64), rows))
+    assert len(shards) >= 4
+    proxy.reset()
+    proxy.latency = 0.3
+    got = reader.read_many(np.zeros(60, dtype=np.int64), rows)  # no plan: every shard is a miss of this read
+    assert [bytes(d) for d in got] == [bytes(s.data) for s in runtime.cached_dataset(local, reader_config=SEQ)]
+    assert proxy.max_gets_at_once >= 3, proxy.stats()
+
+
 def test_a_second_process_opens_and_reads_from_the_node_cache(runtime, tmp_path, moto_endpoint, proxy):
     _local, url = publish_local(runtime, tmp_path, moto_endpoint)
     config = remote_config(tmp_path)

@@ -73,3 +73,40 @@ def test_a_warm_plan_costs_no_presence_checks_and_wakes_no_downloads(tmp_path):
     time.sleep(0.2)
     assert sum(f.checks for f in files) == before
     assert prefetcher.fetched == 0
+
+
+class GatedFile(CountedFile):
+    """A CountedFile whose download waits until ``gate`` opens."""
+
+    def __init__(self, root: Path, key: str, gate: threading.Event) -> None:
+        super().__init__(root, key)
+        self.gate = gate
+        self.started = threading.Event()
+
+    def fetch(self) -> None:
+        self.started.set()
+        self.gate.wait(10)
+        super().fetch()
+
+
+def test_after_a_start_the_first_reads_files_download_before_the_rest_of_the_plan(tmp_path):
+    gate = threading.Event()
+    files = [GatedFile(tmp_path, f"f{i}", gate) for i in range(6)]
+    prefetcher = ShardPrefetcher(concurrency=6, bytes_ahead=1 << 20)
+    prefetcher.update(files, first=2)  # the first batch needs f0 and f1
+    _wait(lambda: files[0].started.is_set() and files[1].started.is_set())
+    time.sleep(0.2)  # idle download threads would have taken the rest of the plan by now
+    assert [f.started.is_set() for f in files] == [True, True, False, False, False, False]
+    gate.set()
+    _wait(lambda: prefetcher.fetched == 6)  # once they are here, the whole plan follows
+    assert [f.fetches for f in files] == [1] * 6
+
+
+def test_in_a_running_pipeline_the_whole_plan_downloads_at_once(tmp_path):
+    gate = threading.Event()
+    files = [GatedFile(tmp_path, f"f{i}", gate) for i in range(4)]
+    prefetcher = ShardPrefetcher(concurrency=4, bytes_ahead=1 << 20)
+    prefetcher.update(files)
+    _wait(lambda: all(f.started.is_set() for f in files))
+    gate.set()
+    _wait(lambda: prefetcher.fetched == 4)

@@ -6,7 +6,8 @@ process, and fsspec clears its instance cache in a new process), the client's fi
 connections, which unregisters the parent's sockets from that shared epoll: the parent's next request on such a
 socket then waits for its time-out, and the child prints "attached to a different loop" tracebacks. Keeping the
 inherited clients referenced means their finalizers never run in the child (a loading worker ends with
-``os._exit``, which runs none).
+``os._exit``, which runs none). ``client_lock()`` is the lock a process makes its clients under (a new one in
+each child, so that a lock the parent held at the fork does not block it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 import weakref
 from typing import Any
 
@@ -21,6 +23,12 @@ __all__: list[str] = []
 
 _MADE: weakref.WeakSet[Any] = weakref.WeakSet()  # the clients this process made (RemoteStore.fs)
 _INHERITED: list[Any] = []  # in a forked child: the parent's clients, never dropped
+_LOCK = threading.Lock()
+
+
+def client_lock() -> threading.Lock:
+    """The lock this process makes its store clients under (one client per store and process)."""
+    return _LOCK
 
 
 def made(client: Any) -> Any:
@@ -44,6 +52,8 @@ def _async_classes() -> list[type]:
 
 
 def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
     _INHERITED.extend(_MADE)
     for cls in _async_classes():
         _INHERITED.extend(getattr(cls, "_cache", {}).values())

@@ -65,6 +65,7 @@ class ShardPrefetcher:
         self.concurrency, self.bytes_ahead = concurrency, bytes_ahead
         self._cond = threading.Condition()
         self._plan: list[Fetchable] = []
+        self._first: list[Fetchable] = []  # after a start or a resume: the files the first read needs
         self._urgent: collections.deque[Fetchable] = collections.deque()
         self._running: set[str] = set()
         self._failed: set[str] = set()
@@ -82,11 +83,17 @@ class ShardPrefetcher:
                 _SHARED[key] = cls(concurrency, bytes_ahead)
             return _SHARED[key]
 
-    def update(self, upcoming: Sequence[Fetchable]) -> None:
+    def update(self, upcoming: Sequence[Fetchable], first: int = 0) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
         Files that came into the plan are marked recently used, latest-needed first, so that downloads for the
         plan evict what no planned read needs.
+
+        Args:
+            upcoming: the files, in read order.
+            first: after a start or a resume, how many of the plan's first (distinct) files the next read needs:
+                until they are all local, only they download (the first batch does not share the network with
+                the whole lookahead). 0 in a running pipeline.
         """
         seen: set[str] = set()
         plan = [f for f in upcoming if not (f.key in seen or seen.add(f.key))]
@@ -94,15 +101,19 @@ class ShardPrefetcher:
             file.touch()
         self._planned = seen
         with self._cond:
-            if [f.key for f in plan] == [f.key for f in self._plan]:
+            if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
-            self._plan = plan
+            self._plan, self._first = plan, plan[:first]
             self._hold_ahead()
             if self._due():
                 self._start()
                 self._cond.notify_all()
 
     def _ahead(self) -> list[Fetchable]:
+        """The plan's files within ``bytes_ahead`` (the first one always); only the first read's while it waits."""
+        return self._first or self._ahead_of_plan()
+
+    def _ahead_of_plan(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always)."""
         out, ahead = [], 0
         for file in self._plan:
@@ -118,13 +129,16 @@ class ShardPrefetcher:
                    for f in self._ahead())
 
     def _hold_ahead(self) -> None:
-        """Hold the local files within the bytes ahead, release the others (under the lock)."""
-        wanted = {f.key: f for f in self._ahead()}
+        """Hold the local files within the bytes ahead, release the others (under the lock); once the first read's
+        files are all local (or failed), the whole plan is followed again."""
+        wanted = {f.key: f for f in [*self._first, *self._ahead_of_plan()]}
         for key in [k for k in self._held if k not in wanted]:
             self._held.pop(key).close()
         for key, file in wanted.items():
             if key not in self._held and (held := file.hold()) is not None:
                 self._held[key] = held
+        if self._first and all(f.key in self._held or f.key in self._failed for f in self._first):
+            self._first = []
 
     def demand(self, file: Fetchable) -> None:
         """Fetch ``file`` before anything planned (a read needs it now); a no-op when it is being fetched."""
@@ -176,7 +190,10 @@ class ShardPrefetcher:
             else:
                 with self._cond:
                     self.fetched += 1
+                    ramping = bool(self._first)
                     self._hold_ahead()
+                    if ramping and not self._first:
+                        self._cond.notify_all()  # the first read's files are here: the rest of the plan starts
             finally:
                 with self._cond:
                     self._running.discard(file.key)

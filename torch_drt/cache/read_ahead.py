@@ -50,6 +50,7 @@ class ReadAhead:
             view.popleft()
         if view and view[0][0] != k:  # a jump (a resume, a new pass): start over
             view.clear()
+        starting = not view  # a start or a jump: batch k's shards download before the rest of the view
         nxt = view[-1][0] + 1 if view else k
         end = min(k + self.depth, nxt + _FILL)
         while nxt < end:
@@ -64,4 +65,4 @@ class ReadAhead:
             return
         planned = np.concatenate([g for _, g in view])
         _, first = np.unique(planned, return_index=True)
-        self.reader.prefetch(planned[np.sort(first)])
+        self.reader.prefetch(planned[np.sort(first)], first=len(view[0][1]) if starting else 0)

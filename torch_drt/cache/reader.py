@@ -219,9 +219,10 @@ class CacheReader:
             out[rows] = self._caches[pos].entries(sample_ids[rows])["shard"].astype(np.int64) + self._offsets[pos]
         return out
 
-    def prefetch(self, groups: np.ndarray) -> None:
+    def prefetch(self, groups: np.ndarray, first: int = 0) -> None:
         """Fetch the shards numbered ``groups`` (as ``shard_groups`` numbers them) ahead of the reads that need
-        them, in this order; it replaces the previous call's plan. A no-op when every cache is local.
+        them, in this order; it replaces the previous call's plan. A no-op when every cache is local. After a start
+        or a resume, ``first`` says how many of ``groups`` (distinct) the next read needs: they download first.
 
         This is the loader's hook: give it the shards of the next batches before reading each batch (see
         ``torch_drt.cache.read_ahead.ReadAhead``). The first remote cache's ``RemoteConfig`` bounds the prefetch.
@@ -232,7 +233,7 @@ class CacheReader:
         groups = np.asarray(groups, dtype=np.int64)
         pos = np.searchsorted(self._offsets, groups, side="right") - 1
         files = [self._caches[p].shards[g - self._offsets[p]] for p, g in zip(pos.tolist(), groups.tolist())]
-        remote[0].backend.prefetch(files)
+        remote[0].backend.prefetch(files, first)
 
     def close(self) -> None:
         """Unmap every file (payloads already returned stay valid: they are copies)."""

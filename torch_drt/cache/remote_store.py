@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from torch_drt.cache._client_options import client_options
-from torch_drt.cache._inherited_clients import made
+from torch_drt.cache._inherited_clients import client_lock, made
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
 from torch_drt.sources.template import redact
@@ -87,36 +87,44 @@ class RemoteStore:
         self.options = dict(storage_options or {})
         self.config = config or RemoteConfig()
         self.policy = RetryPolicy(self.config.retries, self.config.backoff, self.config.max_backoff)
-        self._fs: Any = None
-        self._root = ""
-        self._pid = os.getpid()
+        self._client: tuple[int, Any, str] | None = None  # (pid, fsspec filesystem, root) of the process that made it
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None}
+        return {**self.__dict__, "_client": None}
 
     def __repr__(self) -> str:
         return f"RemoteStore({self.url!r}, options={sorted(self.options)})"
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem (made on first use in this process: a forked child makes its own)."""
-        if self._fs is None or self._pid != os.getpid():
-            self._pid = os.getpid()
-            import fsspec
+        """The fsspec filesystem (made on first use in this process: a forked child makes its own, once, however
+        many of its threads ask at once)."""
+        return self._made()[1]
 
-            try:
-                self._fs, self._root = fsspec.core.url_to_fs(
-                    self.url, **client_options(self.scheme, self.options, self.config)
-                )
-            except ImportError as e:
-                raise ImportError(f"cannot open {self.url}: {e}") from None
-            except Exception as e:
-                error = ValueError(f"cannot open {self.url} with fsspec ({type(e).__name__}): check URL and options")
-                raise error from None
-            made(self._fs)  # a forked child keeps it alive, unused (see _inherited_clients)
-            if self.scheme in ("s3", "s3a") and "retries" not in self.options:
-                self._fs.retries = 1  # s3fs's own retry loop off: retry.py retries (an instance with our options)
-        return self._fs
+    def _made(self) -> tuple[int, Any, str]:
+        client = self._client
+        if client is not None and client[0] == os.getpid():
+            return client
+        with client_lock():
+            client = self._client
+            if client is None or client[0] != os.getpid():
+                client = self._client = (os.getpid(), *self._make())
+        return client
+
+    def _make(self) -> tuple[Any, str]:
+        import fsspec
+
+        try:
+            fs, root = fsspec.core.url_to_fs(self.url, **client_options(self.scheme, self.options, self.config))
+        except ImportError as e:
+            raise ImportError(f"cannot open {self.url}: {e}") from None
+        except Exception as e:
+            error = ValueError(f"cannot open {self.url} with fsspec ({type(e).__name__}): check URL and options")
+            raise error from None
+        made(fs)  # a forked child keeps it alive, unused (see _inherited_clients)
+        if self.scheme in ("s3", "s3a") and "retries" not in self.options:
+            fs.retries = 1  # s3fs's own retry loop off: retry.py retries (an instance with our options)
+        return fs, root
 
     @property
     def conditional(self) -> bool:
@@ -134,8 +142,7 @@ class RemoteStore:
 
     def path(self, rel: str) -> str:
         """The filesystem path of ``rel``."""
-        self.fs  # noqa: B018 - sets the root
-        root = self._root.rstrip("/")
+        root = self._made()[2].rstrip("/")
         return f"{root}/{rel}" if rel else root
 
     def run(self, verb: str, rel: str, fn: Callable[[], T]) -> T:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -199,9 +200,8 @@ def _load(
     remote_config: RemoteConfig | None = None,
 ) -> tuple[CacheLayout, pa.Table]:
     layout = open_layout(location, storage_options=storage_options, remote_config=remote_config)
-    index_file, index = load_index(layout)
+    index_file, index, table = _index_and_metadata(layout)
     try:
-        table = read_metadata(layout)
         if verify:
             verify_checksums(layout)
             if layout.legacy:
@@ -210,6 +210,25 @@ def _load(
         del index
         index_file.close()
     return layout, table
+
+
+def _index_and_metadata(layout: CacheLayout) -> tuple[StoredFile, np.ndarray, pa.Table]:
+    """``load_index`` and ``read_metadata``; at a URL both at once (the open's last two requests overlap)."""
+    if layout.backend.stats_cheaply:
+        index_file, index = load_index(layout)
+        try:
+            return index_file, index, read_metadata(layout)
+        except BaseException:
+            index_file.close()
+            raise
+    with ThreadPoolExecutor(1, thread_name_prefix="torch_drt-open") as pool:
+        table = pool.submit(read_metadata, layout)
+        index_file, index = load_index(layout)
+        try:
+            return index_file, index, table.result()
+        except BaseException:
+            index_file.close()
+            raise
 
 
 def _verify_legacy(layout: CacheLayout, index: np.ndarray, table: pa.Table) -> None:

@@ -117,9 +117,9 @@ class CacheBackend(ABC):
             CacheCorruptError: when it is not a regular file, or of another size.
         """
 
-    def prefetch(self, files: Sequence[StoredFile]) -> None:  # noqa: B027 - local files need no fetching
+    def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:  # noqa: B027 - local: no fetching
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
-        plan). A no-op for local caches."""
+        plan); after a start or a resume the ``first`` of them first. A no-op for local caches."""
 
     def sha256(self, rel: str) -> str:
         """The hex SHA-256 of a whole file, read in chunks (the strong check of ``validate_cache=True``)."""

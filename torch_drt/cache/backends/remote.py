@@ -73,13 +73,15 @@ class RemoteBackend(CacheBackend):
     def where(self, rel: str = "") -> str:
         return self.store.join(rel)
 
-    def prefetch(self, files: Sequence[StoredFile]) -> None:
+    def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:
         """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only); the
-        shards this process maps that no planned read needs are unmapped."""
+        shards this process maps that no planned read needs are unmapped. The first ``first`` files are what the
+        next read needs after a start or a resume (see ``ShardPrefetcher.update``)."""
         if self.config.read_mode == "shards":
             planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
             keep_mapped_only({f.key for f in planned})
-            self.prefetcher.update(planned)
+            needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
+            self.prefetcher.update(planned, first=needed)
 
     def check_root(self) -> None:
         """Nothing to check without a request: a location without a manifest is reported by the manifest read."""
@@ -184,31 +186,37 @@ class RemoteBackend(CacheBackend):
         self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
     ) -> list[bytes]:
         """Local shards are sliced; the others are read with coalesced ranges while they download (or, without
-        record checksums, once downloaded)."""
+        record checksums, once downloaded). The shards a read waits for download at once, not one by one."""
         groups: dict[int, list[int]] = {}
         for i, number in enumerate(numbers):
             groups.setdefault(number, []).append(i)
         out: list[bytes] = [b""] * len(numbers)
         remote: list[tuple[RemoteFile, list[int]]] = []
+        waits: list[tuple[RemoteFile, list[int]]] = []
         shards_mode = self.config.read_mode == "shards"
         for number, rows in groups.items():
             file = files[number]
             assert isinstance(file, RemoteFile)
-            got = None
-            if file.downloadable and (shards_mode or not file.ranges_ok):
-                a, b = [starts[i] for i in rows], [ends[i] for i in rows]
-                got = file.slices(a, b, wait=not file.ranges_ok)
-                if got is None and (self.node.downloading(file.key) or self._mostly(file, a, b)):
-                    got = file.slices(a, b, wait=True)  # in flight, or most of it wanted: fetch its bytes once
-                elif got is None:
-                    self.prefetcher.demand(file)  # a cold miss: it downloads while this read is served by ranges
-            if got is None:
+            if not (file.downloadable and (shards_mode or not file.ranges_ok)):
                 remote.append((file, rows))
                 continue
-            for i, d in zip(rows, got):
-                out[i] = d
+            a, b = [starts[i] for i in rows], [ends[i] for i in rows]
+            got = file.slices(a, b, wait=False)
+            if got is not None:
+                _place(out, rows, got)
+            elif not file.ranges_ok or self.node.downloading(file.key) or self._mostly(file, a, b):
+                waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
+            else:
+                remote.append((file, rows))  # a cold miss: it downloads while this read is served by ranges
+        for file, _ in [*waits, *remote]:
+            if file.downloadable and shards_mode:
+                self.prefetcher.demand(file)  # all at once, ahead of anything planned
         if remote:
             self._read_by_ranges(remote, starts, ends, out)
+        for file, rows in waits:
+            got = file.slices([starts[i] for i in rows], [ends[i] for i in rows], wait=True)
+            assert got is not None
+            _place(out, rows, got)
         return out
 
     def _mostly(self, file: RemoteFile, starts: Sequence[int], ends: Sequence[int]) -> bool:
@@ -232,6 +240,11 @@ class RemoteBackend(CacheBackend):
         for rows, first, where in plans:
             for i, (req, offset) in zip(rows, where):
                 out[i] = data[first + req][offset : offset + ends[i] - starts[i]]
+
+
+def _place(out: list[bytes], rows: Sequence[int], got: Sequence[bytes]) -> None:
+    for i, d in zip(rows, got):
+        out[i] = d
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,0 +1,46 @@
+"""ReadAhead: before each batch it plans the shards of the batches in view, in read order; after a start or a jump
+(a resume) it says how many of them the first batch needs, so that those download first."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torch_drt.cache.read_ahead import ReadAhead
+
+
+class RecordingReader:
+    """A remote reader's planning surface: batch ``k`` reads rows ``4k .. 4k+3``, two rows per shard."""
+
+    remote = True
+    lookahead_batches = 3
+
+    def __init__(self) -> None:
+        self.plans: list[tuple[list[int], int]] = []
+
+    def shard_groups(self, cache_pos: np.ndarray, sample_ids: np.ndarray) -> np.ndarray:
+        return np.asarray(sample_ids) // 2
+
+    def prefetch(self, groups: np.ndarray, first: int = 0) -> None:
+        self.plans.append((np.asarray(groups).tolist(), first))
+
+
+def _rows(k: int):
+    ids = np.arange(4 * k, 4 * k + 4, dtype=np.int64)
+    return np.zeros(4, dtype=np.int64), ids
+
+
+def test_a_start_and_a_jump_name_the_first_batchs_shards_a_running_pipeline_does_not():
+    reader = RecordingReader()
+    ahead = ReadAhead(reader, _rows)  # type: ignore[arg-type]
+    ahead.before(0)
+    ahead.before(1)
+    ahead.before(2)
+    ahead.before(10)  # a resume elsewhere
+    ahead.before(11)
+    assert reader.plans == [
+        ([0, 1, 2, 3, 4, 5], 2),  # a start: batch 0 reads shards 0 and 1
+        ([2, 3, 4, 5, 6, 7], 0),
+        ([4, 5, 6, 7, 8, 9], 0),
+        ([20, 21, 22, 23, 24, 25], 2),  # the jump
+        ([22, 23, 24, 25, 26, 27], 0),
+    ]
