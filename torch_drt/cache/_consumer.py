@@ -70,6 +70,8 @@ class RowFetcher:
         world_size: ranks.
         batch_size: items per batch, and ``continue_streams``: whether streams continue across passes (the
             geometry of the future batches prefetching looks at; ``torch_drt.nodes.stream_plan.consumer_batch``).
+        reader: the dataset's reader of ``caches``, which the process that makes the fetcher reads with (loading
+            inline then opens nothing); other processes open their own.
     """
 
     _KEPT = ("caches", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn",
@@ -93,6 +95,7 @@ class RowFetcher:
         world_size: int = 1,
         batch_size: int = 1,
         continue_streams: bool = True,
+        reader: CacheReader | None = None,
     ) -> None:
         self.caches, self.snapshot_path, self.plans = list(caches), snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
@@ -102,15 +105,17 @@ class RowFetcher:
         self.shard_window, self.world_size = shard_window, world_size
         self.batch_size, self.continue_streams = batch_size, continue_streams
         self._opened_in: int | None = None
+        self._made_in = (os.getpid(), reader)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: self.__dict__[k] for k in self._KEPT} | {"_opened_in": None}
+        return {k: self.__dict__[k] for k in self._KEPT} | {"_opened_in": None, "_made_in": (None, None)}
 
     def _open(self) -> None:
         """Map the snapshot and the caches in this process (once per process)."""
         if self._opened_in == os.getpid():
             return
-        self._reader = CacheReader.open(self.caches)
+        pid, reader = self._made_in
+        self._reader = reader if reader is not None and pid == os.getpid() else CacheReader.open(self.caches)
         self._snapshot = Snapshot(self.snapshot_path)
         self._new_streams()
         self._remote = self._reader.remote

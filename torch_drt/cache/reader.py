@@ -44,8 +44,8 @@ class _OpenedCache:
     def _fail(self, shard: int, sample: int, reason: str) -> CacheCorruptError:
         return CacheCorruptError(self.backend.where(self.layout.shard_path(shard)), f"sample {sample}: {reason}")
 
-    def entries(self, sample_ids: np.ndarray) -> np.ndarray:
-        """The index entries of ``sample_ids`` (the index file is checked first).
+    def entries(self, sample_ids: np.ndarray, field: str | None = None) -> np.ndarray:
+        """The index entries of ``sample_ids``, or only their ``field`` (the index file is checked first).
 
         Raises:
             IndexError: for a sample id outside the cache.
@@ -57,7 +57,7 @@ class _OpenedCache:
             )
         if self.index_file is not None:
             self.index_file.check()
-        return self.index[sample_ids]
+        return self.index[sample_ids] if field is None else self.index[field][sample_ids]
 
     def gather(self, sample_ids: np.ndarray) -> list[bytes]:
         """The verified, decompressed payloads of ``sample_ids``, in order."""
@@ -216,7 +216,7 @@ class CacheReader:
         out = np.empty(len(sample_ids), dtype=np.int64)
         for pos in np.unique(cache_pos).tolist():
             rows = np.nonzero(cache_pos == pos)[0]
-            out[rows] = self._caches[pos].entries(sample_ids[rows])["shard"].astype(np.int64) + self._offsets[pos]
+            out[rows] = self._caches[pos].entries(sample_ids[rows], "shard").astype(np.int64) + self._offsets[pos]
         return out
 
     def prefetch(self, groups: np.ndarray, first: int = 0) -> None:

@@ -210,6 +210,7 @@ def to_torch_dataloader(
         world_size=world_size,
         batch_size=batch_size,
         continue_streams=continue_streams,
+        reader=dataset.reader,
     )
     settings = dict(
         batch_size=batch_size,

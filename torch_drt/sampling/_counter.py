@@ -28,12 +28,20 @@ def mix64(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _mix64_int(x: int) -> int:
+    """``mix64`` of one value, on Python ints (the same bits; no array round trip for the keys)."""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
 def derive_key(*parts: int) -> int:
     """Combine integers (seed, epoch, rank, ...) into one 64-bit stream key."""
     key = 0x6A09E667F3BCC909
     for part in parts:
-        arr = np.array([(key ^ (int(part) & _MASK)) & _MASK], dtype=np.uint64)
-        key = int(mix64(arr + _GOLDEN)[0])
+        key = _mix64_int(((key ^ (int(part) & _MASK)) + 0x9E3779B97F4A7C15) & _MASK)
     return key
 
 
