@@ -57,6 +57,17 @@ def test_least_recently_used_files_go_first_and_pinned_ones_stay(tmp_path):
     assert cache.usage() <= cache.limit
 
 
+def test_demoted_files_go_before_every_file_still_wanted(tmp_path):
+    cache = NodeCache(tmp_path / "n", limit=3000)
+    for key in ["sha256-a", "sha256-b", "sha256-c"]:
+        _fill(cache, key, 1000)
+    cache.demote("sha256-c")  # the newest, but no planned read wants it any more
+    cache.demote("sha256-b")
+    _fill(cache, "sha256-d", 1000)  # over the limit: the first file demoted goes (c), not the oldest (a)
+    assert sorted(p.name for p in (tmp_path / "n" / "data").iterdir()) == ["sha256-a", "sha256-b", "sha256-d"]
+    cache.demote("sha256-missing")  # a file not (or no longer) here: nothing to do
+
+
 def test_a_file_evicted_between_open_and_lock_is_fetched_again(tmp_path):
     cache = NodeCache(tmp_path / "n", limit=10_000)
     _fill(cache, "sha256-x", 100)

@@ -21,6 +21,7 @@ class CountedFile:
         self.key, self.size, self.path = key, size, root / key
         self.checks = 0
         self.fetches = 0
+        self.demoted = False
         self.lock = threading.Lock()
 
     def present(self) -> bool:
@@ -36,6 +37,9 @@ class CountedFile:
     def touch(self) -> None:
         if self.path.exists():
             self.path.touch()
+
+    def demote(self) -> None:
+        self.demoted = True
 
     def hold(self):
         return self.path.open("rb") if self.path.exists() else None
@@ -110,3 +114,11 @@ def test_in_a_running_pipeline_the_whole_plan_downloads_at_once(tmp_path):
     _wait(lambda: all(f.started.is_set() for f in files))
     gate.set()
     _wait(lambda: prefetcher.fetched == 4)
+
+
+def test_files_that_leave_the_plan_are_demoted_the_others_not(tmp_path):
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(5)]
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=1 << 20)
+    prefetcher.update(files[:3])
+    prefetcher.update([files[2], files[1], files[3]])  # f0 was read and no planned read needs it again
+    assert [f.demoted for f in files] == [True, False, False, False, False]

@@ -11,7 +11,8 @@ Layout under the directory::
 A download goes to a temporary name, is checked (size and checksum), synced and renamed into ``data/``: a killed
 downloader leaves only a temporary file, which the next downloader of that file (or an eviction pass) removes.
 Processes wanting the same file queue on its lock, so it is downloaded once. A reader holds a shared ``flock`` on
-every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened)
+every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened;
+a file no planned read of a process wants any more is demoted: its mtime is set a month back)
 and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A reader that
 opened a file just as it was evicted notices (its link count is 0) and fetches it again.
 """
@@ -37,6 +38,7 @@ __all__ = ["NodeCache", "PinnedFile"]
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}
+_DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
 
 
 class PinnedFile:
@@ -118,6 +120,13 @@ class NodeCache:
         """Mark ``key`` recently used (it is evicted after every file used before it)."""
         with contextlib.suppress(FileNotFoundError):
             os.utime(self.path(key))
+
+    def demote(self, key: str) -> None:
+        """Mark ``key`` as wanted by no planned read: it is evicted before every file not demoted (the files
+        demoted earlier first)."""
+        old = time.time() - _DEMOTED_AGE
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self.path(key), (old, old))
 
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""

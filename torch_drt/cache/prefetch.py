@@ -35,9 +35,10 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 class Fetchable(Protocol):
-    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()`` and
-    ``touch()`` (marks it recently used, so that the node cache evicts it last) and ``hold()`` (an object whose
-    ``close()`` lets the node cache evict it again; None when the file is not local)."""
+    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()``,
+    ``touch()`` (marks it recently used, so that the node cache evicts it last), ``demote()`` (no planned read wants
+    it: the node cache evicts it first) and ``hold()`` (an object whose ``close()`` lets the node cache evict it
+    again; None when the file is not local)."""
 
     key: str
     size: int
@@ -47,6 +48,8 @@ class Fetchable(Protocol):
     def fetch(self) -> None: ...
 
     def touch(self) -> None: ...
+
+    def demote(self) -> None: ...
 
     def hold(self) -> Any: ...
 
@@ -69,7 +72,7 @@ class ShardPrefetcher:
         self._urgent: collections.deque[Fetchable] = collections.deque()
         self._running: set[str] = set()
         self._failed: set[str] = set()
-        self._planned: set[str] = set()
+        self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
         self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
@@ -86,8 +89,9 @@ class ShardPrefetcher:
     def update(self, upcoming: Sequence[Fetchable], first: int = 0) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
-        Files that came into the plan are marked recently used, latest-needed first, so that downloads for the
-        plan evict what no planned read needs.
+        Files that came into the plan are marked recently used, latest-needed first, and files that left it (read,
+        and not needed again within the plan) are demoted, so that downloads for the plan evict what no planned
+        read needs before what the plan needs last.
 
         Args:
             upcoming: the files, in read order.
@@ -95,11 +99,13 @@ class ShardPrefetcher:
                 until they are all local, only they download (the first batch does not share the network with
                 the whole lookahead). 0 in a running pipeline.
         """
-        seen: set[str] = set()
-        plan = [f for f in upcoming if not (f.key in seen or seen.add(f.key))]
+        planned: dict[str, Fetchable] = {}
+        plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
         for file in reversed([f for f in plan if f.key not in self._planned]):
             file.touch()
-        self._planned = seen
+        for key in self._planned.keys() - planned.keys():
+            self._planned[key].demote()
+        self._planned = planned
         with self._cond:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake

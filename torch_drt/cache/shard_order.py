@@ -20,9 +20,11 @@ class ShardWindowOrder:
     """A shard-window shuffle read as a stream: ``draws(start, count)`` like ``WeightedDraws``.
 
     Several consumers (ranks x loading workers) share one order by blocks: a consumer taking ``budget`` samples
-    per pass reads the positions ``[offset, offset + budget)`` of each pass of ``total`` positions, so the
-    consumers of a job cover every row once per epoch when ``total`` is the table's size, and each reads its own
-    few shards (a node downloads only what its own ranks read).
+    per pass reads the positions ``[offset, offset + budget)`` of each even pass of ``total`` positions and the
+    mirrored block ``[total - offset - budget, total - offset)`` of each odd pass, so the consumers of a job cover
+    every row once per epoch when ``total`` is the table's size, each reads its own few shards (a node downloads
+    only what its own ranks read), and, as odd epochs walk the shard sequence backward, each consumer starts an
+    epoch on the shards it read last: they are still in its node's cache.
 
     Args:
         shuffle: the order.
@@ -45,7 +47,8 @@ class ShardWindowOrder:
             return self.shuffle.draws(start, count)
         k = np.arange(start, start + count, dtype=np.int64)
         passes, within = np.divmod(k, self.budget)
-        return self.shuffle.at(passes * self.total + self.offset + within)
+        block = np.where(passes % 2 == 1, self.total - self.offset - self.budget, self.offset)
+        return self.shuffle.at(passes * self.total + block + within)
 
 
 def check_equal_weights(weights: np.ndarray | None) -> None:

@@ -109,6 +109,10 @@ class RemoteFile(StoredFile):
         """Mark the node cache's copy recently used (no-op when it is not there)."""
         self.backend.node.touch(self.key)
 
+    def demote(self) -> None:
+        """Let the node cache evict its copy before the files still wanted (no-op when it is not there)."""
+        self.backend.node.demote(self.key)
+
     def fetch(self) -> None:
         """Download the file into the node cache (or wait for the process of the node that does)."""
         backend = self.backend
