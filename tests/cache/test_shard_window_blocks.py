@@ -1,7 +1,8 @@
 """Consumers sharing one shard-window order by blocks: together they read every row once per pass, and as odd
 epochs walk the shard sequence backward each consumer's block is mirrored, so it starts an epoch on the shards it
 read last. Two nodes (each with its own cache) then re-read their own shards: the second epoch downloads about
-half of each node's share, not everything."""
+half of each node's share, not everything. Every other consumer reads its block from its end, so neighbours read
+the window they share at the same time: consumers sharing one node cache download it once."""
 
 from __future__ import annotations
 
@@ -19,8 +20,24 @@ GROUPS = np.repeat(np.arange(SHARDS), PER)
 
 def _orders(consumers: int, window: int = 4) -> list[ShardWindowOrder]:
     budget = len(GROUPS) // consumers
-    return [ShardWindowOrder(ShardWindowShuffle(GROUPS, window=window, seed=5), budget, c * budget, len(GROUPS))
-            for c in range(consumers)]
+    shuffle = ShardWindowShuffle(GROUPS, window=window, seed=5)
+    return [ShardWindowOrder(shuffle, budget, c * budget, len(GROUPS), c % 2 == 1) for c in range(consumers)]
+
+
+def _lru_fetches(streams: list[list[int]], capacity: int) -> int:
+    """Shards fetched by consumers reading their streams in lockstep (a batch each in turn) through one LRU."""
+    cache: collections.OrderedDict = collections.OrderedDict()
+    fetched = 0
+    for step in zip(*streams):
+        for g in step:
+            if g in cache:
+                cache.move_to_end(g)
+                continue
+            fetched += 1
+            cache[g] = True
+            if len(cache) > capacity:
+                cache.popitem(last=False)
+    return fetched
 
 
 @pytest.mark.parametrize("consumers", [1, 2, 3, 4])
@@ -59,3 +76,18 @@ def test_two_nodes_with_half_caches_re_read_their_own_shards():
         share = fetched[0]
         assert share <= SHARDS // 2 + 4  # a node reads its own block's shards (and the window at the boundary)
         assert fetched[1] <= 0.6 * share and fetched[2] <= 0.6 * share, (node, fetched)
+
+
+@pytest.mark.parametrize("consumers", [2, 4])
+def test_consumers_of_one_node_download_each_shard_once_then_about_half(consumers):
+    orders = _orders(consumers)
+    budget = orders[0].budget
+
+    def batches(order: ShardWindowOrder, p: int) -> list[int]:  # the distinct shards of each batch of 20 rows
+        shards = GROUPS[order.draws(p * budget, budget)].reshape(-1, 20)
+        return [g for batch in shards for g in dict.fromkeys(batch.tolist())]
+
+    first = _lru_fetches([batches(o, 0) for o in orders], capacity=SHARDS // 2)
+    assert first <= SHARDS + 1  # the windows two neighbours share are read by both at once
+    both = _lru_fetches([batches(o, 0) + batches(o, 1) for o in orders], capacity=SHARDS // 2)
+    assert both - first <= 0.55 * SHARDS

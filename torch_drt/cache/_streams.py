@@ -78,7 +78,9 @@ class ConsumerStreams:
         weights = np.diff(snap.cum_weights, prepend=0.0)
         if settings.partition == "replicate":
             local = sum(p.sample_count for p in self.plans)
-            block = (plan.sample_count, first_positions(self.plans)[plan.worker], local * settings.world_size)
+            consumer = plan.rank * len(self.plans) + plan.worker  # its number among all ranks' consumers
+            block = (plan.sample_count, first_positions(self.plans)[plan.worker], local * settings.world_size,
+                     consumer % 2 == 1)
             order = shard_window_order(
                 self.reader,
                 snap.cache_pos,

@@ -24,19 +24,30 @@ class ShardWindowOrder:
     mirrored block ``[total - offset - budget, total - offset)`` of each odd pass, so the consumers of a job cover
     every row once per epoch when ``total`` is the table's size, each reads its own few shards (a node downloads
     only what its own ranks read), and, as odd epochs walk the shard sequence backward, each consumer starts an
-    epoch on the shards it read last: they are still in its node's cache.
+    epoch on the shards it read last: they are still in its node's cache. Every other consumer (``backward``)
+    reads its block from its end, so that two neighbours read the window their blocks share at the same time
+    (both at the start of a pass or both at its end): a node downloads it once, not twice.
 
     Args:
         shuffle: the order.
         budget: samples this consumer takes per pass (None: the whole stream is this consumer's).
         offset: where its block starts in each pass.
         total: positions per pass over all consumers.
+        backward: read the block from its end (the odd-numbered consumers of a job).
     """
 
-    def __init__(self, shuffle: ShardWindowShuffle, budget: int | None = None, offset: int = 0, total: int = 0):
+    def __init__(
+        self,
+        shuffle: ShardWindowShuffle,
+        budget: int | None = None,
+        offset: int = 0,
+        total: int = 0,
+        backward: bool = False,
+    ) -> None:
         if budget is not None and (budget < 1 or not 0 <= offset <= total - budget):
             raise ValueError(f"{budget=} must be > 0 with 0 <= {offset=} <= {total=} - budget")
         self.shuffle, self.budget, self.offset, self.total = shuffle, budget, offset, total
+        self.backward = backward
 
     def __len__(self) -> int:
         return len(self.shuffle)
@@ -47,6 +58,8 @@ class ShardWindowOrder:
             return self.shuffle.draws(start, count)
         k = np.arange(start, start + count, dtype=np.int64)
         passes, within = np.divmod(k, self.budget)
+        if self.backward:
+            within = self.budget - 1 - within
         block = np.where(passes % 2 == 1, self.total - self.offset - self.budget, self.offset)
         return self.shuffle.at(passes * self.total + block + within)
 
@@ -72,10 +85,10 @@ def shard_window_order(
     *,
     window: int,
     seed: int,
-    block: tuple[int, int, int] | None = None,
+    block: tuple[int, int, int, bool] | None = None,
 ) -> ShardWindowOrder:
     """The shard-window order of the rows (``cache_pos[i]``, ``sample_ids[i]``); ``block`` is a consumer's
-    (budget, offset, total) in a shared order (see ``ShardWindowOrder``).
+    (budget, offset, total, backward) in a shared order (see ``ShardWindowOrder``).
 
     Raises:
         ValueError: when the rows' weights differ (this order takes every row once per epoch; repeat rows in the
