@@ -44,3 +44,15 @@ def test_a_start_and_a_jump_name_the_first_batchs_shards_a_running_pipeline_does
         ([20, 21, 22, 23, 24, 25], 2),  # the jump
         ([22, 23, 24, 25, 26, 27], 0),
     ]
+
+
+def test_rows_computed_for_several_batches_at_once_plan_the_same():
+    def many(k: int, n: int):
+        return [_rows(j) for j in range(k, k + n)]
+
+    one, at_once = RecordingReader(), RecordingReader()
+    for reader, kwargs in ((one, {}), (at_once, {"many_rows": many})):
+        ahead = ReadAhead(reader, _rows, **kwargs)  # type: ignore[arg-type]
+        for k in (0, 1, 2, 3, 9, 10):
+            ahead.before(k)
+    assert at_once.plans == one.plans and len(one.plans) == 6

@@ -116,9 +116,13 @@ def test_in_a_running_pipeline_the_whole_plan_downloads_at_once(tmp_path):
     _wait(lambda: prefetcher.fetched == 4)
 
 
-def test_files_that_leave_the_plan_are_demoted_the_others_not(tmp_path):
+def test_files_read_from_the_front_of_the_plan_are_demoted_the_others_not(tmp_path):
     files = [CountedFile(tmp_path, f"f{i}") for i in range(5)]
-    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=1 << 20)
-    prefetcher.update(files[:3])
-    prefetcher.update([files[2], files[1], files[3]])  # f0 was read and no planned read needs it again
+    for f in files:
+        f.fetch()
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=20)  # two 10-byte files ahead
+    prefetcher.update(files[:4])
+    prefetcher.update([files[1], files[2], files[3]])  # f0 was read and no planned read needs it again
     assert [f.demoted for f in files] == [True, False, False, False, False]
+    prefetcher.update([files[4]])  # another loader's plan: the files ahead (f1, f2) go, f3 is merely unplanned
+    assert [f.demoted for f in files] == [True, True, True, False, False]

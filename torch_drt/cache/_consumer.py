@@ -10,6 +10,7 @@ their spans).
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -150,11 +151,23 @@ class RowFetcher:
         rows = self._streams.rows(worker, start, count)
         return self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]
 
+    def _futures(self, worker: int, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``_future`` of batches ``j .. j+n-1``, their rows drawn at once where their stream positions run on."""
+        spans = [consumer_batch(self.plans[worker], self.batch_size, *divmod(i, self._counts[worker]),
+                                self.continue_streams) for i in range(j, j + n)]
+        if all(a + c == b for (a, c), (b, _) in itertools.pairwise(spans)):
+            counts = [c for _, c in spans]
+            parts = np.split(self._streams.rows(worker, spans[0][0], sum(counts)), np.cumsum(counts)[:-1])
+        else:
+            parts = [self._streams.rows(worker, start, count) for start, count in spans]
+        return [(self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]) for rows in parts]
+
     def _read_ahead(self, batch: StreamBatch) -> None:
         """Plan the prefetch of the shards of ``batch`` and its consumer's next batches (caches at URLs only)."""
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
-            ahead = self._ahead[batch.worker] = ReadAhead(self._reader, functools.partial(self._future, batch.worker))
+            ahead = self._ahead[batch.worker] = ReadAhead(self._reader, functools.partial(self._future, batch.worker),
+                                                          many_rows=functools.partial(self._futures, batch.worker))
         ahead.before(batch.epoch * self._counts[batch.worker] + batch.index)
 
     def _read_part(self, part: tuple[np.ndarray, np.ndarray]) -> list[bytes]:

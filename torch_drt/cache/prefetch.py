@@ -89,9 +89,9 @@ class ShardPrefetcher:
     def update(self, upcoming: Sequence[Fetchable], first: int = 0) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
-        Files that came into the plan are marked recently used, latest-needed first, and files that left it (read,
-        and not needed again within the plan) are demoted, so that downloads for the plan evict what no planned
-        read needs before what the plan needs last.
+        Files that came into the plan are marked recently used, latest-needed first, and files that left it from
+        its front (read, and not needed again within the plan) are demoted, so that downloads for the plan evict
+        what no planned read needs before what the plan needs last.
 
         Args:
             upcoming: the files, in read order.
@@ -104,7 +104,8 @@ class ShardPrefetcher:
         for file in reversed([f for f in plan if f.key not in self._planned]):
             file.touch()
         for key in self._planned.keys() - planned.keys():
-            self._planned[key].demote()
+            if key in self._held:  # read (the front of the plan), not just dropped by another loader's new plan
+                self._planned[key].demote()
         self._planned = planned
         with self._cond:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:

@@ -19,6 +19,7 @@ from torch_drt.cache.reader import CacheReader
 __all__ = ["ReadAhead"]
 
 BatchRows = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
+ManyBatchRows = Callable[[int, int], "list[tuple[np.ndarray, np.ndarray]]"]
 _FILL = 4  # batches computed per call at most: the view fills over the first batches
 
 
@@ -30,11 +31,20 @@ class ReadAhead:
         batch_rows: batch number -> (cache positions, sample ids) of its rows, or None past the last batch; called
             once per batch (it must not move the loader's own position).
         depth: batches in view (default: the reader's ``RemoteConfig.lookahead_batches``).
+        many_rows: ``(k, n)`` -> the rows of batches ``k .. k+n-1`` (fewer past the last batch), computed at once
+            (optional: one call instead of ``n``).
     """
 
-    def __init__(self, reader: CacheReader, batch_rows: BatchRows, depth: int | None = None) -> None:
+    def __init__(
+        self,
+        reader: CacheReader,
+        batch_rows: BatchRows,
+        depth: int | None = None,
+        many_rows: ManyBatchRows | None = None,
+    ) -> None:
         self.reader = reader
         self.batch_rows = batch_rows
+        self.many_rows = many_rows
         self.active = reader.remote
         self.depth = depth if depth is not None else max(1, reader.lookahead_batches)
         if self.depth < 1:
@@ -53,11 +63,7 @@ class ReadAhead:
         starting = not view  # a start or a jump: batch k's shards download before the rest of the view
         nxt = view[-1][0] + 1 if view else k
         end = min(k + self.depth, nxt + _FILL)
-        while nxt < end:
-            rows = self.batch_rows(nxt)
-            if rows is None:
-                break
-            groups = self.reader.shard_groups(*rows)
+        for groups in self._groups(nxt, end - nxt):
             _, first = np.unique(groups, return_index=True)
             view.append((nxt, groups[np.sort(first)]))
             nxt += 1
@@ -66,3 +72,22 @@ class ReadAhead:
         planned = np.concatenate([g for _, g in view])
         _, first = np.unique(planned, return_index=True)
         self.reader.prefetch(planned[np.sort(first)], first=len(view[0][1]) if starting else 0)
+
+    def _groups(self, k: int, n: int) -> list[np.ndarray]:
+        """The shard groups of each row of batches ``k .. k+n-1`` (fewer past the last batch)."""
+        if n <= 0:
+            return []
+        if self.many_rows is None:
+            out = []
+            for j in range(k, k + n):
+                rows = self.batch_rows(j)
+                if rows is None:
+                    break
+                out.append(self.reader.shard_groups(*rows))
+            return out
+        batches = self.many_rows(k, n)
+        if not batches:
+            return []
+        groups = self.reader.shard_groups(np.concatenate([c for c, _ in batches]),
+                                          np.concatenate([s for _, s in batches]))
+        return np.split(groups, np.cumsum([len(s) for _, s in batches])[:-1])

@@ -212,7 +212,9 @@ class CacheReader:
             IndexError: for a sample id outside its cache.
         """
         sample_ids = np.asarray(sample_ids, dtype=np.int64)
-        cache_pos = np.zeros(len(sample_ids), dtype=np.int64) if len(self._caches) == 1 else np.asarray(cache_pos)
+        if len(self._caches) == 1:
+            return self._caches[0].entries(sample_ids, "shard").astype(np.int64)
+        cache_pos = np.asarray(cache_pos)
         out = np.empty(len(sample_ids), dtype=np.int64)
         for pos in np.unique(cache_pos).tolist():
             rows = np.nonzero(cache_pos == pos)[0]

@@ -52,6 +52,7 @@ class RemoteBackend(CacheBackend):
         self.storage_options = dict(storage_options or {})
         self.config = config or RemoteConfig()
         self.store = RemoteStore(location, self.storage_options, self.config)
+        self._local: tuple[int, NodeCache, ShardPrefetcher] | None = None  # this process's, resolved once
         super().__init__(self.store.url)
 
     def __reduce__(self):
@@ -62,13 +63,23 @@ class RemoteBackend(CacheBackend):
 
     @property
     def node(self) -> NodeCache:
-        """The node cache this process shares with the node's others."""
-        return NodeCache.shared(self.config.node_cache_dir(), self.config.node_cache_limit())
+        """The node cache this process shares with the node's others (its directory and limit are resolved on
+        first use in each process)."""
+        return self._resolved()[1]
 
     @property
     def prefetcher(self) -> ShardPrefetcher:
         """This process's prefetcher."""
-        return ShardPrefetcher.shared(self.config.prefetch_shards, self.config.bytes_ahead())
+        return self._resolved()[2]
+
+    def _resolved(self) -> tuple[int, NodeCache, ShardPrefetcher]:
+        local = self._local
+        if local is None or local[0] != os.getpid():
+            config = self.config
+            node = NodeCache.shared(config.node_cache_dir(), config.node_cache_limit())
+            local = self._local = (os.getpid(), node, ShardPrefetcher.shared(config.prefetch_shards,
+                                                                             config.bytes_ahead()))
+        return local
 
     def where(self, rel: str = "") -> str:
         return self.store.join(rel)
