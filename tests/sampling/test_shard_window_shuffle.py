@@ -103,3 +103,17 @@ def test_bad_arguments():
         ShardWindowShuffle(np.zeros(0), window=1, seed=0)
     with pytest.raises(IndexError):
         ShardWindowShuffle(np.zeros(3), window=1, seed=0).indices(0, np.array([3]))
+
+
+@given(st.lists(st.integers(min_value=0, max_value=6), min_size=1, max_size=60), st.booleans())
+def test_rows_grouped_in_order_skip_the_sort_and_keep_the_order(groups, grouped):
+    groups = np.asarray(sorted(groups) if grouped else groups, dtype=np.int64)
+    order = ShardWindowShuffle(groups, window=2, seed=3)
+    rows = np.argsort(groups, kind="stable")  # how every order was built before the shortcut
+    _, first, counts = np.unique(groups[rows], return_index=True, return_counts=True)
+    assert np.array_equal(order._first, first) and np.array_equal(order.counts, counts)
+    assert (order._rows is None) == bool(np.all(groups[1:] >= groups[:-1]))
+    if order._rows is not None:
+        assert np.array_equal(order._rows, rows)
+    else:
+        assert np.array_equal(rows, np.arange(len(groups)))

@@ -60,9 +60,15 @@ class ShardWindowShuffle:
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"{window=} must be an int >= 1")
         self.n, self.window, self.seed = len(groups), window, seed
-        self._rows = np.argsort(groups, kind="stable")
-        _, first, self.counts = np.unique(groups[self._rows], return_index=True, return_counts=True)
-        self._first = first.astype(np.int64)
+        if np.all(groups[1:] >= groups[:-1]):  # rows already grouped in shard order (a cache's own table): no sort
+            self._rows: np.ndarray | None = None
+            ordered = groups
+        else:
+            self._rows = np.argsort(groups, kind="stable")
+            ordered = groups[self._rows]
+        starts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+        self._first = np.concatenate([[0], starts]).astype(np.int64)
+        self.counts = np.diff(np.concatenate([self._first, [self.n]])).astype(np.int64)
         self.sequence = KeyedPermutation(len(self.counts), seed, 0)(np.arange(len(self.counts), dtype=np.int64))
         self._epochs: dict[int, _Epoch] = {}
 
@@ -96,7 +102,8 @@ class ShardWindowShuffle:
         offset = plan.window_start[win] + local  # rows counted along the epoch's shard sequence
         at = np.searchsorted(plan.rows_before, offset, side="right") - 1
         group = plan.sequence[at]
-        return self._rows[self._first[group] + offset - plan.rows_before[at]]
+        rows = self._first[group] + offset - plan.rows_before[at]
+        return rows if self._rows is None else self._rows[rows]
 
     def at(self, stream: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``stream``: stream position ``P`` is position ``P % n`` of epoch ``P // n``."""
