@@ -90,6 +90,26 @@ def test_a_checkpoint_taken_before_shard_window_existed_loads(cache):
     assert [b.tolist() for b in resumed] == tail
 
 
+def test_a_shared_order_checkpoint_from_before_the_mirrored_blocks_is_refused_a_single_consumers_loads(cache):
+    ds = _dataset(cache, seed=1, shard_window=2)
+    shared = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=2, multiprocessing_context="fork")
+    state = shared.state_dict()
+    assert state["shard_window_order"] == 2
+    old = {k: v for k, v in state.items() if k != "shard_window_order"}  # taken by the previous release
+    again = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ValueError, match="shard_window_order=1"):
+        again.load_state_dict(old)
+    single = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=0)  # one consumer: the same order
+    it = iter(single)
+    next(it)
+    state = {k: v for k, v in single.state_dict().items() if k != "shard_window_order"}
+    assert single.state_dict()["shard_window_order"] is None
+    tail = [b.tolist() for b in it]
+    resumed = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=0)
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == tail
+
+
 def test_bad_windows_and_unequal_weights_are_refused_before_loading(cache):
     ds = _dataset(cache, seed=1)
     for bad in (0, True, "2", 1.5):

@@ -23,7 +23,10 @@ class StreamMode(LoaderMode):
     ``num_workers``, ``samples_per_epoch``, ``batch_size``, ``drop_last``, ``shuffle``, ``seed``,
     ``worker_partition``, ``shard_window`` and ``table_fingerprint``. A state whose settings differ is refused (the
     streams would be others), except a seed drawn with ``seed="random"``, which is adopted from the checkpoint. A
-    state without ``shard_window`` (taken before it existed) reads as ``shard_window=None``.
+    state without ``shard_window`` (taken before it existed) reads as ``shard_window=None``. ``shard_window_order``
+    names the way consumers share a shard-window order (2: blocks mirrored in odd passes, odd consumers reading
+    theirs from its end); a state without it, of a loader whose consumers share one, was taken with way 1 and is
+    refused rather than resumed on other rows.
     """
 
     VERSION = 1
@@ -32,6 +35,8 @@ class StreamMode(LoaderMode):
     DONE_KEY = StreamPlanner.DONE_KEY
     FINGERPRINT_KEY = "table_fingerprint"
     WINDOW_KEY = "shard_window"
+    ORDER_KEY = "shard_window_order"
+    ORDER = 2  # the way consumers share a shard-window order (see the class docstring)
     SETTINGS = (
         "world_size",
         "num_workers",
@@ -41,12 +46,15 @@ class StreamMode(LoaderMode):
         "shuffle",
         "worker_partition",
         WINDOW_KEY,
+        ORDER_KEY,
     )
     SEED_KEY = "seed"
 
     def __init__(self, fetcher: RowFetcher, settings: dict[str, Any], fingerprint: str, seed_given: bool) -> None:
         self.fetcher, self.fingerprint, self.seed_given = fetcher, fingerprint, seed_given
-        self.settings = {key: settings[key] for key in self.SETTINGS}
+        shared = settings[self.WINDOW_KEY] is not None and _shared(settings)
+        self.settings = {key: settings[key] for key in self.SETTINGS if key != self.ORDER_KEY}
+        self.settings[self.ORDER_KEY] = self.ORDER if shared else None
         self.seed = settings["seed"]
         workers, context = settings["num_workers"], settings["multiprocessing_context"]
         self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], settings["continue_streams"])
@@ -91,6 +99,8 @@ class StreamMode(LoaderMode):
         keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, *self.SETTINGS, self.SEED_KEY, self.FINGERPRINT_KEY)
         if isinstance(state, Mapping) and self.WINDOW_KEY not in state:  # a checkpoint from before shard_window
             state = {**state, self.WINDOW_KEY: None}
+        if isinstance(state, Mapping) and self.ORDER_KEY not in state:  # before the blocks were mirrored
+            state = {**state, self.ORDER_KEY: 1 if state[self.WINDOW_KEY] is not None and _shared(state) else None}
         state = require_mapping(state, "cache loader", keys)
         state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION, what="cache loader")
         epoch = state_int(state, self.EPOCH_KEY, what="cache loader")
@@ -113,3 +123,11 @@ class StreamMode(LoaderMode):
             self.fetcher.reseed(seed)
             self.mapper.close()  # loading processes hold the old seed: start new ones
         return epoch, {self.EPOCH_KEY: epoch, self.DONE_KEY: done}
+
+
+def _shared(settings: Mapping[str, Any]) -> bool:
+    """Whether several consumers share one shard-window order by blocks (replicated, over workers or ranks)."""
+    workers, world = settings.get("num_workers"), settings.get("world_size")
+    if not isinstance(workers, int) or not isinstance(world, int):  # a malformed state: refused when checked
+        return False
+    return settings.get("worker_partition") == "replicate" and max(workers, 1) * world > 1
