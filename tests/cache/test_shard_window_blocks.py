@@ -6,10 +6,9 @@ the window they share at the same time: consumers sharing one node cache downloa
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
+from lru_shards import LruShards
 
 from torch_drt.cache.shard_order import ShardWindowOrder
 from torch_drt.sampling.locality import ShardWindowShuffle
@@ -26,18 +25,8 @@ def _orders(consumers: int, window: int = 4) -> list[ShardWindowOrder]:
 
 def _lru_fetches(streams: list[list[int]], capacity: int) -> int:
     """Shards fetched by consumers reading their streams in lockstep (a batch each in turn) through one LRU."""
-    cache: collections.OrderedDict = collections.OrderedDict()
-    fetched = 0
-    for step in zip(*streams):
-        for g in step:
-            if g in cache:
-                cache.move_to_end(g)
-                continue
-            fetched += 1
-            cache[g] = True
-            if len(cache) > capacity:
-                cache.popitem(last=False)
-    return fetched
+    cache = LruShards(capacity)
+    return sum(cache.read(g) for step in zip(*streams) for g in step)
 
 
 @pytest.mark.parametrize("consumers", [1, 2, 3, 4])
@@ -62,17 +51,8 @@ def test_two_nodes_with_half_caches_re_read_their_own_shards():
     orders = _orders(2)
     budget, capacity = orders[0].budget, SHARDS // 4  # each node caches half of its own share
     for node, order in enumerate(orders):
-        cache: collections.OrderedDict = collections.OrderedDict()
-        fetched: collections.Counter = collections.Counter()
-        for p in range(3):
-            for g in GROUPS[order.draws(p * budget, budget)].tolist():
-                if g in cache:
-                    cache.move_to_end(g)
-                    continue
-                fetched[p] += 1
-                cache[g] = True
-                if len(cache) > capacity:
-                    cache.popitem(last=False)
+        cache = LruShards(capacity)
+        fetched = [sum(cache.read(g) for g in GROUPS[order.draws(p * budget, budget)].tolist()) for p in range(3)]
         share = fetched[0]
         assert share <= SHARDS // 2 + 4  # a node reads its own block's shards (and the window at the boundary)
         assert fetched[1] <= 0.6 * share and fetched[2] <= 0.6 * share, (node, fetched)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lru_shards import LruShards
 
 from torch_drt.sampling.locality import ShardWindowShuffle
 
@@ -62,18 +63,10 @@ def test_any_window_of_the_stream_equals_the_same_slice_of_a_long_read():
 
 
 def _lru_downloads(stream: np.ndarray, groups: np.ndarray, capacity: int) -> collections.Counter:
-    cache: collections.OrderedDict = collections.OrderedDict()
-    fetched: collections.Counter = collections.Counter()
+    cache, fetched = LruShards(capacity), collections.Counter()
     epoch_of = np.arange(len(stream)) // len(groups)
     for row, epoch in zip(stream.tolist(), epoch_of.tolist()):
-        g = int(groups[row])
-        if g in cache:
-            cache.move_to_end(g)
-            continue
-        fetched[epoch] += 1
-        cache[g] = True
-        if len(cache) > capacity:
-            cache.popitem(last=False)
+        fetched[epoch] += cache.read(int(groups[row]))
     return fetched
 
 
