@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from torch_drt.describe import described
@@ -17,13 +17,12 @@ from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
-from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "ItemBatchFetcher", "default_collate", "fetch_stage", "map_fetcher", "pin_batch"]
+__all__ = ["BatchFetcher", "default_collate", "fetch_stage", "map_fetcher", "pin_batch"]
 
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
@@ -246,57 +245,3 @@ _fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per b
 
 def _awaitable(get: Any) -> bool:
     return inspect.iscoroutinefunction(get)
-
-
-class ItemBatchFetcher:
-    """Turns an ``ItemBatch`` from a node into ``Fetched(batch, numbers, False)``: transform, collate, pin.
-
-    A node's items have no dataset index: item ``p`` of the epoch is numbered ``p * stride + offset`` (a node:
-    ``p``; an ``IterableDataset`` on rank r of W: ``p * W + r``). The number is what ``transform(number, item)``
-    gets, what ``return_indices`` yields and what keys the item's random generator.
-
-    Args:
-        transform: ``transform(number, item) -> item`` or None.
-        collate_fn: ``collate_fn(items) -> batch``.
-        pin: pin the batch's tensors (thread workers; process workers pin when unpacking).
-        seed: the loader's seed, keying the items' random generators.
-        stride: numbers advance by this much per position.
-        offset: the number of position 0.
-    """
-
-    def __init__(
-        self,
-        transform: Callable[[int, Any], Any] | None,
-        collate_fn: Callable[[list[Any]], Any],
-        pin: bool = False,
-        seed: int = 0,
-        stride: int = 1,
-        offset: int = 0,
-    ) -> None:
-        self.transform, self.collate_fn, self.pin, self.seed = transform_hook(transform), collate_fn, pin, seed
-        self.stride, self.offset = stride, offset
-
-    def __repr__(self) -> str:
-        return described(self, transform=self.transform, collate_fn=self.collate_fn)
-
-    def numbers(self, positions: range) -> Sequence[int]:
-        """The items' numbers (see the class docstring)."""
-        if self.stride == 1 and self.offset == 0:
-            return positions
-        stride, offset = self.stride, self.offset
-        return range(positions.start * stride + offset, positions.stop * stride + offset, stride)
-
-    def apply(self, epoch: int, numbers: Sequence[int], items: list[Any]) -> Any:
-        """Transform and collate ``items`` in their batch scope."""
-        token = enter_batch(self.seed, epoch, numbers, numbers)
-        try:
-            if self.transform is not None:
-                items = map_items(self.transform, numbers, items, numbers)
-            out = self.collate_fn(items)
-        finally:
-            exit_batch(token)
-        return pin_batch(out) if self.pin else out
-
-    def __call__(self, batch: ItemBatch) -> Fetched:
-        numbers = self.numbers(batch.positions)
-        return Fetched(self.apply(batch.epoch, numbers, batch.items), list(numbers), False)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from torch_drt.loader._fetch import ItemBatchFetcher, fetch_stage
+from torch_drt.loader._fetch import fetch_stage
+from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.position import Cursor

@@ -6,7 +6,8 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_drt.loader._fetch import ItemBatchFetcher, fetch_stage
+from torch_drt.loader._fetch import fetch_stage
+from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int
