@@ -146,10 +146,7 @@ class RowFetcher:
 
     def _future(self, worker: int, j: int) -> tuple[np.ndarray, np.ndarray]:
         """The (cache positions, sample ids) of batch ``j`` of consumer ``worker``'s stream, counted over passes."""
-        epoch, k = divmod(j, self._counts[worker])
-        start, count = consumer_batch(self.plans[worker], self.batch_size, epoch, k, self.continue_streams)
-        rows = self._streams.rows(worker, start, count)
-        return self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]
+        return self._futures(worker, j, 1)[0]
 
     def _futures(self, worker: int, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """``_future`` of batches ``j .. j+n-1``, their rows drawn at once where their stream positions run on."""
