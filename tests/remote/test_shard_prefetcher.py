@@ -126,3 +126,16 @@ def test_files_read_from_the_front_of_the_plan_are_demoted_the_others_not(tmp_pa
     assert [f.demoted for f in files] == [True, False, False, False, False]
     prefetcher.update([files[4]])  # another loader's plan: the files ahead (f1, f2) go, f3 is merely unplanned
     assert [f.demoted for f in files] == [True, True, True, False, False]
+
+
+def test_a_start_or_resume_demotes_nothing(tmp_path):
+    """A plan given with ``first`` (a loader starting or resuming) says nothing about what was read: the files of
+    the plan it replaces that it does not list (a longer lookahead, another loader's) are not demoted."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(5)]
+    for f in files:
+        f.fetch()
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=50)  # all five held
+    prefetcher.update(files)
+    prefetcher.update(files[:2], first=1)  # a resumed loader at the same position: its view fills later
+    prefetcher.update([files[3]], first=1)  # a loader resumed elsewhere
+    assert [f.demoted for f in files] == [False] * 5

@@ -91,7 +91,8 @@ class ShardPrefetcher:
 
         Files that came into the plan are marked recently used, latest-needed first, and files that left it from
         its front (read, and not needed again within the plan) are demoted, so that downloads for the plan evict
-        what no planned read needs before what the plan needs last.
+        what no planned read needs before what the plan needs last (not after a start or a resume: a new plan
+        says nothing about what was read).
 
         Args:
             upcoming: the files, in read order.
@@ -103,9 +104,10 @@ class ShardPrefetcher:
         plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
         for file in reversed([f for f in plan if f.key not in self._planned]):
             file.touch()
-        for key in self._planned.keys() - planned.keys():
-            if key in self._held:  # read (the front of the plan), not just dropped by another loader's new plan
-                self._planned[key].demote()
+        if not first:  # a running loader's plan: held files that left it were read (a start says nothing of it)
+            for key in self._planned.keys() - planned.keys():
+                if key in self._held:  # read (the front of the plan), not just dropped by another loader's plan
+                    self._planned[key].demote()
         self._planned = planned
         with self._cond:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
