@@ -14,17 +14,18 @@ __all__ = ["derive_key", "mix64", "uniform"]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
 _MASK = (1 << 64) - 1
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64 finaliser over a uint64 array (wrapping arithmetic)."""
     x = x.copy()
-    x ^= x >> np.uint64(30)
+    x ^= x >> _S30
     x *= _M1
-    x ^= x >> np.uint64(27)
+    x ^= x >> _S27
     x *= _M2
-    x ^= x >> np.uint64(31)
+    x ^= x >> _S31
     return x
 
 

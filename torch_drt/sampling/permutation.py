@@ -9,15 +9,19 @@ from torch_drt.sampling._counter import derive_key, mix64
 __all__ = ["KeyedPermutation"]
 
 _ROUNDS = 6
+_TABLE = 1 << 12  # domains up to this size are tabulated on first use (one pass of the network over all of it)
+_TABLE_MAX = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more
 
 
 class KeyedPermutation:
     """A bijection of [0, n) keyed by (seed, epoch): a balanced Feistel network with cycle-walking.
 
     The network permutes [0, 4**k) for the smallest 4**k >= n; a value landing outside [0, n) is fed back
-    through it until it lands inside (cycle-walking), which keeps the map a bijection of [0, n). It stores
-    nothing per element, so it is the same for every batch size, world size and worker count, and position p
-    is computed without computing the positions before it.
+    through it until it lands inside (cycle-walking), which keeps the map a bijection of [0, n). It is the same
+    for every batch size, world size and worker count, and position p is computed without computing the
+    positions before it. Small domains are tabulated on first use (the network runs once over the whole domain
+    and a call is one lookup: the walks of many small calls cost more than that); large ones store nothing per
+    element.
 
     Args:
         n: size of the domain (>= 1).
@@ -34,6 +38,8 @@ class KeyedPermutation:
         self._half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
         self._mask = np.uint64((1 << self._half_bits) - 1)
         self._keys = [np.uint64(derive_key(seed, epoch, r)) for r in range(_ROUNDS)]
+        self._domain = 1 << (2 * self._half_bits)
+        self._table: np.ndarray | None = None
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         shift = np.uint64(self._half_bits)
@@ -48,9 +54,26 @@ class KeyedPermutation:
         x = np.asarray(positions, dtype=np.uint64)
         if x.size and int(x.max()) >= self.n:
             raise IndexError(f"position {int(x.max())} is outside [0, {self.n})")
-        out = self._feistel(x.ravel())
+        if self._table is None and (self._domain <= _TABLE or _TABLE_MAX >= self._domain <= 16 * x.size):
+            self._table = self._tabulate()
+        out = self._walk(x.ravel()) if self._table is None else self._table[x.ravel()]
+        return out.reshape(x.shape)
+
+    def _tabulate(self) -> np.ndarray:
+        """The walked map of the whole domain: the network runs once over it, the walks are lookups."""
+        net = self._feistel(np.arange(self._domain, dtype=np.uint64)).astype(np.int64)
+        out = net[: self.n].copy()
+        todo = np.flatnonzero(out >= self.n)
+        while todo.size:
+            out[todo] = net[out[todo]]
+            todo = todo[out[todo] >= self.n]
+        return out
+
+    def _walk(self, x: np.ndarray) -> np.ndarray:
+        """The network with cycle-walking over positions ``x`` (uint64, in [0, n)), as int64."""
+        out = self._feistel(x)
         todo = np.nonzero(out >= self.n)[0]
         while todo.size:
             out[todo] = self._feistel(out[todo])
             todo = todo[out[todo] >= self.n]
-        return out.reshape(x.shape).astype(np.int64)
+        return out.astype(np.int64)
