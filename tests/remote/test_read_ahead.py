@@ -56,3 +56,19 @@ def test_rows_computed_for_several_batches_at_once_plan_the_same():
         for k in (0, 1, 2, 3, 9, 10):
             ahead.before(k)
     assert at_once.plans == one.plans and len(one.plans) == 6
+
+
+def test_a_start_given_the_batchs_rows_does_not_compute_them_again_and_plans_the_same():
+    asked: list[int] = []
+
+    def counted(k: int):
+        asked.append(k)
+        return _rows(k)
+
+    given, computed = RecordingReader(), RecordingReader()
+    for reader, rows in ((given, _rows), (computed, lambda k: None)):
+        ahead = ReadAhead(reader, counted)  # type: ignore[arg-type]
+        for k in (0, 1, 2, 10, 11):
+            ahead.before(k, rows(k))
+    assert given.plans == computed.plans
+    assert asked[: asked.index(0)] == [1, 2, 3, 4, 11, 12, 13]  # batches 0 and 10 came with their rows

@@ -73,6 +73,8 @@ class RowFetcher:
             geometry of the future batches prefetching looks at; ``torch_drt.nodes.stream_plan.consumer_batch``).
         reader: the dataset's reader of ``caches``, which the process that makes the fetcher reads with (loading
             inline then opens nothing); other processes open their own.
+        snapshot: ``snapshot_path`` mapped by the process that makes the fetcher, which it reads with (loading
+            inline: the loader maps it when it is built, not at its first batch); other processes map their own.
     """
 
     _KEPT = ("caches", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn",
@@ -97,6 +99,7 @@ class RowFetcher:
         batch_size: int = 1,
         continue_streams: bool = True,
         reader: CacheReader | None = None,
+        snapshot: Snapshot | None = None,
     ) -> None:
         self.caches, self.snapshot_path, self.plans = list(caches), snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
@@ -106,18 +109,19 @@ class RowFetcher:
         self.shard_window, self.world_size = shard_window, world_size
         self.batch_size, self.continue_streams = batch_size, continue_streams
         self._opened_in: int | None = None
-        self._made_in = (os.getpid(), reader)
+        self._made_in = (os.getpid(), reader, snapshot)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: self.__dict__[k] for k in self._KEPT} | {"_opened_in": None, "_made_in": (None, None)}
+        return {k: self.__dict__[k] for k in self._KEPT} | {"_opened_in": None, "_made_in": (None, None, None)}
 
     def _open(self) -> None:
         """Map the snapshot and the caches in this process (once per process)."""
         if self._opened_in == os.getpid():
             return
-        pid, reader = self._made_in
-        self._reader = reader if reader is not None and pid == os.getpid() else CacheReader.open(self.caches)
-        self._snapshot = Snapshot(self.snapshot_path)
+        pid, reader, snapshot = self._made_in
+        here = pid == os.getpid()
+        self._reader = reader if reader is not None and here else CacheReader.open(self.caches)
+        self._snapshot = snapshot if snapshot is not None and here else Snapshot(self.snapshot_path)
         self._new_streams()
         self._remote = self._reader.remote
         self._counts = batch_counts(self.plans, self.batch_size)
@@ -159,13 +163,15 @@ class RowFetcher:
             parts = [self._streams.rows(worker, start, count) for start, count in spans]
         return [(self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]) for rows in parts]
 
-    def _read_ahead(self, batch: StreamBatch) -> None:
-        """Plan the prefetch of the shards of ``batch`` and its consumer's next batches (caches at URLs only)."""
+    def _read_ahead(self, batch: StreamBatch, rows: np.ndarray) -> None:
+        """Plan the prefetch of the shards of ``batch`` (its ``rows``) and its consumer's next batches (caches at
+        URLs only)."""
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
             ahead = self._ahead[batch.worker] = ReadAhead(self._reader, functools.partial(self._future, batch.worker),
                                                           many_rows=functools.partial(self._futures, batch.worker))
-        ahead.before(batch.epoch * self._counts[batch.worker] + batch.index)
+        snap, k = self._snapshot, batch.epoch * self._counts[batch.worker] + batch.index
+        ahead.before(k, (snap.cache_pos[rows], snap.sample_ids[rows]))
 
     def _read_part(self, part: tuple[np.ndarray, np.ndarray]) -> list[bytes]:
         return self._reader.read_many(*part)
@@ -187,7 +193,7 @@ class RowFetcher:
             self.events.on_batch(batch)
         rows = self.rows(batch)
         if self._remote:
-            self._read_ahead(batch)
+            self._read_ahead(batch, rows)
         indices = rows.tolist()
         token = enter_batch(self.seed, batch.epoch, indices, batch.positions)
         try:

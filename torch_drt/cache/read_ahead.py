@@ -51,8 +51,13 @@ class ReadAhead:
             raise ValueError(f"depth={self.depth} must be >= 1")
         self._view: collections.deque[tuple[int, np.ndarray]] = collections.deque()
 
-    def before(self, k: int) -> None:
-        """Call before reading batch ``k``: batches ``k .. k + depth - 1`` are planned, in order."""
+    def before(self, k: int, rows: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Call before reading batch ``k``: batches ``k .. k + depth - 1`` are planned, in order.
+
+        Args:
+            k: the batch about to be read.
+            rows: its (cache positions, sample ids) when the caller has them (not computed again after a start).
+        """
         if not self.active:
             return
         view = self._view
@@ -63,10 +68,12 @@ class ReadAhead:
         starting = not view  # a start or a jump: batch k's shards download before the rest of the view
         nxt = view[-1][0] + 1 if view else k
         end = min(k + self.depth, nxt + _FILL)
-        for groups in self._groups(nxt, end - nxt):
+        computed = []
+        if starting and rows is not None:
+            computed, nxt = [self.reader.shard_groups(*rows)], k + 1
+        for groups in [*computed, *self._groups(nxt, end - nxt)]:
             _, first = np.unique(groups, return_index=True)
-            view.append((nxt, groups[np.sort(first)]))
-            nxt += 1
+            view.append((k + len(view), groups[np.sort(first)]))
         if not view:
             return
         planned = np.concatenate([g for _, g in view])

@@ -26,7 +26,7 @@ from torch_drt.cache._loader_options import (
     check_dataloader_kwargs,
     check_picklable,
 )
-from torch_drt.cache._snapshot import export_snapshot
+from torch_drt.cache._snapshot import Snapshot, export_snapshot
 from torch_drt.cache._stream_mode import StreamMode
 from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
@@ -211,6 +211,7 @@ def to_torch_dataloader(
         batch_size=batch_size,
         continue_streams=continue_streams,
         reader=dataset.reader,
+        snapshot=Snapshot(workdir / SNAPSHOT) if processes == 0 else None,  # read inline: mapped once, now
     )
     settings = dict(
         batch_size=batch_size,
