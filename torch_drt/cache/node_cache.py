@@ -49,7 +49,7 @@ class PinnedFile:
         size: its size.
     """
 
-    def __init__(self, path: Path, fd: int, size: int, mapped: bool = True) -> None:
+    def __init__(self, path: str, fd: int, size: int, mapped: bool = True) -> None:
         self.path, self.size, self._fd = path, size, fd
         self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size and mapped else b""
 
@@ -74,6 +74,7 @@ class NodeCache:
     def __init__(self, directory: str | Path, limit: int) -> None:
         self.directory = Path(directory)
         self.limit = int(limit)
+        self._data = str(self.directory / "data")  # the verified files' directory (as a string: pins are hot)
         for sub in ("data", "tmp", "locks", "small"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
 
@@ -90,14 +91,17 @@ class NodeCache:
 
     def path(self, key: str) -> Path:
         """Where the verified file ``key`` lives."""
-        return self.directory / "data" / key
+        return Path(self._file(key))
+
+    def _file(self, key: str) -> str:
+        return f"{self._data}/{key}"
 
     # -- reading ------------------------------------------------------------------------------------------
 
     def pin(self, key: str, size: int, *, mapped: bool = True) -> PinnedFile | None:
         """Map the verified file ``key`` and hold it against eviction; None when it is not (or no longer) here.
         With ``mapped=False`` it is only held (the prefetcher keeps the files of the next reads so)."""
-        path = self.path(key)
+        path = self._file(key)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -109,7 +113,7 @@ class NodeCache:
                 os.close(fd)  # evicted between open and lock (or not the file the manifest says): fetch again
                 return None
             with contextlib.suppress(OSError):
-                os.utime(path)  # least recently used goes first
+                os.utime(fd)  # least recently used goes first
             return PinnedFile(path, fd, size, mapped)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -119,19 +123,19 @@ class NodeCache:
     def touch(self, key: str) -> None:
         """Mark ``key`` recently used (it is evicted after every file used before it)."""
         with contextlib.suppress(FileNotFoundError):
-            os.utime(self.path(key))
+            os.utime(self._file(key))
 
     def demote(self, key: str) -> None:
         """Mark ``key`` as wanted by no planned read: it is evicted before every file not demoted (the files
         demoted earlier first)."""
         old = time.time() - _DEMOTED_AGE
         with contextlib.suppress(FileNotFoundError):
-            os.utime(self.path(key), (old, old))
+            os.utime(self._file(key), (old, old))
 
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""
         try:
-            actual = os.stat(self.path(key)).st_size
+            actual = os.stat(self._file(key)).st_size
         except FileNotFoundError:
             return False
         return size is None or actual == size
