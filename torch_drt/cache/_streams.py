@@ -74,8 +74,7 @@ class ConsumerStreams:
         return (plan.offset + np.arange(plan.population_size, dtype=np.int64)) % rows
 
     def _shard_window(self, plan: ConsumerPlan) -> tuple[np.ndarray | None, Any]:
-        settings, snap = self.settings, self.snapshot
-        weights = np.diff(snap.cum_weights, prepend=0.0)
+        settings, snap = self.settings, self.snapshot  # equal weights: the loader checked its table when built
         if settings.partition == "replicate":
             local = sum(p.sample_count for p in self.plans)
             consumer = plan.rank * len(self.plans) + plan.worker  # its number among all ranks' consumers
@@ -85,7 +84,7 @@ class ConsumerStreams:
                 self.reader,
                 snap.cache_pos,
                 snap.sample_ids,
-                weights,
+                None,
                 window=settings.shard_window,
                 seed=settings.seed,
                 block=block,
@@ -96,7 +95,7 @@ class ConsumerStreams:
             self.reader,
             snap.cache_pos[span],
             snap.sample_ids[span],
-            weights[span],
+            None,
             window=settings.shard_window,
             seed=settings.seed,
         )
