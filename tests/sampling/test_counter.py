@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torch_drt.sampling._counter import derive_key, mix64
+from torch_drt.sampling._counter import derive_key, extend_key, mix64
 
 _MASK = (1 << 64) - 1
 
@@ -32,3 +32,8 @@ def test_keys_are_the_ones_earlier_releases_derived():
 @given(st.lists(st.integers(min_value=-(2**70), max_value=2**70), max_size=5))
 def test_the_scalar_keys_equal_the_vectorised_mixer(parts):
     assert derive_key(*parts) == _vectorised(*parts)
+
+
+@given(st.lists(st.integers(min_value=-(2**70), max_value=2**70), max_size=4), st.integers(0, 2**64 - 1))
+def test_extending_a_key_derives_the_longer_key(parts, part):
+    assert extend_key(derive_key(*parts), part) == derive_key(*parts, part)

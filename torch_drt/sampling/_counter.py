@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["derive_key", "mix64", "uniform"]
+__all__ = ["derive_key", "extend_key", "mix64", "mix64_into", "uniform"]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -21,12 +21,20 @@ _MASK = (1 << 64) - 1
 def mix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64 finaliser over a uint64 array (wrapping arithmetic)."""
     x = x.copy()
-    x ^= x >> _S30
-    x *= _M1
-    x ^= x >> _S27
-    x *= _M2
-    x ^= x >> _S31
+    mix64_into(x, np.empty_like(x))
     return x
+
+
+def mix64_into(x: np.ndarray, scratch: np.ndarray) -> None:
+    """``mix64`` in place, with ``scratch`` (an array like ``x``) for the shifted values: no allocation."""
+    np.right_shift(x, _S30, out=scratch)
+    x ^= scratch
+    x *= _M1
+    np.right_shift(x, _S27, out=scratch)
+    x ^= scratch
+    x *= _M2
+    np.right_shift(x, _S31, out=scratch)
+    x ^= scratch
 
 
 def _mix64_int(x: int) -> int:
@@ -42,8 +50,13 @@ def derive_key(*parts: int) -> int:
     """Combine integers (seed, epoch, rank, ...) into one 64-bit stream key."""
     key = 0x6A09E667F3BCC909
     for part in parts:
-        key = _mix64_int(((key ^ (int(part) & _MASK)) + 0x9E3779B97F4A7C15) & _MASK)
+        key = extend_key(key, part)
     return key
+
+
+def extend_key(key: int, part: int) -> int:
+    """``derive_key(*parts, part)`` from ``key = derive_key(*parts)`` (keys sharing a prefix: mixed once)."""
+    return _mix64_int(((key ^ (int(part) & _MASK)) + 0x9E3779B97F4A7C15) & _MASK)
 
 
 def uniform(key: int, start: int, count: int) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_drt.sampling._counter import derive_key, mix64
+from torch_drt.sampling._counter import derive_key, extend_key, mix64_into
 
 __all__ = ["KeyedPermutation"]
 
@@ -37,17 +37,25 @@ class KeyedPermutation:
         self.epoch = epoch
         self._half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
         self._mask = np.uint64((1 << self._half_bits) - 1)
-        self._keys = [np.uint64(derive_key(seed, epoch, r)) for r in range(_ROUNDS)]
+        base = derive_key(seed, epoch)
+        self._keys = [np.uint64(extend_key(base, r)) for r in range(_ROUNDS)]  # derive_key(seed, epoch, r)
         self._domain = 1 << (2 * self._half_bits)
         self._table: np.ndarray | None = None
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         shift = np.uint64(self._half_bits)
         left, right = x >> shift, x & self._mask
+        f, scratch = np.empty_like(right), np.empty_like(right)
         with np.errstate(over="ignore"):
-            for key in self._keys:
-                left, right = right, left ^ (mix64(right ^ key) & self._mask)
-        return (left << shift) | right
+            for key in self._keys:  # (left, right) <- (right, left ^ (mix64(right ^ key) & mask)), in place
+                np.bitwise_xor(right, key, out=f)
+                mix64_into(f, scratch)
+                f &= self._mask
+                f ^= left
+                left, right, f = right, f, left
+        left <<= shift
+        left |= right
+        return left
 
     def __call__(self, positions: np.ndarray | int) -> np.ndarray:
         """Map positions in [0, n) to indices in [0, n)."""
