@@ -3,6 +3,7 @@ the local cache, a cheap open, range reads verified record by record, verificati
 
 from __future__ import annotations
 
+import collections
 import json
 import subprocess
 import sys
@@ -41,6 +42,33 @@ def test_s3_cache_reads_as_the_local_one_and_opens_cheaply(runtime, tmp_path, mo
     again = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert _payloads(again) == expected
     assert proxy.requests["GET"] == 0  # the node cache holds the manifest (for its TTL), index, metadata, shards
+
+
+def _maps_under(directory) -> collections.Counter:
+    """The files under ``directory`` this process maps, with how many maps each has."""
+    counts: collections.Counter = collections.Counter()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip().startswith(str(directory)):
+                counts[parts[5].strip()] += 1
+    return counts
+
+
+def test_two_datasets_of_one_cache_read_through_one_map_per_file(runtime, tmp_path, moto_endpoint, proxy):
+    """A cache opened twice in a process (a validation loader, a reopen to resume) maps each file once."""
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=200)
+    config = remote_config(tmp_path, open_shards=64)
+    first, second = (runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
+                                            remote_config=config) for _ in range(2))
+    expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    assert _payloads(first) == expected
+    assert _payloads(second) == expected
+    mapped = _maps_under(tmp_path / "node-cache")
+    assert len(mapped) > len(first.layouts[0].shards)  # every shard, and the index
+    assert set(mapped.values()) == {1}
+    first.reader.close()  # the other dataset's maps stay usable
+    assert _payloads(second) == expected
 
 
 def test_the_open_fetches_index_and_metadata_at_once(runtime, tmp_path, moto_endpoint, proxy):

@@ -44,7 +44,8 @@ class RemoteConfig:
         prefetch_shards: shard downloads in flight per process.
         prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
-        open_shards: shards a process keeps mapped (each held open is exempt from eviction).
+        open_shards: idle shards a process keeps mapped, one map per file for all its datasets (each held open is
+            exempt from eviction).
         chunk_bytes: size of the byte-range requests one shard download is split into.
         range_gap: ranges closer than this are fetched in one request.
         range_max: the largest request coalescing may build.

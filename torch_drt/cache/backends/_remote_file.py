@@ -1,18 +1,16 @@
 """RemoteFile: one file of a remote cache, mapped from the node cache once fetched, else read by byte ranges.
 
-Each process keeps at most ``RemoteConfig.open_shards`` idle shards mapped (least recently used go first); a
-forked child starts with none (the parent's maps are not its to release).
+The maps are the process's (``_open_maps``): one per node-cache file whatever the dataset reading it, at most
+``RemoteConfig.open_shards`` idle ones.
 """
 
 from __future__ import annotations
 
-import collections
-import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from torch_drt.cache.backends._open_maps import MapKey, Mapped, maps
 from torch_drt.cache.backends.base import StoredFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.node_cache import PinnedFile
@@ -24,49 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["RemoteFile", "keep_mapped_only", "verify_download"]
 
 
-class _OpenMaps:
-    """The shards this process keeps mapped, least recently used first; beyond the cap the oldest idle one goes."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.files: collections.OrderedDict[int, RemoteFile] = collections.OrderedDict()
-
-    def used(self, file: RemoteFile, cap: int) -> None:
-        with self.lock:
-            self.files[id(file)] = file
-            self.files.move_to_end(id(file))
-            idle = [f for f in self.files.values() if f is not file and f.users == 0]
-            for old in idle[: max(0, len(self.files) - cap)]:
-                self.files.pop(id(old), None)
-                old.release()
-
-    def forget(self, file: RemoteFile) -> None:
-        with self.lock:
-            self.files.pop(id(file), None)
-
-    def keep_only(self, keys: set[str]) -> None:
-        """Unmap the idle shards no planned read needs (so that the node cache may evict them)."""
-        with self.lock:
-            for key, file in list(self.files.items()):
-                if file.users == 0 and file.key not in keys:
-                    self.files.pop(key)
-                    file.release()
-
-
-_MAPS = _OpenMaps()
-
-
-def _after_fork() -> None:  # the child maps its own shards (the parent's maps are not its to release)
-    global _MAPS
-    _MAPS = _OpenMaps()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
 def keep_mapped_only(keys: set[str]) -> None:
     """Unmap this process's idle shards whose keys are not in ``keys`` (so that the node cache may evict them)."""
-    _MAPS.keep_only(keys)
+    maps().keep_only(keys)
 
 
 def verify_download(path: Path, checksum: tuple[str, str], where: str | Path) -> None:
@@ -92,10 +50,7 @@ class RemoteFile(StoredFile):
         self.backend, self.rel, self.checksum, self.ranges_ok = backend, rel, checksum, ranges_ok
         self.key = f"{checksum[0]}-{checksum[1]}"
         self.downloadable = checksum[0] in ("sha256", "xxh3_128")
-        self.users = 0
-        self.kept = False  # mapped for the reader's life (the index), outside the open-shards budget
-        self._pinned: PinnedFile | None = None
-        self._lock = threading.Lock()
+        self._kept: Mapped | None = None  # mapped for the reader's life (the index), outside the open-shards budget
 
     def present(self) -> bool:
         """True when the node cache holds the verified file."""
@@ -123,66 +78,61 @@ class RemoteFile(StoredFile):
     def _check(self, path: Path) -> None:
         verify_download(path, self.checksum, self.where)
 
-    def _acquire(self, wait: bool) -> PinnedFile | None:
-        """The mapped file with one more user, fetching it first when ``wait``; None when it is not local."""
+    def _map_key(self) -> MapKey:
+        return (str(self.backend.node.directory), self.key)
+
+    def _acquire(self, wait: bool, keep: bool = False) -> Mapped | None:
+        """The file's map with one more user, fetching the file first when ``wait``; None when it is not local."""
+        key, node, cap = self._map_key(), self.backend.node, self.backend.config.open_shards
         for _ in range(3):  # an eviction between a fetch and the pin: fetch again
-            with self._lock:
-                if self._pinned is None:
-                    self._pinned = self.backend.node.pin(self.key, self.size)
-                if self._pinned is not None:
-                    self.users += 1
-                    pinned = self._pinned
-                    break
-            if not wait:
-                return None
+            mapped = maps().acquire(key, lambda: node.pin(self.key, self.size), cap, keep)
+            if mapped is not None or not wait:
+                return mapped
             self.fetch()
-        else:
-            raise CacheCorruptError(self.where, "the node cache lost the file three times in a row")
-        if not self.kept:
-            _MAPS.used(self, self.backend.config.open_shards)
-        return pinned
+        raise CacheCorruptError(self.where, "the node cache lost the file three times in a row")
 
-    def _done(self) -> None:
-        with self._lock:
-            self.users -= 1
-
-    def mapped(self, wait: bool = False) -> bool:
-        """Map the file when it is local (or, with ``wait``, fetch it first); True when it is mapped now."""
-        pinned = self._acquire(wait)
-        if pinned is not None:
-            self._done()
-        return pinned is not None
+    def keep(self) -> None:
+        """Map the file for the reader's life, fetching it first (the index, read through ``view``)."""
+        if self._kept is None:
+            self._kept = self._acquire(wait=True, keep=True)
 
     def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         return self.backend.gather([self], [0] * len(starts), starts, ends)
 
     def slices(self, starts: Sequence[int], ends: Sequence[int], wait: bool) -> list[bytes] | None:
         """The ranges sliced from the mapped file, or None when it is not local (and not ``wait``)."""
-        pinned = self._acquire(wait)
-        if pinned is None:
+        mapped = self._acquire(wait)
+        if mapped is None:
             return None
         try:
-            m = pinned.map
+            m = mapped.pinned.map
             return [m[a:b] for a, b in zip(starts, ends)]
         finally:
-            self._done()
+            maps().done(self._map_key())
+
+    def _mapped(self) -> PinnedFile | None:
+        mapped = self._kept or maps().get(self._map_key())
+        return None if mapped is None else mapped.pinned
 
     def view(self) -> memoryview | None:
-        pinned = self._pinned
+        pinned = self._mapped()
         return None if pinned is None else memoryview(pinned.map)
 
     def check(self) -> None:
-        pinned = self._pinned
+        pinned = self._mapped()
         if pinned is not None and self.size and pinned.map.size() != self.size:
             raise CacheCorruptError(self.where, "the node cache's copy changed size while mapped")
 
     def release(self) -> None:
-        """Unmap (the node cache may evict the file again); the next read maps or fetches it anew."""
-        with self._lock:
-            if self.users == 0 and self._pinned is not None:
-                self._pinned.close()
-                self._pinned = None
+        """Unmap when no read uses the map (the node cache may evict the file again); the next read maps or
+        fetches it anew."""
+        maps().release(self._map_key())
 
     def close(self) -> None:
-        _MAPS.forget(self)
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            if maps().get(self._map_key()) is kept:
+                maps().done(self._map_key(), keep=True)
+            else:  # a forked child's copy of its parent's map: its own to close
+                kept.pinned.close()
         self.release()

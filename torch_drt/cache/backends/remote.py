@@ -164,8 +164,7 @@ class RemoteBackend(CacheBackend):
             checksum = ("ranges", hashlib.sha256(self.where(rel).encode()).hexdigest())
         file = RemoteFile(self, rel, size, checksum, ranges_ok)
         if rel == _INDEX:
-            file.kept = True
-            file.mapped(wait=True)  # mapped for the reader's life
+            file.keep()  # mapped for the reader's life
         return file
 
     def sha256(self, rel: str) -> str:

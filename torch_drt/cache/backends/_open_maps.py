@@ -1,0 +1,116 @@
+"""OpenMaps: the node-cache files this process maps, one map per file whatever the dataset that reads it.
+
+Two datasets of one remote cache in a process (a training and a validation loader, a cache opened again to
+resume) read a shard through one map: one descriptor, one shared lock, page tables filled once. Idle maps stay,
+least recently used first, up to ``RemoteConfig.open_shards`` of them (maps held for a reader's life, the index,
+do not count); a forked child starts with none (the parent's maps are not its to release).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Callable
+
+from torch_drt.cache.node_cache import PinnedFile
+
+__all__ = ["Mapped", "OpenMaps", "maps"]
+
+MapKey = tuple[str, str]  # (node cache directory, content key)
+
+
+class Mapped:
+    """One mapped file: its pin, the reads using it now (``users``) and the readers holding it for their life
+    (``kept``; each is a user too)."""
+
+    def __init__(self, pinned: PinnedFile) -> None:
+        self.pinned, self.users, self.kept = pinned, 0, 0
+
+
+class OpenMaps:
+    """The maps of this process (see the module docstring); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._maps: collections.OrderedDict[MapKey, Mapped] = collections.OrderedDict()
+
+    def acquire(self, key: MapKey, pin: Callable[[], PinnedFile | None], cap: int, keep: bool = False) -> Mapped | None:
+        """The map of ``key`` with one more user (``pin()`` maps it when it is not mapped yet); None when ``pin``
+        finds no file. Beyond ``cap`` idle maps, the least recently used ones are unmapped.
+
+        Args:
+            key: the file's node cache and content key.
+            pin: maps the file (``NodeCache.pin``), or returns None.
+            cap: idle maps kept at most.
+            keep: the user holds the map for its life (``done(key, keep=True)`` lets it go).
+        """
+        with self._lock:
+            mapped = self._maps.get(key)
+            if mapped is not None:
+                return self._use(key, mapped, cap, keep)
+        pinned = pin()  # outside the lock: the system calls of one file do not hold up the others' reads
+        if pinned is None:
+            return None
+        with self._lock:
+            mapped = self._maps.get(key)
+            if mapped is None:
+                mapped = self._maps[key] = Mapped(pinned)
+                pinned = None
+            out = self._use(key, mapped, cap, keep)
+        if pinned is not None:  # another thread mapped it meanwhile
+            pinned.close()
+        return out
+
+    def _use(self, key: MapKey, mapped: Mapped, cap: int, keep: bool) -> Mapped:
+        mapped.users += 1
+        mapped.kept += keep
+        self._maps.move_to_end(key)
+        counted = [m for m in self._maps.values() if not m.kept]
+        idle = [k for k, m in self._maps.items() if m.users == 0 and not m.kept]
+        for old in idle[: max(0, len(counted) - cap)]:
+            self._maps.pop(old).pinned.close()
+        return mapped
+
+    def done(self, key: MapKey, keep: bool = False) -> None:
+        """One user of ``key`` is done with it (the map stays, idle, until it is unmapped)."""
+        with self._lock:
+            mapped = self._maps.get(key)
+            if mapped is not None:
+                mapped.users -= 1
+                mapped.kept -= keep
+
+    def get(self, key: MapKey) -> Mapped | None:
+        """The map of ``key``, or None when it is not mapped."""
+        with self._lock:
+            return self._maps.get(key)
+
+    def release(self, key: MapKey) -> None:
+        """Unmap ``key`` when no read uses it (the node cache may evict the file again)."""
+        with self._lock:
+            mapped = self._maps.get(key)
+            if mapped is not None and mapped.users == 0:
+                del self._maps[key]
+                mapped.pinned.close()
+
+    def keep_only(self, keys: set[str]) -> None:
+        """Unmap the idle maps whose content keys are not in ``keys`` (no planned read needs them)."""
+        with self._lock:
+            for key in [k for k, m in self._maps.items() if m.users == 0 and k[1] not in keys]:
+                self._maps.pop(key).pinned.close()
+
+
+_MAPS = OpenMaps()
+
+
+def maps() -> OpenMaps:
+    """This process's maps."""
+    return _MAPS
+
+
+def _after_fork() -> None:  # the child maps its own files (the parent's maps are not its to release)
+    global _MAPS
+    _MAPS = OpenMaps()
+
+
+os.register_at_fork(after_in_child=_after_fork)
