@@ -120,7 +120,9 @@ def remote_table(r: dict) -> list[str]:
     rows += [
         "",
         f"First batch after a mid-epoch resume: {res['resumed'] * 1e3:.1f} ms against a warm batch's "
-        f"{res['warm'] * 1e3:.1f} ms ({res['resumed'] / res['warm']:.2f}x; goal <= 2x). Network ceiling (plain GETs "
+        f"{res['warm'] * 1e3:.1f} ms ({res['resumed'] / res['warm']:.2f}x; goal <= 2x; medians of "
+        f"{res.get('resumes', 1)} resumes; before it, opening the cache, building the loader and loading the "
+        f"checkpoint took {res['build'] * 1e3:.1f} ms). Network ceiling (plain GETs "
         f"of every shard through the proxy, 8 at a time): {fmt(ceil['samples_per_s'])} samples/s, "
         f"{ceil['mb_per_s']:.0f} MB/s.",
         "",
