@@ -68,6 +68,20 @@ def test_demoted_files_go_before_every_file_still_wanted(tmp_path):
     cache.demote("sha256-missing")  # a file not (or no longer) here: nothing to do
 
 
+def test_a_file_another_reader_holds_is_not_demoted(tmp_path):
+    """A process done with a shard demotes it, but a neighbour that holds it for its next reads (a loading process
+    whose block starts where this one's ends) still wants it: the eviction takes the others first."""
+    cache = NodeCache(tmp_path / "n", limit=3000)
+    for key in ["sha256-a", "sha256-b", "sha256-c"]:
+        _fill(cache, key, 1000)
+    neighbour = cache.pin("sha256-c", 1000, mapped=False)  # a descriptor of its own: another reader's shared lock
+    cache.demote("sha256-c")
+    cache.demote("sha256-b")
+    neighbour.close()
+    _fill(cache, "sha256-d", 1000)  # over the limit: b goes, not the newest, held-when-demoted c
+    assert sorted(p.name for p in (tmp_path / "n" / "data").iterdir()) == ["sha256-a", "sha256-c", "sha256-d"]
+
+
 def test_a_file_evicted_between_open_and_lock_is_fetched_again(tmp_path):
     cache = NodeCache(tmp_path / "n", limit=10_000)
     _fill(cache, "sha256-x", 100)

@@ -12,9 +12,9 @@ A download goes to a temporary name, is checked (size and checksum), synced and 
 downloader leaves only a temporary file, which the next downloader of that file (or an eviction pass) removes.
 Processes wanting the same file queue on its lock, so it is downloaded once. A reader holds a shared ``flock`` on
 every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened;
-a file no planned read of a process wants any more is demoted: its mtime is set a month back)
-and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A reader that
-opened a file just as it was evicted notices (its link count is 0) and fetches it again.
+a file no planned read of a process wants any more, and no other reader holds, is demoted: its mtime is set a
+month back) and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A
+reader that opened a file just as it was evicted notices (its link count is 0) and fetches it again.
 """
 
 from __future__ import annotations
@@ -127,10 +127,20 @@ class NodeCache:
 
     def demote(self, key: str) -> None:
         """Mark ``key`` as wanted by no planned read: it is evicted before every file not demoted (the files
-        demoted earlier first)."""
-        old = time.time() - _DEMOTED_AGE
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(self._file(key), (old, old))
+        demoted earlier first). A file some reader holds (another process's next reads need it) is left as it
+        is: the caller releases its own holds first."""
+        try:
+            fd = os.open(self._file(key), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # only when nobody holds it (closing unlocks)
+            old = time.time() - _DEMOTED_AGE
+            os.utime(fd, (old, old))
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
 
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""

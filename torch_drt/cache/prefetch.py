@@ -104,10 +104,9 @@ class ShardPrefetcher:
         plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
         for file in reversed([f for f in plan if f.key not in self._planned]):
             file.touch()
-        if not first:  # a running loader's plan: held files that left it were read (a start says nothing of it)
-            for key in self._planned.keys() - planned.keys():
-                if key in self._held:  # read (the front of the plan), not just dropped by another loader's plan
-                    self._planned[key].demote()
+        read = []  # a running loader's plan: held files that left it were read (a start says nothing of it)
+        if not first:  # (held: read from the front of the plan, not just dropped by another loader's plan)
+            read = [self._planned[k] for k in self._planned.keys() - planned.keys() if k in self._held]
         self._planned = planned
         with self._cond:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
@@ -117,6 +116,8 @@ class ShardPrefetcher:
             if self._due():
                 self._start()
                 self._cond.notify_all()
+        for file in read:  # after this process let go of them: a file another one holds stays wanted
+            file.demote()
 
     def _ahead(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always); only the first read's while it waits."""
