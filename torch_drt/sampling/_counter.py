@@ -19,10 +19,10 @@ _MASK = (1 << 64) - 1
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64 finaliser over a uint64 array (wrapping arithmetic)."""
-    x = x.copy()
-    mix64_into(x, np.empty_like(x))
-    return x
+    """SplitMix64 finaliser over a uint64 array or scalar (wrapping arithmetic)."""
+    out = np.array(x, dtype=np.uint64)  # a copy
+    mix64_into(out, np.empty_like(out))
+    return out if out.ndim else out[()]
 
 
 def mix64_into(x: np.ndarray, scratch: np.ndarray) -> None:
