@@ -114,3 +114,42 @@ def test_threads_of_a_forked_child_asking_at_once_all_get_the_childs_own_client(
     """, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "clients, parent's among them: 1 False" in result.stdout, result.stdout
+
+
+def test_a_forked_child_lets_go_of_the_shards_its_parent_mapped(runtime, tmp_path, moto_endpoint, proxy):
+    """A child inherits the descriptors of its parent's maps, and with them their locks: once the parent unmaps a
+    shard the node cache may evict it, whatever children the parent forked meanwhile (loading workers)."""
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=200)
+    config = remote_config(tmp_path, open_shards=64)
+    result = run_script(f"""
+        import os, time
+        from pathlib import Path
+        import torch_drt as drt
+        from torch_drt.cache._node_files import remove_unused
+
+        config = drt.RemoteConfig(**{config.__dict__!r})
+        ds = drt.DatasetRuntime(1).cached_dataset({url!r}, storage_options={options(proxy)!r}, remote_config=config,
+                                                  reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+        assert sum(1 for _ in ds) == 60  # every shard read, and mapped (open_shards is larger)
+        r, w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a child that reads nothing and lives on
+            os.close(w)
+            os.write(ready_w, b"1")  # (once it runs, its at-fork handlers have run)
+            os.read(r, 1)
+            os._exit(0)
+        os.read(ready_r, 1)
+        keys = [f.key for f in ds.reader._caches[0].shards]
+        ds.layouts[0].backend.prefetcher.update([])  # the parent lets go of everything: no plan holds a shard...
+        ds.reader.close()  # ... and no map
+        data = Path({str(tmp_path / "node-cache")!r}) / "data"
+        try:
+            stuck = [k for k in keys if not remove_unused(data / k)]
+        finally:
+            os.close(w)
+            os.waitpid(pid, 0)
+        assert not stuck, f"{{len(stuck)}} of {{len(keys)}} shards still locked by the child"
+        print("ok")
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]

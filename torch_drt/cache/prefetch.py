@@ -12,6 +12,7 @@ of a process; the node cache makes the processes of a node share the downloads.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -26,9 +27,16 @@ _SHARED: dict[tuple[int, int, int], ShardPrefetcher] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def _after_fork() -> None:  # a lock held by a thread of the parent would never be released in the child
+def _after_fork() -> None:
+    """A lock held by a thread of the parent would never be released in the child; the parent's holds are its own
+    (the child closes its copies of their descriptors: the parent's locks stay with the parent's)."""
     global _SHARED_LOCK
     _SHARED_LOCK = threading.Lock()
+    for prefetcher in list(_SHARED.values()):
+        for held in list(prefetcher._held.values()):
+            with contextlib.suppress(OSError):
+                held.close()
+    _SHARED.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork)

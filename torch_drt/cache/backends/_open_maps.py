@@ -3,12 +3,13 @@
 Two datasets of one remote cache in a process (a training and a validation loader, a cache opened again to
 resume) read a shard through one map: one descriptor, one shared lock, page tables filled once. Idle maps stay,
 least recently used first, up to ``RemoteConfig.open_shards`` of them (maps held for a reader's life, the index,
-do not count); a forked child starts with none (the parent's maps are not its to release).
+do not count); a forked child keeps only those (it closes its copies of the others).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -69,7 +70,8 @@ class OpenMaps:
         counted = [m for m in self._maps.values() if not m.kept]
         idle = [k for k, m in self._maps.items() if m.users == 0 and not m.kept]
         for old in idle[: max(0, len(counted) - cap)]:
-            self._maps.pop(old).pinned.close()
+            with contextlib.suppress(OSError):
+                self._maps.pop(old).pinned.close()
         return mapped
 
     def done(self, key: MapKey, keep: bool = False) -> None:
@@ -81,9 +83,21 @@ class OpenMaps:
                 mapped.kept -= keep
 
     def get(self, key: MapKey) -> Mapped | None:
-        """The map of ``key``, or None when it is not mapped."""
+        """The map of ``key``, or None when it is not mapped (use it only while holding it: ``acquire``)."""
         with self._lock:
             return self._maps.get(key)
+
+    def view(self, key: MapKey) -> memoryview | None:
+        """A buffer over the map of ``key`` (it keeps the mapping alive, even once unmapped here), or None."""
+        with self._lock:
+            mapped = self._maps.get(key)
+            return None if mapped is None else memoryview(mapped.pinned.map)
+
+    def size(self, key: MapKey) -> int | None:
+        """The size of the mapped file ``key`` now, or None when it is not mapped."""
+        with self._lock:
+            mapped = self._maps.get(key)
+            return None if mapped is None else mapped.pinned.map.size()
 
     def release(self, key: MapKey) -> None:
         """Unmap ``key`` when no read uses it (the node cache may evict the file again)."""
@@ -108,9 +122,18 @@ def maps() -> OpenMaps:
     return _MAPS
 
 
-def _after_fork() -> None:  # the child maps its own files (the parent's maps are not its to release)
+def _after_fork() -> None:
+    """The child maps its own files: it closes its copies of the parent's idle maps (the parent's locks stay with
+    the parent's descriptors) and keeps the maps held for a reader's life (the index its readers use)."""
     global _MAPS
-    _MAPS = OpenMaps()
+    inherited, _MAPS = _MAPS._maps, OpenMaps()
+    for key, mapped in list(inherited.items()):
+        if mapped.kept:
+            mapped.users = mapped.kept
+            _MAPS._maps[key] = mapped
+        else:
+            with contextlib.suppress(OSError):
+                mapped.pinned.close()
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -110,17 +110,14 @@ class RemoteFile(StoredFile):
         finally:
             maps().done(self._map_key())
 
-    def _mapped(self) -> PinnedFile | None:
-        mapped = self._kept or maps().get(self._map_key())
-        return None if mapped is None else mapped.pinned
-
     def view(self) -> memoryview | None:
-        pinned = self._mapped()
-        return None if pinned is None else memoryview(pinned.map)
+        kept = self._kept  # a kept map stays mapped while this file is open
+        return memoryview(kept.pinned.map) if kept is not None else maps().view(self._map_key())
 
     def check(self) -> None:
-        pinned = self._mapped()
-        if pinned is not None and self.size and pinned.map.size() != self.size:
+        kept = self._kept
+        size = kept.pinned.map.size() if kept is not None else maps().size(self._map_key())
+        if size is not None and self.size and size != self.size:
             raise CacheCorruptError(self.where, "the node cache's copy changed size while mapped")
 
     def release(self) -> None:
@@ -131,8 +128,5 @@ class RemoteFile(StoredFile):
     def close(self) -> None:
         kept, self._kept = self._kept, None
         if kept is not None:
-            if maps().get(self._map_key()) is kept:
-                maps().done(self._map_key(), keep=True)
-            else:  # a forked child's copy of its parent's map: its own to close
-                kept.pinned.close()
+            maps().done(self._map_key(), keep=True)
         self.release()
