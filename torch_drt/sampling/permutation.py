@@ -1,6 +1,8 @@
-"""A keyed permutation of [0, n) in O(1) memory: any position maps to its index directly."""
+"""A keyed permutation of [0, n) in O(1) memory (small domains: one table): any position maps to its index directly."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,18 +72,16 @@ class KeyedPermutation:
     def _tabulate(self) -> np.ndarray:
         """The walked map of the whole domain: the network runs once over it, the walks are lookups."""
         net = self._feistel(np.arange(self._domain, dtype=np.uint64)).astype(np.int64)
-        out = net[: self.n].copy()
-        todo = np.flatnonzero(out >= self.n)
-        while todo.size:
-            out[todo] = net[out[todo]]
-            todo = todo[out[todo] >= self.n]
-        return out
+        return self._cycle_walk(net[: self.n].copy(), net.__getitem__)
 
     def _walk(self, x: np.ndarray) -> np.ndarray:
         """The network with cycle-walking over positions ``x`` (uint64, in [0, n)), as int64."""
-        out = self._feistel(x)
-        todo = np.nonzero(out >= self.n)[0]
+        return self._cycle_walk(self._feistel(x), self._feistel).astype(np.int64)
+
+    def _cycle_walk(self, out: np.ndarray, step: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Feed the values of ``out`` outside [0, n) through ``step`` until they land inside (in place)."""
+        todo = np.flatnonzero(out >= self.n)
         while todo.size:
-            out[todo] = self._feistel(out[todo])
+            out[todo] = step(out[todo])
             todo = todo[out[todo] >= self.n]
-        return out.astype(np.int64)
+        return out

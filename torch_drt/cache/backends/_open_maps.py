@@ -67,9 +67,11 @@ class OpenMaps:
         mapped.users += 1
         mapped.kept += keep
         self._maps.move_to_end(key)
-        counted = [m for m in self._maps.values() if not m.kept]
+        if len(self._maps) <= cap:  # within the budget whatever is kept (the common case: nothing to count)
+            return mapped
+        counted = sum(1 for m in self._maps.values() if not m.kept)
         idle = [k for k, m in self._maps.items() if m.users == 0 and not m.kept]
-        for old in idle[: max(0, len(counted) - cap)]:
+        for old in idle[: max(0, counted - cap)]:
             with contextlib.suppress(OSError):
                 self._maps.pop(old).pinned.close()
         return mapped
@@ -81,11 +83,6 @@ class OpenMaps:
             if mapped is not None:
                 mapped.users -= 1
                 mapped.kept -= keep
-
-    def get(self, key: MapKey) -> Mapped | None:
-        """The map of ``key``, or None when it is not mapped (use it only while holding it: ``acquire``)."""
-        with self._lock:
-            return self._maps.get(key)
 
     def view(self, key: MapKey) -> memoryview | None:
         """A buffer over the map of ``key`` (it keeps the mapping alive, even once unmapped here), or None."""
