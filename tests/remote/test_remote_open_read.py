@@ -71,6 +71,17 @@ def test_two_datasets_of_one_cache_read_through_one_map_per_file(runtime, tmp_pa
     assert _payloads(second) == expected
 
 
+def test_a_process_keeps_at_most_open_shards_idle_maps(runtime, tmp_path, moto_endpoint, proxy):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=200)
+    config = remote_config(tmp_path, open_shards=2)
+    ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    assert _payloads(ds) == _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    assert len(ds.layouts[0].shards) > 2
+    shards = {f.key for f in ds.reader._caches[0].shards}
+    mapped = [p for p in _maps_under(tmp_path / "node-cache") if p.rsplit("/", 1)[1] in shards]
+    assert 1 <= len(mapped) <= 2  # the last shards read stay mapped, the others were unmapped
+
+
 def test_the_open_fetches_index_and_metadata_at_once(runtime, tmp_path, moto_endpoint, proxy):
     _, url = publish_local(runtime, tmp_path, moto_endpoint)
     proxy.latency = 0.3  # each request is in flight long enough for the next one to start meanwhile
