@@ -29,6 +29,20 @@ def median_time(fn: Callable[[], object], repeats: int, warmup: int = 1) -> floa
     return statistics.median(times)
 
 
+def interleaved_times(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, float]:
+    """Median wall time of each ``fn()``, the runs interleaved (one of each per round) after ``warmup`` rounds."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def machine() -> str:
     """One line describing this machine."""
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"

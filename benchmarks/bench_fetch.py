@@ -111,7 +111,8 @@ def main() -> None:
         ours = [
             epoch(
                 lambda: StatefulDataLoader(
-                    HttpDataset(urls), batch_size=BATCH, num_workers=2, item_concurrency=32, collate_fn=identity
+                    HttpDataset(urls), batch_size=BATCH, num_workers=2, item_concurrency=32, collate_fn=identity,
+                    worker_method="thread",
                 )
             )
             for _ in range(args.repeats + 1)

@@ -1,7 +1,9 @@
 """Loader benchmarks (issue 4), one run, ratios printed.
 
-1. Overhead: 100,000 integer items, batch 64, identity collate: torch_drt with 0 and 2 workers against torch's
-   DataLoader with 0 workers and with 2 persistent worker processes, and dataloader-rs (Python 3.13 side venv).
+1. Overhead: 100,000 integer items, batch 64, identity collate: torch_drt with 0 workers, 2 worker processes (the
+   default) and 2 worker threads against torch's DataLoader with 0 workers and with 2 persistent worker processes,
+   and dataloader-rs (Python 3.13 side venv); then per item (batch_size=None, 20,000 items): torch_drt's process
+   default against torch's processes. Runs interleaved, medians.
 2. I/O-bound: 1,024 items that each sleep 10 ms, batch 32, 64 items in flight (2 workers x 32), against the ideal
    1,024 x 10 ms / 64.
 3. Token stream: a 128 MiB int32 stream, sequence 2,048, batch 8, shuffled and not, against a plain numpy
@@ -23,7 +25,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, median_time, run_side, side_python
+from _common import interleaved_times, machine, median_time, run_side, side_python
 
 from torch_drt import StatefulDataLoader
 from torch_drt.storage import TokenStreamStorage, TokenStreamWriter
@@ -54,19 +56,26 @@ def drain(loader) -> callable:
     return lambda: sum(1 for _ in loader)
 
 
+class FewInts(Ints):
+    def __len__(self) -> int:
+        return 20_000
+
+
 def overhead(repeats: int) -> dict[str, float]:
-    ds = Ints()
-    figures = {
-        "torch_0": median_time(drain(DataLoader(ds, batch_size=64, collate_fn=identity)), repeats),
-        "drt_0": median_time(drain(StatefulDataLoader(ds, batch_size=64, collate_fn=identity)), repeats),
+    ds, few = Ints(), FewInts()
+    two = {"num_workers": 2, "persistent_workers": True}
+    loaders = {
+        "torch_0": DataLoader(ds, batch_size=64, collate_fn=identity),
+        "drt_0": StatefulDataLoader(ds, batch_size=64, collate_fn=identity),
+        "torch_2": DataLoader(ds, batch_size=64, collate_fn=identity, **two),
+        "drt_2p": StatefulDataLoader(ds, batch_size=64, collate_fn=identity, **two),
+        "drt_2": StatefulDataLoader(ds, batch_size=64, collate_fn=identity, worker_method="thread", **two),
+        "nodes_0": torchdata_nodes(ds, 0),
+        "nodes_2": torchdata_nodes(ds, 2),
+        "torch_item_2": DataLoader(few, batch_size=None, **two),
+        "drt_item_2p": StatefulDataLoader(few, batch_size=None, **two),
     }
-    torch2 = DataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2, persistent_workers=True)
-    figures["torch_2"] = median_time(drain(torch2), repeats)
-    drt2 = StatefulDataLoader(ds, batch_size=64, collate_fn=identity, num_workers=2, persistent_workers=True)
-    figures["drt_2"] = median_time(drain(drt2), repeats)
-    for workers in (0, 2):
-        figures[f"nodes_{workers}"] = median_time(drain(torchdata_nodes(ds, workers)), repeats)
-    return figures
+    return interleaved_times({name: drain(loader) for name, loader in loaders.items()}, repeats)
 
 
 def torchdata_nodes(ds, workers: int):
@@ -81,7 +90,8 @@ def torchdata_nodes(ds, workers: int):
 
 
 def io_bound(repeats: int) -> float:
-    loader = StatefulDataLoader(Sleepy(), batch_size=32, num_workers=2, item_concurrency=32, collate_fn=identity)
+    loader = StatefulDataLoader(Sleepy(), batch_size=32, num_workers=2, item_concurrency=32, collate_fn=identity,
+                                worker_method="thread")
     return median_time(drain(loader), repeats)
 
 
@@ -138,8 +148,16 @@ def main() -> None:
         "target >= 2x)"
     )
     print(
+        f"torch_drt, 2 worker processes (default):     {ov['drt_2p']:.4f}  ({ov['torch_2'] / ov['drt_2p']:.2f}x torch, "
+        "target >= 1x)"
+    )
+    print(
         f"torch_drt, 2 worker threads:                 {ov['drt_2']:.4f}  ({ov['torch_2'] / ov['drt_2']:.2f}x torch, "
         "target >= 5x)"
+    )
+    print(
+        f"per item (batch_size=None, 20,000 items), 2 processes: torch {ov['torch_item_2']:.4f}, torch_drt "
+        f"{ov['drt_item_2p']:.4f} ({ov['torch_item_2'] / ov['drt_item_2p']:.2f}x torch, target >= 1x)"
     )
     for w in (0, 2):
         print(

@@ -37,7 +37,7 @@ def identity(batch):
 epochs = int(sys.argv[1])
 out = {}
 for workers in (0, 2):
-    kwargs = {"num_workers": workers, "persistent_workers": True} if workers else {}
+    kwargs = {"num_workers": workers, "persistent_workers": True, "worker_method": "thread"} if workers else {}
     loader = StatefulDataLoader(Ints(), batch_size=64, collate_fn=identity, **kwargs)
     sum(1 for _ in loader)  # warm up: workers started, code paths hot
     best = float("inf")

@@ -17,7 +17,8 @@ def run(rank: int, world_size: int, port: int, out: str, stop_after: int | None,
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        loader = StatefulDataLoader(list(range(N)), batch_size=3, shuffle=True, seed=7, num_workers=2, collate_fn=list)
+        loader = StatefulDataLoader(list(range(N)), batch_size=3, shuffle=True, seed=7, num_workers=2, collate_fn=list,
+                                    worker_method="thread", split_by_rank=True)
         assert (loader.rank, loader.world_size) == (rank, world_size)  # taken from the process group
         if resume:
             loader.load_state_dict(json.loads(Path(resume).read_text()))

@@ -78,7 +78,7 @@ def rank_job(rank: int, world_size: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        it = loader(batch_size=3, num_workers=2)
+        it = loader(batch_size=3, num_workers=2, worker_method="thread", split_by_rank=True)
         assert (it.rank, it.world_size) == (rank, world_size)
         seen: dict = {}
         for epoch in range(2):

@@ -1,6 +1,9 @@
 """A 2-process DDP job on CPU whose LightningModule (or Fabric loop) uses torch_drt.StatefulDataLoader as is.
 
-    python tests/loader/lightning_loader_job.py OUTDIR trainer|fabric
+    python tests/loader/lightning_loader_job.py OUTDIR trainer|datamodule|fabric
+
+``trainer`` builds the loader in ``train_dataloader()``; ``datamodule`` in a ``LightningDataModule.__init__``,
+before the process group exists (Lightning then rebuilds it from its attributes, not from captured arguments).
 
 Each rank writes ``OUTDIR/<mode>_rank<r>.json``: the sample ids it saw, per epoch. Lightning's defaults are kept
 (``use_distributed_sampler=True``), which is what the test checks.
@@ -26,8 +29,16 @@ def make_loader() -> StatefulDataLoader:
     return StatefulDataLoader(list(range(N)), batch_size=BATCH, shuffle=True, seed=3, num_workers=1)
 
 
-def trainer_job(out: Path) -> None:
+def trainer_job(out: Path, early: bool = False) -> None:
     import lightning.pytorch as pl
+
+    class Data(pl.LightningDataModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.loader = make_loader()
+
+        def train_dataloader(self):
+            return self.loader
 
     class Model(pl.LightningModule):
         def __init__(self) -> None:
@@ -48,8 +59,9 @@ def trainer_job(out: Path) -> None:
     trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=2, strategy="ddp", logger=False,
                          enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
     model = Model()
-    trainer.fit(model)
-    (out / f"trainer_rank{trainer.global_rank}.json").write_text(json.dumps(model.seen))
+    trainer.fit(model, datamodule=Data() if early else None)
+    name = "datamodule" if early else "trainer"
+    (out / f"{name}_rank{trainer.global_rank}.json").write_text(json.dumps(model.seen))
 
 
 def fabric_job(out: Path) -> None:
@@ -64,4 +76,7 @@ def fabric_job(out: Path) -> None:
 
 if __name__ == "__main__":
     out_dir, mode = Path(sys.argv[1]), sys.argv[2]
-    (trainer_job if mode == "trainer" else fabric_job)(out_dir)
+    if mode == "fabric":
+        fabric_job(out_dir)
+    else:
+        trainer_job(out_dir, early=mode == "datamodule")

@@ -214,7 +214,7 @@ class Gate:
 
 def test_break_returns_at_once_and_second_thread_gets_runtime_error():
     ds = Gate(100, open_from=4)
-    loader = StatefulDataLoader(ds, batch_size=2, num_workers=2, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=2, collate_fn=list, worker_method="thread")
     it = iter(loader)
     assert next(it) == [0, 1]
     errors = []
@@ -370,7 +370,7 @@ def test_workers_persist_across_epochs():
         return x
 
     loader = StatefulDataLoader(R(40), batch_size=2, num_workers=2, collate_fn=list, transform=record,
-                                persistent_workers=True)
+                                persistent_workers=True, worker_method="thread")
     batches(loader)
     epoch[0] = 1
     batches(loader)

@@ -44,7 +44,8 @@ class Slow:
 
 def test_async_items_in_flight_and_one_loop_across_epochs():
     ds = Slow(64)
-    loader = StatefulDataLoader(ds, batch_size=16, num_workers=2, item_concurrency=8, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=16, num_workers=2, item_concurrency=8, collate_fn=list,
+                                worker_method="thread")
     first = [x for b in loader for x in b]
     second = [x for b in loader for x in b]
     assert first == second == list(range(64))

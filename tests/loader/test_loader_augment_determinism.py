@@ -42,7 +42,7 @@ def test_simulated_ranks_draw_what_one_rank_draws(reference):
 
 
 def test_a_resume_with_another_topology_draws_the_same(reference):
-    first = loader(batch_size=5, num_workers=4)
+    first = loader(batch_size=5, num_workers=4, worker_method="thread")
     it = iter(first)
     head = collect([next(it) for _ in range(3)], 0, {})
     state = first.state_dict()

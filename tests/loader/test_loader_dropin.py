@@ -15,6 +15,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 from torch_drt import StatefulDataLoader
 
 FORK = {"worker_method": "process", "multiprocessing_context": "fork"}
+THREADS = {"worker_method": "thread"}
 
 
 def params(cls) -> list[inspect.Parameter]:
@@ -73,7 +74,7 @@ def thread_sets(persistent: bool) -> list[set]:
         seen[-1].add(threading.current_thread())
         return x
 
-    loader = StatefulDataLoader(list(range(24)), batch_size=2, num_workers=2, transform=record,
+    loader = StatefulDataLoader(list(range(24)), batch_size=2, num_workers=2, transform=record, worker_method="thread",
                                 persistent_workers=persistent, worker_init_fn=lambda w: None, collate_fn=list)
     for _ in range(2):
         seen.append(set())
@@ -204,7 +205,7 @@ def overtaken() -> tuple[object, list[int], dict]:
     """An iterator whose first delivered batch overtook batch 0, that batch and the state after it."""
     dataset = Held()
     loader = StatefulDataLoader(dataset, batch_size=2, num_workers=2, in_order=False, collate_fn=list,
-                                worker_init_fn=lambda w: None)
+                                worker_init_fn=lambda w: None, worker_method="thread")
     it = iter(loader)
     first = next(it)
     state = loader.state_dict()
@@ -235,11 +236,11 @@ def test_in_order_false_state_needs_the_same_global_batch():
 
 def test_in_order_true_waits_for_the_oldest_batch():
     loader = StatefulDataLoader(Overtaken(), batch_size=2, num_workers=2, collate_fn=list,
-                                worker_init_fn=lambda w: None)
+                                worker_init_fn=lambda w: None, worker_method="thread")
     assert list(loader) == [[i, i + 1] for i in range(0, 12, 2)]
 
 
-@pytest.mark.parametrize("kwargs", [{}, FORK], ids=["threads", "processes"])
+@pytest.mark.parametrize("kwargs", [THREADS, FORK], ids=["threads", "processes"])
 def test_in_order_false_loads_every_item_once(kwargs):
     loader = StatefulDataLoader(list(range(40)), batch_size=3, num_workers=3, in_order=False, collate_fn=list,
                                 **kwargs)

@@ -24,7 +24,7 @@ def test_a_cached_sample_shows_its_payloads_size_not_its_bytes():
 
 def test_loader_reprs_name_their_settings():
     loader = StatefulDataLoader(list(range(1000)), batch_size=4, shuffle=True, seed=1, num_workers=2,
-                                transform=lambda x: x)
+                                transform=lambda x: x, worker_method="thread")
     assert repr(loader) == ("StatefulDataLoader(list[1000], batch_size=4, shuffle=True, seed=1, num_workers=2, "
                             "worker_method='thread', transform=<lambda>, epoch=0)")
     list(loader)

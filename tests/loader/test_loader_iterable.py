@@ -11,7 +11,8 @@ from torch_drt import StatefulDataLoader
 from torch_drt.random import item_generator
 
 FORK = {"worker_method": "process", "multiprocessing_context": "fork"}
-TOPOLOGIES = [{}, {"num_workers": 2}, {"num_workers": 2, **FORK}]
+THREADS = {"worker_method": "thread"}
+TOPOLOGIES = [{}, {"num_workers": 2, **THREADS}, {"num_workers": 2, **FORK}]
 IDS = ["0-workers", "2-threads", "2-processes"]
 
 
@@ -111,7 +112,7 @@ def test_process_workers_deliver_what_torchs_loader_delivers(dataset):
     ours.close()
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2}], ids=["0-workers", "2-threads"])
+@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2, **THREADS}], ids=["0-workers", "2-threads"])
 def test_thread_workers_iterate_one_stream_as_num_workers_0(kwargs):
     loader = StatefulDataLoader(Sharded(11), batch_size=3, drop_last=True, **kwargs)
     assert batches(loader) == [b.tolist() for b in DataLoader(Sharded(11), batch_size=3, drop_last=True)]
@@ -208,7 +209,7 @@ def test_items_draw_from_their_own_generators():
 
     reference = run()
     assert [n for n, _, _ in reference] == list(range(11)) and len({d for _, _, d in reference}) == 11
-    assert run(num_workers=3) == reference  # one stream: the same numbers and draws
+    assert run(num_workers=3, **THREADS) == reference  # one stream: the same numbers and draws
     ranks = [run(rank=r, world_size=2) for r in range(2)]
     assert [n for n, _, _ in ranks[1]] == [2 * i + 1 for i in range(11)]  # numbered per rank
     processes = run(num_workers=2, **FORK)  # each worker's copy yields the whole stream, as in torch

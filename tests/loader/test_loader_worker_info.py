@@ -100,7 +100,7 @@ def test_thread_workers_get_their_own_worker_info():
                                    rng.random_generator.random(), float(rng.numpy_generator.random())))
 
     loader = StatefulDataLoader(dataset, batch_size=2, num_workers=3, seed=9, worker_init_fn=start, collate_fn=list,
-                                persistent_workers=True)
+                                persistent_workers=True, worker_method="thread")
     items = [x for batch in loader for x in batch]
     wait_for(lambda: len(dataset.starts) == 3)  # a worker that took no batch may still be starting
     assert {wid for wid, _, _ in items} <= {0, 1, 2}
@@ -113,7 +113,8 @@ def test_thread_workers_get_their_own_worker_info():
     assert len({x for s in starts for x in s[6:]}) == 9  # each thread's own generators
     first_draws = [s[6:] for s in starts]
     dataset.starts.clear()
-    again = StatefulDataLoader(dataset, batch_size=2, num_workers=3, seed=9, worker_init_fn=start, collate_fn=list)
+    again = StatefulDataLoader(dataset, batch_size=2, num_workers=3, seed=9, worker_init_fn=start, collate_fn=list,
+                           worker_method="thread")
     list(again)
     wait_for(lambda: len(dataset.starts) == 3)
     assert [s[6:] for s in sorted(dataset.starts)] == first_draws  # reproducible from the loader's seed
@@ -139,7 +140,7 @@ def test_worker_init_fn_runs_once_per_worker_thread(persistent):
         return x
 
     loader = StatefulDataLoader(list(range(20)), batch_size=2, num_workers=2, worker_init_fn=init, transform=slow,
-                                persistent_workers=persistent, collate_fn=list)
+                                persistent_workers=persistent, collate_fn=list, worker_method="thread")
     for _ in range(3):
         assert [x for b in loader for x in b] == list(range(20))
     wait_for(lambda: len(calls) >= (2 if persistent else 6))  # a thread that took no batch may still be starting
@@ -170,7 +171,7 @@ def fails(worker_id: int) -> None:
     raise OSError(f"worker {worker_id} cannot open its shard")
 
 
-@pytest.mark.parametrize("kwargs", [{}, PROCESS])
+@pytest.mark.parametrize("kwargs", [{"worker_method": "thread"}, PROCESS])
 def test_a_failing_worker_init_fn_fails_the_batches_with_its_error(kwargs):
     loader = StatefulDataLoader(list(range(4)), batch_size=2, num_workers=1, worker_init_fn=fails, **kwargs)
     with pytest.raises(OSError, match="worker 0 cannot open its shard"):
@@ -191,7 +192,7 @@ def test_a_drawn_seed_adopts_the_checkpoints_for_the_loader_and_its_workers():
 
     def make(**kwargs) -> StatefulDataLoader:
         return StatefulDataLoader(list(range(12)), batch_size=2, shuffle=True, collate_fn=list, num_workers=2,
-                                  **kwargs)
+                                  worker_method="thread", **kwargs)
 
     first = make(seed=3)
     it = iter(first)

@@ -14,6 +14,8 @@ __all__ = [
     "MAX_WORKERS",
     "Unbatched",
     "check_batching",
+    "check_not_empty",
+    "check_thread_workers",
     "check_worker_arguments",
     "check_workers",
     "is_iterable_dataset",
@@ -95,13 +97,29 @@ def start_method(multiprocessing_context: Any) -> str | None:
 
 
 def worker_method_for(worker_method: Any, multiprocessing_context: Any) -> str:
-    """``worker_method``, by default ``"thread"``, or ``"process"`` when a ``multiprocessing_context`` is given
-    (with an explicit ``worker_method="thread"`` the context has nothing to start)."""
+    """``worker_method``, by default ``"process"`` (torch's workers); ``"thread"`` is an explicit opt-in (with
+    it a ``multiprocessing_context`` has nothing to start)."""
     if worker_method is None:
-        return "thread" if multiprocessing_context is None else "process"
+        return "process"
     if worker_method not in ("thread", "process"):
         raise ValueError(f"{worker_method=} must be 'thread' or 'process'")
     return worker_method
+
+
+def check_thread_workers(worker_method: str, num_workers: int, iterable: bool, worker_init_fn: Any) -> None:
+    """Refuse what thread workers cannot do correctly: a ``worker_init_fn`` on an IterableDataset.
+
+    torch's recipe shards an IterableDataset in ``worker_init_fn`` by mutating the worker's own copy of the
+    dataset; thread workers share one dataset (iterated once, in the loader's thread), so the workers' edits
+    would race and the loader would return an arbitrary subset.
+    """
+    if worker_method == "thread" and num_workers > 0 and iterable and worker_init_fn is not None:
+        raise ValueError(
+            "worker_init_fn with an IterableDataset needs a copy of the dataset per worker: thread workers share "
+            "one (it is iterated once, in the loader's thread), so per-worker edits would race; use "
+            "worker_method=\"process\" (the default), or drop worker_init_fn (with threads every item is "
+            "delivered once without sharding)"
+        )
 
 
 def check_worker_arguments(
@@ -174,3 +192,25 @@ class Unbatched:
 
     def __repr__(self) -> str:
         return f"Unbatched({self.collate_fn!r})"
+
+
+def check_not_empty(
+    dataset: Any,
+    batch_size: int | None,
+    drop_last: bool,
+    sampler: Any,
+    batch_sampler: Any,
+    streams: bool,
+    topology: tuple[int, int],
+) -> None:
+    """With ``drop_last``, the loader's own order over ``topology`` (rank, world size) has at least one batch."""
+    from torch_drt.sampling.partition import Partition
+
+    if not drop_last or sampler is not None or batch_sampler is not None or streams:
+        return
+    rank, world_size = topology
+    if Partition(len(dataset), batch_size or 1, world_size, rank, drop_last).num_batches() == 0:
+        raise ValueError(
+            f"the dataset has {len(dataset)} samples, fewer than one global batch "
+            f"({batch_size=} x {world_size=}) and drop_last=True leaves nothing"
+        )

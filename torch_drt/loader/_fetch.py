@@ -59,12 +59,19 @@ def map_fetcher(loader: Any) -> BatchFetcher:
 
 
 def default_collate(batch: list[Any]) -> Any:
-    """torch's ``default_collate``, except that an empty batch (a padded rank) collates to ``[]``."""
+    """torch's ``default_collate``, except that an empty batch (a padded rank) collates to ``[]``; on the calling
+    thread only, without torch's intra-op threads (``torch_drt._threads``)."""
     if not batch:
         return []
     from torch.utils.data import default_collate as torch_collate
 
-    return torch_collate(batch)
+    from torch_drt import _threads
+
+    threads = _threads.single_thread()
+    try:
+        return torch_collate(batch)
+    finally:
+        _threads.restore(threads)
 
 
 def pin_batch(batch: Any) -> Any:

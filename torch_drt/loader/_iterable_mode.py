@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from torch_drt.loader._fetch import fetch_stage
@@ -162,6 +163,12 @@ class WorkerStreamsMode(LoaderMode):
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
         keys = (self.EPOCH_KEY, self.NUM_WORKERS_KEY, self.TURN_KEY, self.EXHAUSTED_KEY, self.WORKERS_KEY)
+        if isinstance(state, Mapping) and "node_state" in state and self.WORKERS_KEY not in state:
+            raise ValueError(
+                "this checkpoint was taken with worker_method='thread' (or num_workers=0): the IterableDataset read "
+                f"as one stream; this loader reads one stream per worker process (worker_method='process', "
+                f"num_workers={self.num_workers}), so the items differ: resume with worker_method='thread'"
+            )
         state = require_mapping(state, "torch_drt IterableDataset loader (process workers)", keys)
         if self.VERSION_KEY in state:
             state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torchdata.nodes import BaseNode
@@ -80,6 +81,13 @@ class NodeMode(LoaderMode):
         }
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
+        if isinstance(state, Mapping) and self.NODE_KEY not in state and {"workers", "turn"} <= state.keys():
+            n = state.get("num_workers")
+            raise ValueError(
+                f"this checkpoint was taken with worker_method='process' and num_workers={n}: the IterableDataset "
+                "read as one stream per worker process; this loader reads it as one stream (worker_method='thread' "
+                f"or num_workers=0), so the items differ: resume with worker_method='process' and num_workers={n}"
+            )
         state = require_mapping(state, "torch_drt node loader", (self.EPOCH_KEY, self.NODE_KEY))
         if self.VERSION_KEY in state:
             state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)

@@ -107,12 +107,15 @@ class PipelineLoader(_TorchdataLoader):
 
     def _setup_pipeline(self, mode: LoaderMode) -> None:
         self._mode = mode
-        self._position = LoaderPosition(self._read_cursor, mode.carry)
+        self._position = LoaderPosition(self._read_cursor, self._carry)
         self._generation = 0
         self.batch_sampler = None
 
     def _read_cursor(self) -> Cursor:
         return self._mode.read_cursor()
+
+    def _carry(self, cursor: Cursor) -> Cursor:
+        return self._mode.carry(cursor)
 
     @property
     def sampler(self) -> LoaderShards:  # type: ignore[override]

@@ -14,8 +14,10 @@ from torch_drt.loader._arguments import (
     MAX_WORKERS,
     Unbatched,
     check_batching,
+    check_not_empty,
     check_pin_memory_device,
     check_positive,
+    check_thread_workers,
     check_worker_arguments,
     check_workers,
     is_iterable_dataset,
@@ -27,30 +29,34 @@ from torch_drt.loader._fetch import default_collate
 from torch_drt.loader._iterable_mode import WorkerStreamsMode
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._node_mode import NodeMode
-from torch_drt.loader.base import LoaderMode, PipelineLoader
+from torch_drt.loader._split_loader import SplitLoader
+from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.sampling.partition import Partition
-from torch_drt.sampling.topology import resolve_topology
+from torch_drt.sampling.topology import RankSplit
 
 __all__ = ["MAX_WORKERS", "StatefulDataLoader", "check_workers"]
 
 
-class StatefulDataLoader(PipelineLoader):
+class StatefulDataLoader(SplitLoader):
     """torch's ``DataLoader`` (and torchdata's ``StatefulDataLoader``) built on torchdata nodes, whose checkpoint
     is a global position.
 
-    The arguments are torch's, in torch's order, with torch's meaning (the "drop-in" table of docs/drop-in.md
-    lists each); torch_drt's own come after them, keyword-only. Map-style datasets: global batch b covers global
-    positions [b*G, (b+1)*G) with G = ``batch_size * world_size``; rank r takes positions r, r+W, r+2W, ...
-    within it. Positions map to indices through a sampler: identity, a keyed permutation of (dataset size, seed,
-    epoch) when shuffled, or a user ``sampler`` read lazily at each epoch. ``state_dict()`` counts batches
-    delivered to the caller only, and resumes exactly under another batch size, world size, number of workers or
-    worker method. A torchdata node as the dataset switches to node mode (its items batched in its own order;
-    the checkpoint is the node's state); an ``IterableDataset`` is iterated as torch does (one stream per
-    process worker; one stream in the loader's thread with thread workers), its Stateful state checkpointed.
+    The arguments are torch's, in torch's order, with torch's meaning and defaults (the "drop-in" table of
+    docs/drop-in.md lists each); torch_drt's own come after them, keyword-only. With torch's arguments only, the
+    loader behaves as torch's: process workers with torch's default start method, no split by rank (a
+    ``DistributedSampler`` splits, or Lightning's injection of one), and ``loader.sampler`` is the user's sampler
+    or torch's kind of sampler. torch_drt's own rank split is opt-in (``split_by_rank=True``, or ``rank`` /
+    ``world_size``), resolved at each ``iter()``: global batch b covers global positions [b*G, (b+1)*G) with
+    G = ``batch_size * world_size``; rank r takes positions r, r+W, r+2W, ... within it. Positions map to
+    indices: identity, a keyed permutation of (dataset size, seed, epoch) when shuffled, or a user ``sampler``
+    read lazily at each epoch. ``state_dict()`` counts batches delivered to the caller only and resumes exactly
+    under another batch size, world size, number of workers or worker method. A torchdata node as the dataset
+    is batched in its own order (its state is the checkpoint); an ``IterableDataset`` is iterated as torch does
+    (a stream per process worker; one in the loader's thread with thread workers), its Stateful state kept.
 
     Args:
         dataset: a map-style dataset (``__len__``, ``__getitem__``, optional ``__getitems__``; either may be
@@ -60,11 +66,12 @@ class StatefulDataLoader(PipelineLoader):
         batch_size: samples per batch on this rank; None: no batching (each item alone through ``collate_fn``,
             default torch's ``default_convert``).
         shuffle: shuffle positions with a keyed permutation of ``seed``, new each epoch (None: False).
-        sampler: an iterable of indices, read lazily from a new iterator at each epoch (not with ``shuffle``).
-        batch_sampler: an iterable of lists of indices: each list is one batch of this rank (not with
-            ``batch_size``, ``shuffle``, ``sampler`` or ``drop_last``).
-        num_workers: batches loaded in parallel (0: in the calling thread); threads unless ``worker_method``
-            or ``multiprocessing_context`` asks for processes.
+        sampler: an iterable of indices, read lazily from a new iterator at each epoch (not with ``shuffle``):
+            used as given, never split again by rank or worker (``loader.sampler`` is this object).
+        batch_sampler: an iterable of lists of indices: each list is one batch (not with ``batch_size``,
+            ``shuffle``, ``sampler`` or ``drop_last``), used as given.
+        num_workers: batches loaded in parallel (0: in the calling thread); processes, as torch's, unless
+            ``worker_method="thread"``.
         collate_fn: ``collate_fn(items) -> batch``; default torch's ``default_collate`` (``[]`` when empty).
         pin_memory: pin batches for the accelerator; a no-op with a warning without one.
         drop_last: drop the last global batch when incomplete; else it is padded and the padding removed, so a
@@ -83,8 +90,8 @@ class StatefulDataLoader(PipelineLoader):
             checkpoint between snapshots records the items since, which a resume skips.
         seed: the loader's seed: the shuffle order, the items' random generators (``torch_drt.random``) and
             the workers' seeds; None draws one from ``generator`` (recorded in ``state_dict()``).
-        worker_method: ``"thread"`` (default) or ``"process"`` (default when ``multiprocessing_context`` is
-            given).
+        worker_method: ``"process"`` (default: torch's workers, each with its own copy of the dataset) or
+            ``"thread"`` (opt-in speed-up: one dataset shared by worker threads; see docs/drop-in.md).
         item_concurrency: items of one batch fetched at once.
         prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress (default 2; not with
             ``prefetch_factor``).
@@ -92,8 +99,10 @@ class StatefulDataLoader(PipelineLoader):
             ``transform(item)`` for a torchvision transform, an ``nn.Module``, a torch_drt transform or a
             one-argument callable (the rule: ``torch_drt.loader.transform_hook``).
         return_indices: yield ``(batch, indices)``: dataset indices (map-style) or item numbers (streams).
-        rank: this rank (default: torch.distributed's, else 0).
-        world_size: number of ranks (default: torch.distributed's, else 1).
+        split_by_rank: split the loader's own order by rank, over the process group as it is at each
+            ``iter()`` (default: only when ``rank`` or ``world_size`` is given; torch's loader never splits).
+        rank: this rank; giving it (or ``world_size``) splits by rank (the other from torch.distributed).
+        world_size: number of ranks; giving it (or ``rank``) splits by rank.
         device: copy batches to this device (non-blocking after pinning).
     """
 
@@ -136,6 +145,7 @@ class StatefulDataLoader(PipelineLoader):
         prefetch_depth: int | None = None,
         transform: Callable[..., Any] | None = None,
         return_indices: bool = False,
+        split_by_rank: bool | None = None,
         rank: int | None = None,
         world_size: int | None = None,
         device: str | torch.device | None = None,
@@ -157,6 +167,7 @@ class StatefulDataLoader(PipelineLoader):
             raise ValueError(f"{seed=} must be an int in [0, 2**64)")
         self.worker_method = worker_method_for(worker_method, multiprocessing_context)
         node_mode, iterable = isinstance(dataset, BaseNode), is_iterable_dataset(dataset)
+        check_thread_workers(self.worker_method, num_workers, iterable, worker_init_fn)
         if not (node_mode or iterable) and (not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__")):
             raise TypeError(
                 "dataset must be map-style (__len__ and __getitem__), an IterableDataset or a torchdata node, got "
@@ -164,9 +175,15 @@ class StatefulDataLoader(PipelineLoader):
             )
         if node_mode and (shuffle or sampler is not None or batch_sampler is not None):
             raise ValueError("a node yields its own order: shuffle, sampler and batch_sampler apply to map-style data")
-        self.rank, self.world_size = resolve_topology(rank, world_size)
-        streams = node_mode or iterable
-        self._check_not_empty(dataset, batch_size, drop_last, sampler, batch_sampler, streams)
+        self._split = RankSplit(split_by_rank, rank, world_size)
+        if self._split.enabled and (sampler is not None or batch_sampler is not None) and world_size != 1:
+            raise ValueError(
+                "a sampler or batch_sampler is used as given (a DistributedSampler already splits by rank): "
+                "split_by_rank, rank and world_size split only the loader's own order"
+            )
+        self.split_by_rank = self._split.enabled
+        self._topology = self._split.resolve()
+        self._user_sampler = sampler
         seed_given = seed is not None
         if seed is None:
             seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
@@ -186,6 +203,8 @@ class StatefulDataLoader(PipelineLoader):
         self.pin_memory = resolve_pin_memory(pin_memory)
         self._device = resolve_device(device)
         self._restart_workers = num_workers > 0 and not persistent_workers
+        self._seed_given = seed_given
+        check_not_empty(dataset, batch_size, drop_last, sampler, batch_sampler, node_mode or iterable, self._topology)
         mode = self._make_mode(dataset, sampler, batch_sampler, seed_given)
         if self.worker_method == "process" and num_workers > 0 and not self._forks():
             try:
@@ -195,22 +214,11 @@ class StatefulDataLoader(PipelineLoader):
                     f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
                 ) from e
         self._setup_pipeline(mode)
-        self.batch_size, self.batch_sampler = batch_size if batch_sampler is None else None, batch_sampler
+        self.batch_size, self._batch_sampler = batch_size if batch_sampler is None else None, batch_sampler
 
     def _forks(self) -> bool:
         """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
         return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
-
-    def _check_not_empty(
-        self, dataset: Any, batch_size: int | None, drop_last: bool, sampler: Any, batch_sampler: Any, streams: bool
-    ) -> None:
-        if not drop_last or sampler is not None or batch_sampler is not None or streams:
-            return
-        if Partition(len(dataset), batch_size or 1, self.world_size, self.rank, drop_last).num_batches() == 0:
-            raise ValueError(
-                f"the dataset has {len(dataset)} samples, fewer than one global batch "
-                f"(batch_size={batch_size} x world_size={self.world_size}) and drop_last=True leaves nothing"
-            )
 
     def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
         if isinstance(dataset, BaseNode):
@@ -229,7 +237,7 @@ class StatefulDataLoader(PipelineLoader):
         fields = {
             "batch_size": self.batch_size,
             "shuffle": self.shuffle or None,
-            "batch_sampler": self.batch_sampler,
+            "batch_sampler": self._batch_sampler,
             "drop_last": self.drop_last or None,
             "seed": self.seed,
             "num_workers": self.num_workers,
@@ -242,7 +250,7 @@ class StatefulDataLoader(PipelineLoader):
             "return_indices": self.return_indices or None,
             "device": self._device,
         }
-        if self.world_size > 1:
+        if self.split_by_rank:
             fields |= {"rank": self.rank, "world_size": self.world_size}
         return fields
 

@@ -121,7 +121,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.in_order = in_order
         self._pool: ThreadPool | ProcessPool | None = None
         self._pending: deque[tuple[int, dict[str, Any], Any, Any]] = deque()  # (seq, state after, task, item)
-        self._seq = 0
+        self._seq = self._turn = 0
         self._ahead: list[tuple[int, dict[str, Any], Any]] = []  # delivered before an older item: (seq, state, item)
         self._exhausted = False
         self._delivered: dict[str, Any] | None = None
@@ -149,6 +149,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._delivered = None
         self._held = _NOTHING
         self._exhausted = False
+        self._turn = 0
         if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
 
@@ -168,6 +169,16 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         elif self._inline and self._mean > 4 * self.inline_below_s:
             self._inline = False
 
+    def _affinity(self, item: Any) -> int | None:
+        """The worker an item goes to: its own ``worker``, else (processes) the next in round robin from the
+        reset, as torch's loader assigns batches, so each worker's global generators see the same items in
+        every run; threads (None) take the least busy worker."""
+        worker = getattr(item, "worker", None)
+        if worker is not None or self.method == "thread":
+            return worker
+        self._turn += 1
+        return self._turn - 1
+
     def _submit(self) -> None:
         assert self._pool is not None
         while not self._exhausted and len(self._pending) < self.in_flight:
@@ -176,7 +187,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             except StopIteration:
                 self._exhausted = True
                 return
-            task = self._pool.submit(item, getattr(item, "worker", None))
+            task = self._pool.submit(item, self._affinity(item))
             self._seq += 1
             self._pending.append((self._seq, self.source.state_dict(), task, item))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["resolve_topology"]
+__all__ = ["RankSplit", "resolve_topology"]
 
 MAX_WORLD_SIZE = 1 << 32
 
@@ -29,3 +29,44 @@ def resolve_topology(rank: int | None = None, world_size: int | None = None) -> 
     if not 0 <= rank < world_size:
         raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
     return rank, world_size
+
+
+class RankSplit:
+    """Whether a loader splits its data by rank, and over which topology (resolved when asked, not when built).
+
+    torch's ``DataLoader`` never splits by rank (a ``DistributedSampler`` does); a torch_drt loader does so only
+    when asked: with ``split_by_rank=True`` (rank and world size from the process group, looked up at each
+    ``resolve()``, so a loader built before ``init_process_group`` splits once the group exists) or with an
+    explicit ``rank`` / ``world_size`` (which win over the group's).
+
+    Args:
+        split_by_rank: True: split over the process group; False: never; None: only when ``rank`` or
+            ``world_size`` is given.
+        rank: this rank, or None (the group's).
+        world_size: the number of ranks, or None (the group's).
+
+    Raises:
+        ValueError: on values of the wrong type or range, or ``split_by_rank=False`` with a rank or world size.
+    """
+
+    def __init__(self, split_by_rank: bool | None = None, rank: int | None = None, world_size: int | None = None):
+        if split_by_rank is not None and not isinstance(split_by_rank, bool):
+            raise ValueError(f"{split_by_rank=} must be a bool or None")
+        given = rank is not None or world_size is not None
+        if split_by_rank is False and given:
+            raise ValueError(f"split_by_rank=False contradicts {rank=}, {world_size=}: give one or the other")
+        if given:  # checked up front; a missing one is the group's, at resolve()
+            resolve_topology(0 if rank is None else rank, world_size if world_size is not None else MAX_WORLD_SIZE)
+            if rank is not None and world_size is not None:
+                resolve_topology(rank, world_size)
+        self.enabled = bool(split_by_rank) or given
+        self.rank, self.world_size = rank, world_size
+
+    def resolve(self) -> tuple[int, int]:
+        """``(rank, world_size)`` now: ``(0, 1)`` when not splitting, else ``resolve_topology``'s answer."""
+        if not self.enabled:
+            return 0, 1
+        return resolve_topology(self.rank, self.world_size)
+
+    def __repr__(self) -> str:
+        return f"RankSplit(enabled={self.enabled}, rank={self.rank}, world_size={self.world_size})"

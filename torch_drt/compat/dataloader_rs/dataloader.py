@@ -97,6 +97,7 @@ class _Inner:
             batch_size=owner.batch_size,
             sampler=None if sequential else self.view,
             num_workers=owner.num_workers,
+            worker_method="thread",  # dataloader-rs's workers are threads
             persistent_workers=owner.num_workers > 0,  # dataloader-rs makes its threads once and reuses them
             collate_fn=owner.collate_fn if owner.collate_fn is not None else list,
             drop_last=owner.drop_last,

@@ -1,0 +1,104 @@
+"""SplitLoader: a pipeline loader whose rank split is resolved at each ``iter()`` and whose samplers are torch's.
+
+torch's ``DataLoader`` never splits by rank, exposes the user's ``sampler`` / ``batch_sampler`` (or its own
+``SequentialSampler`` / ``RandomSampler`` / ``BatchSampler``), and knows nothing of process groups. A torch_drt
+loader splits by rank only when asked (``RankSplit``), and then over the process group as it is when an epoch
+starts (a loader built before ``init_process_group`` splits once the group exists): the pipeline is rebuilt
+when the topology changed between epochs, and the delivered position, a global one, carries over.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import BatchSampler
+from torchdata.nodes import BaseNode
+
+from torch_drt.loader._arguments import check_not_empty, is_iterable_dataset
+from torch_drt.loader._map_mode import MapMode
+from torch_drt.loader._sampler_view import sampler_view
+from torch_drt.loader.base import LoaderMode, PipelineLoader
+from torch_drt.sampling.topology import RankSplit
+
+__all__ = ["SplitLoader"]
+
+
+class SplitLoader(PipelineLoader):
+    """The torch-facing rank split and samplers of ``StatefulDataLoader`` (see the module docstring).
+
+    Subclasses set ``_split`` (a ``RankSplit``), ``_topology`` (its first resolution), ``_user_sampler``,
+    ``_batch_sampler``, ``_seed`` and ``_seed_given``, and implement ``_make_mode``.
+    """
+
+    _split: RankSplit
+    _topology: tuple[int, int]
+    _user_sampler: Any = None
+    _batch_sampler: Any = None
+    _seed_given: bool = False
+
+    def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
+        raise NotImplementedError
+
+    @property
+    def rank(self) -> int:  # type: ignore[override]
+        """This rank in the loader's own split (0 when it does not split by rank)."""
+        return self._topology[0]
+
+    @property
+    def world_size(self) -> int:  # type: ignore[override]
+        """Ranks of the loader's own split (1 when it does not split by rank)."""
+        return self._topology[1]
+
+    def _refresh(self) -> None:
+        """Resolve the rank split again (``split_by_rank``: the process group may exist now); when it changed
+        and no epoch is running, rebuild the pipeline for it (the delivered position is global: it carries)."""
+        topology = self._split.resolve()
+        if topology == self._topology or self._position.active:
+            return
+        self._mode.close()
+        self._seed, self._topology = self.seed, topology
+        streams = isinstance(self.dataset, BaseNode) or is_iterable_dataset(self.dataset)
+        check_not_empty(self.dataset, self.batch_size, self.drop_last, self._user_sampler, None, streams, topology)
+        self._mode = self._make_mode(self.dataset, self._user_sampler, self._batch_sampler, self._seed_given)
+        self.__dict__.pop("_sampler_view", None)
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        """The user's sampler, as given; else torch's kind: a ``SequentialSampler``, a ``RandomSampler`` over the
+        loader's permutation, or, where the loader splits by rank itself (or reads a stream or node that does),
+        a ``DistributedSampler`` view that Lightning and Fabric leave alone."""
+        if self._user_sampler is not None:
+            return self._user_sampler
+        self._refresh()
+        if "_sampler_view" not in self.__dict__:
+            own_split = self._split.enabled or not isinstance(self._mode, MapMode)
+            self.__dict__["_sampler_view"] = sampler_view(self, own_split)
+        return self.__dict__["_sampler_view"]
+
+    @property
+    def batch_sampler(self) -> Any:  # type: ignore[override]
+        """The user's batch sampler, as given; else torch's ``BatchSampler`` over ``sampler`` (None without
+        batching, or for streams and nodes)."""
+        if self._batch_sampler is not None or self.batch_size is None or not isinstance(self._mode, MapMode):
+            return self._batch_sampler
+        return BatchSampler(self.sampler, self.batch_size, self.drop_last)
+
+    @batch_sampler.setter
+    def batch_sampler(self, value: Any) -> None:
+        self._batch_sampler = value
+
+    def __iter__(self) -> Any:
+        self._refresh()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        self._refresh()
+        return super().__len__()
+
+    def state_dict(self) -> dict[str, Any]:
+        self._refresh()
+        return super().state_dict()
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self._refresh()
+        super().load_state_dict(state_dict)
