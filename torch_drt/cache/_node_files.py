@@ -9,12 +9,22 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["disk_full", "free", "locked", "preallocate", "remove_unused"]
+__all__ = ["create", "disk_full", "free", "locked", "preallocate", "remove_unused"]
+
+
+def create(path: str | Path, flags: int, mode: int) -> int:
+    """``os.open`` with ``mode`` applied whatever the umask where it grants the group access (a cache shared on
+    purpose); a file another user created keeps its mode."""
+    fd = os.open(path, flags, mode)
+    if mode & 0o070:
+        with contextlib.suppress(PermissionError):
+            os.fchmod(fd, mode)
+    return fd
 
 
 @contextlib.contextmanager
-def locked(path: Path, flags: int = fcntl.LOCK_EX) -> Iterator[int]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def locked(path: Path, flags: int = fcntl.LOCK_EX, mode: int = 0o600) -> Iterator[int]:
+    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
     try:
         fcntl.flock(fd, flags)
         yield fd

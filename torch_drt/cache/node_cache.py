@@ -14,7 +14,9 @@ Processes wanting the same file queue on its lock, so it is downloaded once. A r
 every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened;
 a file no planned read of a process wants any more, and no other reader holds, is demoted: its mtime is set a
 month back) and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A
-reader that opened a file just as it was evicted notices (its link count is 0) and fetches it again.
+reader that opened a file just as it was evicted notices (its link count is 0) and fetches it again. The directory
+is private to its user (``0700``, files ``0600``; one found that another user owns or may write is refused:
+``_node_dir``) unless a group shares it on purpose.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from torch_drt.cache._node_files import disk_full, free, locked, preallocate, remove_unused
+from torch_drt.cache._node_dir import file_mode, prepare
+from torch_drt.cache._node_files import create, disk_full, free, locked, preallocate, remove_unused
 
 __all__ = ["NodeCache", "PinnedFile"]
 
@@ -67,23 +70,29 @@ class NodeCache:
     """The node-local cache of remote files (see the module docstring for the protocol).
 
     Args:
-        directory: the cache directory (created when missing); must be local to the node.
+        directory: the cache directory (created ``0700`` when missing; one found must be this user's and
+            writable by nobody else: ``torch_drt.cache._node_dir``); must be local to the node.
         limit: bytes the cache may hold.
+        group: share the cache with the directory's group on purpose (``2770`` directories, ``0660`` files).
+
+    Raises:
+        PermissionError: when the directory belongs to another user or others may write into it.
     """
 
-    def __init__(self, directory: str | Path, limit: int) -> None:
+    def __init__(self, directory: str | Path, limit: int, group: bool = False) -> None:
         self.directory = Path(directory)
         self.limit = int(limit)
+        self.group = group
+        self._mode = file_mode(group)
         self._data = str(self.directory / "data")  # the verified files' directory (as a string: pins are hot)
-        for sub in ("data", "tmp", "locks", "small"):
-            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        prepare(self.directory, group)
 
     @classmethod
-    def shared(cls, directory: str | Path, limit: int) -> NodeCache:
-        """The one instance of this process for ``directory`` and ``limit``."""
-        key = (str(Path(directory).absolute()), int(limit), os.getpid())
+    def shared(cls, directory: str | Path, limit: int, group: bool = False) -> NodeCache:
+        """The one instance of this process for ``directory``, ``limit`` and ``group``."""
+        key = (str(Path(directory).absolute()), int(limit), os.getpid(), group)
         if key not in _SHARED:
-            _SHARED[key] = cls(directory, limit)
+            _SHARED[key] = cls(directory, limit, group)
         return _SHARED[key]
 
     def __repr__(self) -> str:
@@ -175,7 +184,7 @@ class NodeCache:
         """
         if self.has(key, size):
             return
-        with locked(self.directory / "locks" / f"{key}.lock"):
+        with locked(self.directory / "locks" / f"{key}.lock", mode=self._mode):
             if self.has(key, size):  # another process downloaded it while this one waited
                 return
             self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
@@ -201,10 +210,10 @@ class NodeCache:
     def _reserve(self, key: str, size: int | None, shown: str) -> Path:
         """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with locked(self.directory / ".space.lock"):
+        with locked(self.directory / ".space.lock", mode=self._mode):
             size = size or 0
             self.evict(size)
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
             try:
                 try:
                     preallocate(fd, size)
@@ -225,7 +234,6 @@ class NodeCache:
     def _remove_tmp(self, key: str) -> None:
         for entry in (self.directory / "tmp").glob(f"{key}.*"):
             entry.unlink(missing_ok=True)
-
     # -- space ----------------------------------------------------------------------------------------------
 
     def usage(self) -> int:
@@ -270,7 +278,7 @@ class NodeCache:
 
     def _abandoned(self, key: str) -> bool:
         """True when nobody downloads ``key`` now (its lock is free)."""
-        fd = os.open(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
         try:
             return free(fd)
         finally:
@@ -282,14 +290,16 @@ class NodeCache:
         """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
         A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
         path = self.directory / "small" / name
-        with locked(self.directory / "locks" / f"small-{name}.lock"):
+        with locked(self.directory / "locks" / f"small-{name}.lock", mode=self._mode):
             with contextlib.suppress(FileNotFoundError):
                 if time.time() - os.stat(path).st_mtime < ttl:
                     return path.read_bytes()
             data = fetch()
             if data is not None:
                 tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-                tmp.write_bytes(data)
+                fd = create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
                 os.replace(tmp, path)
             return data
 

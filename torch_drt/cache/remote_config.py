@@ -64,6 +64,10 @@ class RemoteConfig:
             then re-reading its claim after ``claim_settle`` seconds.
         claim_settle: seconds between writing a claim and checking it on stores without conditional writes.
         staging_dir: where caches to publish at a URL are written first (default: the system temp directory).
+        shared_node_cache: share the node cache with the users of its directory's group, on purpose (directories
+            ``2770``, files ``0660``; the directory may belong to another user of the group). By default the node
+            cache is private: ``0700``, owned by this user, and a directory found that another user owns (or
+            may write) is refused.
     """
 
     cache_dir: str | None = None
@@ -88,6 +92,7 @@ class RemoteConfig:
     conditional_writes: bool | None = None
     claim_settle: float = 1.0
     staging_dir: str | None = None
+    shared_node_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.read_mode not in ("shards", "ranges"):
@@ -103,6 +108,8 @@ class RemoteConfig:
         _positive("retries", self.retries, zero=True)
         if self.cache_limit is not None:
             _positive("cache_limit", self.cache_limit)
+        if not isinstance(self.shared_node_cache, bool):
+            raise ValueError(f"shared_node_cache={self.shared_node_cache!r} must be a bool")
         if self.conditional_writes not in (None, True, False):
             raise ValueError(f"conditional_writes={self.conditional_writes!r} must be None, True or False")
 
