@@ -150,3 +150,17 @@ def test_stored_columns_named_like_the_tables_own_are_refused(make_cache, column
     _save(path, manifest)
     with pytest.raises(ValueError, match="torch_drt cannot load it"):
         open_cache(path)
+
+
+@pytest.mark.parametrize("rel", ["shards/000000.bin", "metadata.arrow", "index.bin", "manifest.json", "shards"])
+def test_a_symlinked_cache_file_is_refused(make_cache, tmp_path, rel):
+    """A link pointing outside the cache (to a file of the same size: only the size is checked on open) is never
+    followed: the cache is refused before any of its bytes are used."""
+    path = make_cache("t", n=3)
+    outside = tmp_path / "outside" / rel
+    outside.parent.mkdir(parents=True)
+    (path / rel).rename(outside)
+    (path / rel).symlink_to(outside)
+    with pytest.raises(drt.CacheCorruptError, match="symbolic link"):
+        ds = drt.DatasetRuntime(1).cached_dataset(path, reader_config=drt.ReaderConfig(seed=0))
+        list(ds)

@@ -9,11 +9,12 @@ truncated while a gather copies from it can still fault: the check narrows that 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import stat
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
 from torch_drt.cache.errors import CacheCorruptError
@@ -21,7 +22,8 @@ from torch_drt.checksums import sha256_file
 
 __all__ = ["LocalBackend", "LocalFile"]
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # O_NONBLOCK: opening a FIFO must not wait for a writer
+# O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a cache file that is a link is refused
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class LocalFile(StoredFile):
@@ -83,12 +85,19 @@ class LocalBackend(CacheBackend):
         """Open ``rel`` and return (fd, size); only regular files pass."""
         path = self.where(rel)
         try:
+            for parent in PurePosixPath(rel).parents[:-1]:  # a linked directory inside the cache, "shards" say
+                if os.path.islink(self.path / parent):
+                    raise OSError(errno.ELOOP, f"{parent} is a link")
             fd = os.open(path, _OPEN_FLAGS)
         except FileNotFoundError:
             raise MissingFile(path, "file is missing") from None
         except NotADirectoryError:
             raise CacheCorruptError(path, f"{path.parent} is not a directory") from None
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise CacheCorruptError(
+                    path, "is a symbolic link, not a regular file of the cache (links are never followed)"
+                ) from None
             raise CacheCorruptError(path, f"file cannot be opened: {e.strerror or e}") from None
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
