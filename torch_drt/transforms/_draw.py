@@ -1,8 +1,8 @@
 """Random parameters drawn with torchvision v2's calls, in its order, from the item's generator.
 
 Each function makes the same ``torch`` calls as the torchvision v2 transform it names, with ``generator=``
-the current item's generator (``torch_drt.random.item_generator()``, which is ``torch.default_generator`` outside
-a loader): ``torch.manual_seed(s)`` then either transform gives the same parameters.
+``generator()``: the current item's generator inside a loader's ``transform``, torch's global generator elsewhere,
+so that ``torch.manual_seed(s)`` then either transform gives the same parameters.
 """
 
 from __future__ import annotations
@@ -12,9 +12,27 @@ from collections.abc import Sequence
 
 import torch
 
+from torch_drt.random import item_generator
+
 __all__ = [
-    "check_p", "coin", "erase_box", "jitter_order", "log_ratio", "pick", "randint", "resized_crop_box", "uniform",
+    "check_p", "coin", "erase_box", "generator", "jitter_order", "log_ratio", "pick", "randint", "resized_crop_box",
+    "uniform",
 ]
+
+
+def generator() -> torch.Generator:
+    """The generator a random transform draws from (the rule of docs/augmentations.md):
+
+    - the current item's (``torch_drt.random.item_generator()``) where one is current: in a torch_drt loader's
+      ``transform``, and inside ``torch_drt.random.item_scope``;
+    - otherwise torch's global generator, ``torch.default_generator``, as torchvision's transforms draw: outside
+      loaders, in torch's DataLoader, and in a dataset's ``__getitem__`` under a torch_drt loader
+      (``ImageFolder(root, transform=...)``), where the transform is not told which item it transforms.
+    """
+    try:
+        return item_generator()
+    except RuntimeError:  # in a torch_drt loader's batch, outside any item's scope: no item to key the draws by
+        return torch.default_generator
 
 
 def check_p(p: float) -> float:

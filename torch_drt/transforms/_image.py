@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from PIL import Image as PILImage
 from torchvision import tv_tensors
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "check_alloc",
     "from_chw",
     "from_hwc",
+    "image_if_pil",
     "plain",
     "to_uint8",
 ]
@@ -64,7 +66,9 @@ class Image(tv_tensors.Image):
         The shape is (height, width) or, in ``layout``, (height, width, channels) / (channels, height, width),
         with 1, 3 or 4 channels (2 for grey + alpha). ``layout`` defaults to ``"chw"`` for tensors (torch's
         convention) and ``"hwc"`` for everything else (numpy's and Pillow's). The data is viewed, not copied, when
-        it is a contiguous CPU tensor or a writable numpy array.
+        it is a contiguous CPU tensor or a writable numpy array. A PIL image gives what torchvision v2's
+        ``ToImage`` gives (its own channels: a palette image is its indices, CMYK four channels; ``Decode`` converts
+        as for decoding instead).
 
         Raises:
             TypeError: for a dtype other than uint8 or float32 (never converted) or a non-CPU tensor.
@@ -80,9 +84,11 @@ class Image(tv_tensors.Image):
             tensor = obj.detach().as_subclass(torch.Tensor)
             layout = layout or "chw"
         else:
-            arr = np.asarray(obj)
+            pil = isinstance(obj, PILImage.Image)
+            arr = np.array(obj) if pil else np.asarray(obj)  # a PIL image: one writable copy
             if arr.dtype not in (np.uint8, np.float32):
-                raise TypeError(f"images are uint8 or float32, got {arr.dtype} (it is never converted)")
+                what = f"a PIL image of mode {obj.mode!r} ({arr.dtype})" if pil else str(arr.dtype)
+                raise TypeError(f"images are uint8 or float32, got {what} (it is never converted)")
             tensor = torch.from_numpy(np.ascontiguousarray(arr) if arr.flags.writeable else arr.copy())
             layout = layout or "hwc"
         if tensor.dtype not in _DTYPES:
@@ -141,6 +147,11 @@ def from_hwc(hwc: torch.Tensor) -> Image:
 def from_chw(chw: torch.Tensor) -> Image:
     """An Image over a plain (C, H, W) tensor, made contiguous (CHW memory) if it is not."""
     return chw.contiguous().as_subclass(Image)
+
+
+def image_if_pil(obj: Any) -> Any:
+    """A PIL image as an Image (what ``ToImage`` gives), anything else as it is."""
+    return Image.from_array(obj) if isinstance(obj, PILImage.Image) else obj
 
 
 def as_image(obj: Any) -> Image:

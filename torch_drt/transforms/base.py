@@ -5,29 +5,49 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from torch_drt import _threads
+from torch_drt.transforms._image import image_if_pil
+
 __all__ = ["Compose", "Transform"]
+
+
+def _is_index(x: Any) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
 
 
 class Transform:
     """A callable on one image (``Decode``: on encoded bytes). Subclasses implement ``apply(image)``.
 
-    A transform takes the forms a loader and a dataset give it:
+    A transform takes the forms a loader, a dataset and torchvision give it:
 
-    - ``t(image)``;
-    - ``t((image, target, ...))``: a tuple item; the image is transformed, the rest passes through unchanged;
-    - ``t(index, item)``: the loader's ``transform(index, item)`` hook; the index is not used.
+    - ``t(image)``: an ``Image``, a ``tv_tensors.Image`` or (C, H, W) tensor, or a PIL image (taken as torchvision
+      v2's ``ToImage`` gives it: the result is an ``Image``);
+    - ``t((image, target, ...))`` and ``t(image, target, ...)`` (torchvision v2's form, as ``v2.Compose`` calls it
+      with several inputs): the image is transformed, the rest passes through unchanged, a tuple is returned;
+    - ``t(index, item)`` with an int ``index``: the loader's ``transform(index, item)`` hook; the index is not used.
+
+    A call runs its torch ops on the calling thread only, without torch's intra-op threads, and leaves other
+    threads and torch's settings as they were (see ``torch_drt._threads``).
     """
 
     def __call__(self, *args: Any) -> Any:
-        if len(args) == 2:  # transform(index, item)
-            item = args[1]
-        elif len(args) == 1:
+        if len(args) == 1:
             item = args[0]
+        elif len(args) == 2 and _is_index(args[0]):  # transform(index, item)
+            item = args[1]
+        elif args:  # torchvision's transform(image, target, ...): one sample of several inputs
+            item = args
         else:
-            raise TypeError(f"{type(self).__name__} takes (item) or (index, item), got {len(args)} arguments")
-        if type(item) is tuple and item:
-            return (self.apply(item[0]), *item[1:])
-        return self.apply(item)
+            raise TypeError(f"{type(self).__name__} takes (item), (image, target, ...) or (index, item), got none")
+        threads = _threads.single_thread()
+        try:
+            if type(item) is tuple and item:
+                return (self.apply(item[0]), *item[1:])
+            return self.apply(item)
+        finally:
+            _threads.restore(threads)
 
     def apply(self, image: Any) -> Any:
         """Transform one image."""
@@ -51,7 +71,9 @@ def nested_repr(name: str, transforms: Sequence[Any], extra: str = "") -> str:
 
 class Compose(Transform):
     """Apply ``transforms`` in order: torch_drt transforms and any other callables on one image (torchvision's
-    v2 transforms, for example). The loader accepts a Compose directly as its ``transform``.
+    v2 transforms, for example). The loader accepts a Compose directly as its ``transform``, and a dataset as its
+    ``transform`` (``torchvision.datasets.ImageFolder(root, transform=Compose([...]))``). A PIL image that is still
+    one after the steps (only torchvision's steps saw it) is returned as an ``Image``, as ``v2.ToImage`` gives it.
 
     Args:
         transforms: the transforms.
@@ -67,7 +89,7 @@ class Compose(Transform):
     def apply(self, image: Any) -> Any:
         for step in self._steps:
             image = step(image)
-        return image
+        return image_if_pil(image)  # a PIL image that only torchvision steps saw: as ToImage gives it
 
     def __repr__(self) -> str:
         return nested_repr("Compose", self.transforms)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 import torch
 from torchvision import tv_tensors
 
+from torch_drt import _threads
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.dtype import Normalize
 
@@ -93,6 +94,7 @@ class _BufferPool:
 class ImageCollator:
     """Collate images (``Image``, tensors as CHW, numpy arrays as HWC) into one ``ImageBatch``.
 
+    It writes the batch on the calling thread only, without torch's intra-op threads, as the transforms run.
     Items that are ``(image, target, ...)`` tuples give ``(batch, targets, ...)``, each further field collated by
     torch's ``default_collate`` (ints become an int64 tensor, dicts a dict of batches). No items (a padded rank's
     last batch under ``drop_last=False``) give ``[]``, as the loader's default collate does.
@@ -162,7 +164,11 @@ class ImageCollator:
                     f"images of one batch must share shape and type: item 0 is {tuple(first.shape)} {first.dtype}, "
                     f"item {k} is {tuple(im.shape)} {im.dtype} (CHW)"
                 )
-        batch = self._fill(images)
+        threads = _threads.single_thread()  # the loader's threads are the parallelism, as for the transforms
+        try:
+            batch = self._fill(images)
+        finally:
+            _threads.restore(threads)
         if self._pool is not None:
             batch._pool = self._pool
         if not fields:

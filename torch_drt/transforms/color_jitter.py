@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
@@ -145,7 +144,7 @@ class ColorJitter(Transform):
         return order, factors
 
     def apply(self, image: Any) -> Image:
-        order, factors = self.draw(item_generator())
+        order, factors = self.draw(_draw.generator())
         if all(f is None for f in factors):
             return as_image(image)
         chw = _colour_image(image, "ColorJitter", self.max_alloc)
@@ -169,7 +168,7 @@ class RandomGrayscale(Transform):
         self.max_alloc = check_max_alloc(max_alloc)
 
     def apply(self, image: Any) -> Image:
-        if not _draw.coin(self.p, item_generator()):
+        if not _draw.coin(self.p, _draw.generator()):
             return as_image(image)
         chw = _colour_image(image, "RandomGrayscale", self.max_alloc)
         return grayscale(chw, chw.shape[0]).as_subclass(Image)

@@ -61,6 +61,9 @@ class Decode(Transform):
     so a decompression bomb is refused without allocating it. Images with more than 8 bits per sample (16-bit
     PNG and TIFF, 12-bit JPEG) or float samples are refused: they are never cut to 8 bits.
 
+    A PIL image (what ``torchvision.datasets.ImageFolder`` and ``PIL.Image.open`` give) is converted as its bytes
+    would be decoded, without decoding again, so one pipeline serves encoded bytes and a dataset's PIL images.
+
     PNG goes through Pillow because torchvision's PNG decoder crashes the interpreter (SIGSEGV) when libpng finds
     an error in the image data, which any corrupt file can trigger.
 
@@ -72,7 +75,7 @@ class Decode(Transform):
     Raises:
         ValueError: for bytes that are not an image, a corrupt or truncated image, one over the limits, or a
             16-bit, 12-bit or float image.
-        TypeError: for input that is not bytes-like.
+        TypeError: for input that is neither bytes-like nor a PIL image.
     """
 
     def __init__(self, max_width: int = MAX_SIDE, max_height: int = MAX_SIDE, max_alloc: int = MAX_ALLOC) -> None:
@@ -94,9 +97,11 @@ class Decode(Transform):
                 "refused before decoding"
             )
 
-    def apply(self, data: bytes | bytearray | memoryview) -> Image:
+    def apply(self, data: bytes | bytearray | memoryview | PILImage.Image) -> Image:
+        if isinstance(data, PILImage.Image):  # opened already (a dataset's loader): the conversion is left
+            return self._convert(data)
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"Decode takes encoded bytes, got {type(data).__name__}")
+            raise TypeError(f"Decode takes encoded bytes or a PIL image, got {type(data).__name__}")
         png = png_header(data)
         if png is not None and png.depth > 8:
             raise ValueError(f"{png.depth}-bit PNG refused: images are decoded to 8 bits and never cut")
@@ -129,21 +134,26 @@ class Decode(Transform):
             raise ValueError(f"image refused before decoding: {e}") from None
         except Exception as e:  # Pillow raises many types on corrupt headers (OSError, SyntaxError, TypeError...)
             raise ValueError(f"not a decodable image ({len(data)} bytes): {type(e).__name__}: {e}") from None
+        return self._convert(im)
+
+    def _convert(self, im: PILImage.Image) -> Image:
+        """An opened (or loaded) Pillow image, loaded and converted as decoding converts it."""
         width, height = im.size
+        fmt = im.format or "PIL"
         deep = _DEEP_MODES.get(im.mode) or (tiff_deep_reason(im) if im.format == "TIFF" else None)
         if deep is not None:
-            raise ValueError(f"{im.format} image with {deep} refused: images are decoded to 8 bits and never cut")
+            raise ValueError(f"{fmt} image with {deep} refused: images are decoded to 8 bits and never cut")
         if im.mode == "P":
             target = "RGBA" if "transparency" in im.info else "RGB"
         elif im.mode in _TARGET:
             target = _TARGET[im.mode]
         else:
-            raise ValueError(f"unsupported image mode {im.mode!r} ({im.format})")
-        self._check(width, height, _pillow_peak(im.mode, target, im.format, width * height))
+            raise ValueError(f"unsupported image mode {im.mode!r} ({fmt})")
+        self._check(width, height, _pillow_peak(im.mode, target, fmt, width * height))
         try:
-            im.load()
+            im.load()  # nothing to do for a loaded image
         except Exception as e:  # as above, for corrupt image data
-            raise ValueError(f"corrupt or truncated {im.format} image: {type(e).__name__}: {e}") from None
+            raise ValueError(f"corrupt or truncated {fmt} image: {type(e).__name__}: {e}") from None
         if target != im.mode:
             im = im.convert(target)
         arr = np.array(im)  # a writable copy

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
@@ -55,7 +54,7 @@ class RandomErasing(Transform):
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
-        g = item_generator()
+        g = _draw.generator()
         if not _draw.coin(self.p, g):
             return image
         chw = plain(image)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
+from torch_drt.transforms._image import image_if_pil
 from torch_drt.transforms.base import Transform, as_step, nested_repr
 
 __all__ = ["RandomApply", "RandomChoice"]
@@ -21,7 +21,7 @@ def _steps(transforms: Sequence[Any]) -> list[Any]:
 
 class RandomApply(Transform):
     """torchvision v2 ``RandomApply``: all of ``transforms`` in order with probability ``p`` (one ``torch.rand(1)``
-    from the item's generator), else none.
+    from the item's generator), else none. A PIL image comes out as an ``Image`` either way.
 
     Args:
         transforms: torch_drt transforms or any callables on one image.
@@ -34,11 +34,10 @@ class RandomApply(Transform):
         self._steps = _steps(self.transforms)
 
     def apply(self, image: Any) -> Any:
-        if not _draw.coin(self.p, item_generator()):
-            return image
-        for step in self._steps:
-            image = step(image)
-        return image
+        if _draw.coin(self.p, _draw.generator()):
+            for step in self._steps:
+                image = step(image)
+        return image_if_pil(image)
 
     def __repr__(self) -> str:
         return nested_repr("RandomApply", self.transforms, f"p={self.p}")
@@ -46,7 +45,7 @@ class RandomApply(Transform):
 
 class RandomChoice(Transform):
     """torchvision v2 ``RandomChoice``: one of ``transforms``, picked with probabilities ``p`` (normalised; equal
-    when None) by one ``torch.multinomial`` from the item's generator.
+    when None) by one ``torch.multinomial`` from the item's generator. A PIL image comes out as an ``Image``.
 
     Args:
         transforms: torch_drt transforms or any callables on one image.
@@ -66,7 +65,7 @@ class RandomChoice(Transform):
         self._steps = _steps(self.transforms)
 
     def apply(self, image: Any) -> Any:
-        return self._steps[_draw.pick(self.p, item_generator())](image)
+        return image_if_pil(self._steps[_draw.pick(self.p, _draw.generator())](image))
 
     def __repr__(self) -> str:
         return nested_repr("RandomChoice", self.transforms, f"p={self.p}")

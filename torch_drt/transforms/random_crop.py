@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
 from torch_drt.transforms._hwc import PadMode, check_pad_mode, crop_hwc, out_like, pad_hwc, pair, parse_padding
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
@@ -61,7 +60,7 @@ class RandomResizedCrop(Transform):
         if image.dtype != torch.uint8:
             raise ValueError(f"RandomResizedCrop takes uint8 images, got {image.dtype}: crop before ToFloat")
         chw = plain(image)
-        top, left, h, w = self.draw(chw.shape[1], chw.shape[2], item_generator())
+        top, left, h, w = self.draw(chw.shape[1], chw.shape[2], _draw.generator())
         crop = chw[:, top : top + h, left : left + w]
         oh, ow = self.size
         if (oh, ow) == (h, w):
@@ -120,7 +119,7 @@ class RandomCrop(Transform):
     def apply(self, image: Any) -> Image:
         image = as_image(image)
         hwc = image.hwc
-        ltrb, y, x = self.draw(hwc.shape[0], hwc.shape[1], item_generator())
+        ltrb, y, x = self.draw(hwc.shape[0], hwc.shape[1], _draw.generator())
         crop_h, crop_w = self.size
         if self.padding_mode == "constant" and self.fill == 0:
             # the crop of the zero-padded image, without making the padded image: the same values

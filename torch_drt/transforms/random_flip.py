@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from torch_drt.random import item_generator
 from torch_drt.transforms import _draw
 from torch_drt.transforms._hwc import out_like
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
@@ -24,7 +23,7 @@ class _RandomFlip(Transform):
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
-        if not _draw.coin(self.p, item_generator()):
+        if not _draw.coin(self.p, _draw.generator()):
             return image
         check_alloc(type(self).__name__, image.numel() * image.element_size(), self.max_alloc)
         return out_like(torch.flip(image.hwc, dims=(self.dim,)), image)
