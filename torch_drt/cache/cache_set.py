@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from torch_drt.cache._format import MANIFEST_FILE, MAX_MANIFEST_BYTES, validate_source_name
+from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
@@ -228,6 +229,7 @@ def _load_parts(
     """Load every part with its metadata table; each must be exactly the cache the manifest recorded."""
     loaded = []
     for part in cache_set.parts:
+        check_origin(cache_set.path, SET_MANIFEST_FILE, part.location, cache_set.part_path(part), config)
         try:
             backend = _backend(cache_set.part_path(part), options, config)
         except ValueError as e:  # a URL with secrets in it, say: the message shows it redacted

@@ -68,6 +68,9 @@ class RemoteConfig:
             ``2770``, files ``0660``; the directory may belong to another user of the group). By default the node
             cache is private: ``0700``, owned by this user, and a directory found that another user owns (or
             may write) is refused.
+        allow_foreign_parts: read the parts of a remote cache set that lie at another origin (scheme, host or
+            bucket) than the set itself. By default they are refused: the set's ``storage_options`` (its
+            credentials) are never sent where a downloaded ``cacheset.json`` points.
     """
 
     cache_dir: str | None = None
@@ -93,6 +96,7 @@ class RemoteConfig:
     claim_settle: float = 1.0
     staging_dir: str | None = None
     shared_node_cache: bool = False
+    allow_foreign_parts: bool = False
 
     def __post_init__(self) -> None:
         if self.read_mode not in ("shards", "ranges"):
@@ -108,8 +112,9 @@ class RemoteConfig:
         _positive("retries", self.retries, zero=True)
         if self.cache_limit is not None:
             _positive("cache_limit", self.cache_limit)
-        if not isinstance(self.shared_node_cache, bool):
-            raise ValueError(f"shared_node_cache={self.shared_node_cache!r} must be a bool")
+        for name in ("shared_node_cache", "allow_foreign_parts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a bool")
         if self.conditional_writes not in (None, True, False):
             raise ValueError(f"conditional_writes={self.conditional_writes!r} must be None, True or False")
 
