@@ -29,8 +29,8 @@ def main() -> None:
     dist.init_process_group("gloo")  # torchrun sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank, world = dist.get_rank(), dist.get_world_size()
     loader = StatefulDataLoader(
-        list(range(N)), batch_size=4, shuffle=True, seed=11, num_workers=2, collate_fn=list
-    )  # rank and world size come from the process group
+        list(range(N)), batch_size=4, shuffle=True, seed=11, num_workers=2, collate_fn=list, split_by_rank=True
+    )  # torch_drt's own split by rank: rank and world size from the process group, resumable at another world size
     state_file = args.workdir / "state.json"
     if args.resume:
         loader.load_state_dict(json.loads(state_file.read_text()))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -48,16 +48,21 @@ class CacheDataModule(pl.LightningDataModule):
     Args:
         paths: the training caches (one or more cache directories or URLs such as ``s3://bucket/caches/train``).
         batch_size: samples per batch on each rank.
-        shuffle: weighted sampling with replacement (True) or sequential reading of the training rows.
+        shuffle: read the training rows shuffled (True: every row once per epoch, in a new order each epoch; see
+            ``sampling``) or sequentially.
         seed: the sampling seed.
-        num_workers: loading processes of each loader.
+        sampling: with ``shuffle``, ``"permutation"`` (the default: every row once per epoch; the rows' weights
+            must be equal) or ``"weighted"`` (draws by weight with replacement: rows repeat, others are missed).
+        shard_window: with ``shuffle``, the locality-aware permutation of ``W`` shards at a time instead of the
+            plain one (for caches at URLs whose node cache is smaller than the dataset); not with ``"weighted"``.
+        num_workers: loading processes of each loader (a checkpoint resumes under another number).
         sample_transform_fn: ``CachedSample -> item`` on the loading workers.
         collate_fn: ``list[item] -> batch``.
         val_paths: validation caches; or use ``split_column``.
         split_column: a metadata column that splits the training caches' rows: validation rows have the str
             value ``"val"``, ``"valid"`` or ``"validation"`` (or True in a bool column); the others train.
         samples_per_epoch: training samples per epoch over all ranks (default: the training row count).
-        multiprocessing_context: start method of loading processes.
+        multiprocessing_context: start method of loading processes (None: the platform's default, as torch's).
         storage_options: fsspec options for caches at URLs (credentials, endpoint).
         remote_config: node cache, prefetch and read-mode settings for caches at URLs.
     """
@@ -69,13 +74,15 @@ class CacheDataModule(pl.LightningDataModule):
         batch_size: int,
         shuffle: bool = True,
         seed: int = 0,
+        sampling: Literal["permutation", "weighted"] | None = None,
+        shard_window: int | None = None,
         num_workers: int = 0,
         sample_transform_fn: Callable[[Any], Any] | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         val_paths: Sequence[str | Path] | None = None,
         split_column: str | None = None,
         samples_per_epoch: int | None = None,
-        multiprocessing_context: str | None = "spawn",
+        multiprocessing_context: str | None = None,
         storage_options: dict[str, Any] | None = None,
         remote_config: drt.RemoteConfig | None = None,
     ) -> None:
@@ -84,10 +91,16 @@ class CacheDataModule(pl.LightningDataModule):
             raise ValueError("give val_paths or split_column, not both")
         if not paths:
             raise ValueError("paths must name at least one cache")
+        if sampling not in (None, "permutation", "weighted"):
+            raise ValueError(f"sampling={sampling!r} must be 'permutation', 'weighted' or None")
+        for name, value in (("sampling", sampling), ("shard_window", shard_window)):
+            if value is not None and not shuffle:
+                raise ValueError(f"{name}={value!r} is a way of shuffling: it needs shuffle=True")
         self.paths = [_location(p) for p in paths]
         self.val_paths = None if val_paths is None else [_location(p) for p in val_paths]
         self.storage_options, self.remote_config = storage_options, remote_config
-        self.batch_size, self.shuffle, self.seed = batch_size, shuffle, seed
+        self.batch_size, self.shuffle, self.seed, self.sampling = batch_size, shuffle, seed, sampling
+        self.shard_window = shard_window
         self.num_workers, self.samples_per_epoch = num_workers, samples_per_epoch
         self.sample_transform_fn, self.collate_fn = sample_transform_fn, collate_fn
         self.split_column, self.multiprocessing_context = split_column, multiprocessing_context
@@ -106,6 +119,8 @@ class CacheDataModule(pl.LightningDataModule):
             batch_size=self.batch_size,
             shuffle=self.shuffle,
             seed=self.seed,
+            sampling=self.sampling,
+            shard_window=self.shard_window,
             num_workers=self.num_workers,
             samples_per_epoch=self.samples_per_epoch,
             sample_transform_fn=self.sample_transform_fn,
@@ -148,7 +163,7 @@ class CacheDataModule(pl.LightningDataModule):
             self._train.update_metadata(table.filter(pa.array(~mask)))
 
     def _loader(self, dataset: drt.CachedDataset, *, shuffle: bool, samples: int | None) -> Any:
-        seeded = {"seed": self.seed} if shuffle else {}  # a seed is refused without shuffle, as in dataset-rt
+        seeded = {"seed": self.seed, "sampling": self.sampling, "shard_window": self.shard_window} if shuffle else {}
         return dataset.to_torch_dataloader(
             sample_transform_fn=self.sample_transform_fn,
             collate_fn=self.collate_fn,

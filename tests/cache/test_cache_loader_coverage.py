@@ -123,8 +123,12 @@ def test_two_real_ranks_read_every_row_once(tmp_path, workers):
 
 
 def test_shuffled_split_consumers_draw_within_disjoint_spans_of_a_permuted_order(cover_cache):
-    loader = first_rows(cover_cache, 100).to_torch_dataloader(
-        collate_fn=list, batch_size=5, shuffle=True, seed=4, worker_partition="split", num_workers=3)
+    import torch_drt.compat.dataset_rt as compat  # dataset-rt's layout: a stream per loading worker, draws by weight
+
+    dataset = compat.DatasetRuntime(1).cached_dataset([cover_cache], reader_config=compat.ReaderConfig(seed=0))
+    dataset.update_metadata(dataset.get_metadata(backend="arrow").slice(0, 100))
+    loader = dataset.to_torch_dataloader(collate_fn=list, batch_size=5, shuffle=True, seed=4, worker_partition="split",
+                                         num_workers=3, verbose=False)
     fetcher, planner = loader._mode.fetcher, loader._mode.planner
     drawn: list[set[int]] = [set(), set(), set()]
     for epoch in range(20):  # 20 passes of draws with replacement reach nearly every row of each span
@@ -134,3 +138,11 @@ def test_shuffled_split_consumers_draw_within_disjoint_spans_of_a_permuted_order
     assert not (drawn[0] & drawn[1] or drawn[0] & drawn[2] or drawn[1] & drawn[2])  # disjoint spans
     assert len(set().union(*drawn)) > 90
     assert max(drawn[0]) - min(drawn[0]) > 50  # spans of a keyed permutation, not runs of the table order
+
+
+def test_torch_drts_shuffled_split_ranks_read_their_span_of_a_permuted_order_once_per_pass(cover_cache):
+    loader = first_rows(cover_cache, 100).to_torch_dataloader(
+        sample_transform_fn=sample_id, collate_fn=list, batch_size=5, shuffle=True, seed=4, worker_partition="split",
+        num_workers=3, multiprocessing_context="fork")
+    first, second = ([x for b in loader for x in b] for _ in range(2))
+    assert sorted(first) == sorted(second) == list(range(100)) and first != second

@@ -91,14 +91,17 @@ def test_a_checkpoint_taken_before_shard_window_existed_loads(cache):
 
 
 def test_a_shared_order_checkpoint_from_before_the_mirrored_blocks_is_refused_a_single_consumers_loads(cache):
-    ds = _dataset(cache, seed=1, shard_window=2)
-    shared = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=2, multiprocessing_context="fork")
-    state = shared.state_dict()
+    import torch_drt.compat.dataset_rt as compat  # a stream per loading worker: two workers share one order
+
+    per_worker = compat.DatasetRuntime(1).cached_dataset(cache, reader_config=compat.ReaderConfig(seed=1,
+                                                                                                 shard_window=2))
+    kwargs = dict(collate_fn=ids, batch_size=10, num_workers=2, seed=1, verbose=False)
+    state = per_worker.to_torch_dataloader(**kwargs).state_dict()
     assert state["shard_window_order"] == 2
     old = {k: v for k, v in state.items() if k != "shard_window_order"}  # taken by the previous release
-    again = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=2, multiprocessing_context="fork")
     with pytest.raises(ValueError, match="shard_window_order=1"):
-        again.load_state_dict(old)
+        per_worker.to_torch_dataloader(**kwargs).load_state_dict(old)
+    ds = _dataset(cache, seed=1, shard_window=2)
     single = ds.to_torch_dataloader(collate_fn=ids, batch_size=10, num_workers=0)  # one consumer: the same order
     it = iter(single)
     next(it)

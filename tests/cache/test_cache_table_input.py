@@ -120,7 +120,7 @@ def test_weights_whose_sum_overflows_draw_in_proportion():
 
 
 def test_huge_table_weights_draw_in_proportion(runtime, make_cache):
-    ds = runtime.cached_dataset([make_cache(n=4)], reader_config=drt.ReaderConfig(seed=3))
+    ds = runtime.cached_dataset([make_cache(n=4)], reader_config=drt.ReaderConfig(seed=3, sampling="weighted"))
     table = ds.get_metadata()
     ds.update_metadata(table.set_column(table.column_names.index("weight"), "weight", pa.array(HUGE)))
     assert ds.get_metadata().column("weight").to_pylist() == HUGE  # the user's weights, as given

@@ -90,11 +90,11 @@ def test_shuffled_draws_follow_weights_and_seed_reproduces(dataset):
     weights = [9.0 if i == 0 else 1.0 / 39 for i in range(40)]
     dataset.update_metadata(table.set_column(table.column_names.index("weight"), "weight", pa.array(weights)))
     loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=100,
-                                         samples_per_epoch=1000, seed=5)
+                                         samples_per_epoch=1000, seed=5, sampling="weighted")
     first = [x for b in loader for x in b]
     assert 850 <= first.count(0) <= 950
     again = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=100,
-                                        samples_per_epoch=1000, seed=5)
+                                        samples_per_epoch=1000, seed=5, sampling="weighted")
     assert [x for b in again for x in b] == first
 
 
@@ -147,7 +147,8 @@ def test_transform_errors_keep_type_and_message(dataset):
     ({"shuffle": False, "seed": 3}, ValueError, "requires shuffle=True"),
     ({"worker_partition": "mirror"}, ValueError, "must be 'split', 'replicate', or None"),
     ({"batch_size": 0}, ValueError, "batch_size must be a positive integer"),
-    ({"num_workers": 2, "sample_transform_fn": lambda s: s}, TypeError, "sample_transform_fn must be picklable"),
+    ({"num_workers": 2, "sample_transform_fn": lambda s: s, "multiprocessing_context": "spawn"}, TypeError,
+     "sample_transform_fn must be picklable"),
     ({"samples_per_epoch": 0}, ValueError, "samples_per_epoch must be a positive integer"),
 ])
 def test_validation(dataset, kwargs, error, message):

@@ -12,8 +12,8 @@ import torch_drt as drt
 QUIET = drt.WriterConfig(show_progress=False)
 
 
-def load(runtime, paths, *, shuffle=False, seed=0):
-    return runtime.cached_dataset(paths, reader_config=drt.ReaderConfig(seed=seed, shuffle=shuffle))
+def load(runtime, paths, *, shuffle=False, seed=0, **config):
+    return runtime.cached_dataset(paths, reader_config=drt.ReaderConfig(seed=seed, shuffle=shuffle, **config))
 
 
 def rows(samples):
@@ -52,7 +52,7 @@ def test_shuffled_windows_form_one_continuous_stream(runtime, make_cache):
 
 
 def test_weights_drive_the_draws(runtime, make_cache):
-    ds = load(runtime, [make_cache(n=2)], shuffle=True, seed=3)
+    ds = load(runtime, [make_cache(n=2)], shuffle=True, seed=3, sampling="weighted")
     table = ds.get_metadata()
     ds.update_metadata(table.set_column(table.column_names.index("weight"), "weight", pa.array([1.0, 9.0])))
     ds.set_epoch_len(1000)

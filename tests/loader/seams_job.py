@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -25,7 +26,7 @@ def epochs(loader, set_epoch: bool) -> list[list[int]]:
     for epoch in range(EPOCHS):
         if set_epoch:
             loader.sampler.set_epoch(epoch)  # the common training-script line: it must reach the user's sampler
-        out.append([int(x) for batch in loader for x in batch])
+        out.append([int(x) for batch in loader for x in (batch if isinstance(batch, list | torch.Tensor) else [batch])])
     return out
 
 
@@ -34,6 +35,7 @@ def run(rank: int, world_size: int, port: int, out: str) -> None:
     # built before the process group exists (as in a LightningDataModule's __init__)
     early = {f"{k}/early": cls(data, batch_size=4, shuffle=False, **FORK) for k, cls in CLASSES.items()}
     early["drt/split"] = StatefulDataLoader(data, batch_size=4, shuffle=True, seed=1, split_by_rank=True)
+    early["drt/split_unbatched"] = StatefulDataLoader(data, batch_size=None, split_by_rank=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:

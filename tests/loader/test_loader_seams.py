@@ -5,6 +5,7 @@ torch's ``DataLoader`` is the oracle, run side by side in the same processes.
 
 from __future__ import annotations
 
+import inspect
 import json
 import random
 import socket
@@ -14,7 +15,14 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from seams_job import EPOCHS, N, run
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
 
 from torch_drt import StatefulDataLoader
 
@@ -53,6 +61,8 @@ def test_no_split_by_rank_with_torchs_arguments(two_ranks):
 
 
 def test_split_by_rank_is_resolved_when_iteration_starts(two_ranks):
+    unbatched = [r["drt/split_unbatched"] for r in two_ranks]
+    assert unbatched[0] == [list(range(0, N, 2))] * EPOCHS and unbatched[1] == [list(range(1, N, 2))] * EPOCHS
     ranks = [r["drt/split"] for r in two_ranks]
     for epoch in range(EPOCHS):
         assert len(ranks[0][epoch]) == len(ranks[1][epoch]) == N // 2
@@ -80,6 +90,18 @@ def test_loader_sampler_is_torchs_kind():
     assert type(shuffled.batch_sampler).__name__ == "BatchSampler"
     assert type(DataLoader(data, shuffle=True).batch_sampler) is type(shuffled.batch_sampler)
     assert StatefulDataLoader(data, batch_size=None).batch_sampler is None
+    batches = BatchSampler(SequentialSampler(data), 3, False)
+    with_batches = StatefulDataLoader(data, batch_sampler=batches)
+    assert with_batches.batch_sampler is batches and with_batches.batch_size is None
+    assert type(with_batches.sampler) is type(DataLoader(data, batch_sampler=batches).sampler)  # not a split view
+
+
+def test_a_loader_recreated_from_its_attributes_is_the_same_loader():
+    """Lightning re-creates a loader from ``vars(loader)`` (a loader built outside its hooks): same data, seed."""
+    loader = StatefulDataLoader(list(range(6)), batch_size=None, collate_fn=lambda x: x * 10, shuffle=True, seed=4)
+    params = inspect.signature(StatefulDataLoader.__init__).parameters
+    again = StatefulDataLoader(**{k: v for k, v in vars(loader).items() if k in params and k != "self"})
+    assert list(again) == list(loader) and again.seed == 4
 
 
 class Draws(torch.utils.data.Dataset):

@@ -27,13 +27,14 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def as_other_user(fn, *args) -> None:
-    """Run ``fn(*args)`` in a forked child switched to uid/gid ``nobody`` (a real other local user)."""
+def as_other_user(fn, *args, gid: int = NOBODY) -> None:
+    """Run ``fn(*args)`` in a forked child switched to uid ``nobody`` and ``gid`` (a real other local user)."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
-            os.setgid(NOBODY)
+            os.setgroups([])
+            os.setgid(gid)
             os.setuid(NOBODY)
             fn(*args)
             code = 0
@@ -110,7 +111,7 @@ def test_a_planted_symlink_is_refused(public_tmp, tmp_path):
 @as_root
 def test_a_cache_shared_on_purpose_is_the_groups(public_tmp):
     shared = public_tmp / "team-cache"
-    as_other_user(os.mkdir, str(shared), 0o2770)
+    as_other_user(os.mkdir, str(shared), 0o2770, gid=os.getgid())  # another member of this user's group
     with pytest.raises(PermissionError, match="belongs to uid"):
         NodeCache(shared, limit=1 << 20)  # not without the opt-in
     cache = NodeCache(shared, limit=1 << 20, group=True)
@@ -129,3 +130,24 @@ def test_a_remote_cache_is_not_read_through_a_planted_node_cache(tmp_path, publi
     with pytest.raises(PermissionError, match=f"node cache {planted}: it belongs to uid {NOBODY}"):
         drt.DatasetRuntime(1).cached_dataset(url, reader_config=drt.ReaderConfig(seed=0),
                                              storage_options=s3_options(moto_endpoint), remote_config=config)
+
+
+def test_a_directory_in_a_parent_others_may_write_is_refused(tmp_path):
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)  # not sticky: anyone could rename the cache away and put theirs in its place
+    with pytest.raises(PermissionError, match="its parent .* is writable by others and not sticky"):
+        NodeCache(parent / "n", limit=1 << 20)
+    parent.chmod(0o1777)  # sticky, as /tmp: entries can only be renamed by their owner
+    NodeCache(parent / "n", limit=1 << 20)
+
+
+def test_a_lock_that_is_a_link_is_not_followed(tmp_path):
+    cache = NodeCache(tmp_path / "n", limit=1 << 20, group=True)
+    victim = tmp_path / "id_rsa"
+    victim.write_text("secret")
+    victim.chmod(0o600)
+    (tmp_path / "n" / "locks" / "sha256-a.lock").symlink_to(victim)  # planted by another member of the group
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        cache.fetch("sha256-a", 3, lambda fd: os.pwrite(fd, b"abc", 0), lambda p: None, "s3://b/a")
+    assert mode(victim) == 0o600 and victim.read_text() == "secret"

@@ -119,7 +119,7 @@ def test_errors_in_the_loader_keep_type_and_the_next_batch_follows(server):
 
 def test_session_is_closed_with_the_loader_and_dataset_pickles(server):
     ds = HttpDataset([server.url(f"/item/{i}") for i in range(4)])
-    loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, collate_fn=list, worker_method="thread")
     list(loader)
     sessions = list(ds._sessions.values())
     assert len(sessions) == 1

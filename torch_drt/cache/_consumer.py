@@ -49,17 +49,20 @@ class _OneArg:
 class RowFetcher:
     """Loads ``StreamBatch``es of this rank's consumers (picklable: it opens its files in each process).
 
-    Which rows a consumer's stream reads is ``torch_drt.cache._streams``'s. Before reading a batch of caches at
-    URLs, the fetcher hands the reader the shards of its consumer's next batches (``ReadAhead``, in the process
-    that reads them; the future is known: rows are a pure function of the stream position); for local caches
-    that costs one attribute test.
+    Which rows a consumer's stream reads is ``torch_drt.cache._streams``'s. A batch's ``worker`` is the loading
+    process it is loaded on: with ``dealt_to == 1`` also its consumer (each process reads its own stream,
+    dataset-rt's layout); with ``dealt_to > 1`` the rank has one consumer whose batches are dealt to ``dealt_to``
+    processes in turn (batch ``d`` of a pass on process ``d % dealt_to``). Before reading a batch of caches at
+    URLs, the fetcher hands the reader the shards of the next batches its process loads (``ReadAhead``, in the
+    process that reads them; the future is known: rows are a pure function of the stream position); for local
+    caches that costs one attribute test.
 
     Args:
         caches: the caches, in cache-position order: paths, or backends (a URL's carries its options and remote
             settings to the loading processes).
         snapshot_path: the exported metadata snapshot.
         plans: this rank's consumer plans.
-        shuffle: weighted draws instead of the sequential walk.
+        shuffle: a shuffled order instead of the sequential walk.
         seed: the sampling seed (and the items' random generators' seed).
         partition: ``"split"`` or ``"replicate"``.
         transform: ``sample_transform_fn(sample) -> item`` or None.
@@ -67,8 +70,10 @@ class RowFetcher:
         native_num_workers: reader threads per process.
         pin: pin batches (when loading inline; process workers pin when unpacking).
         events: the consumers' ``verbose`` events, or None.
-        shard_window: the locality-aware shuffle's window (None: weighted draws).
+        shard_window: the locality-aware shuffle's window (None: ``sampling`` decides).
         world_size: ranks.
+        sampling: ``"permutation"`` or ``"weighted"`` (when shuffled).
+        dealt_to: the loading processes a consumer's batches are dealt to in turn (1: a consumer per process).
         batch_size: items per batch, and ``continue_streams``: whether streams continue across passes (the
             geometry of the future batches prefetching looks at; ``torch_drt.nodes.stream_plan.consumer_batch``).
         reader: the dataset's reader of ``caches``, which the process that makes the fetcher reads with (loading
@@ -78,7 +83,8 @@ class RowFetcher:
     """
 
     _KEPT = ("caches", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn",
-             "native_num_workers", "pin", "events", "shard_window", "world_size", "batch_size", "continue_streams")
+             "native_num_workers", "pin", "events", "shard_window", "world_size", "batch_size", "continue_streams",
+             "sampling", "dealt_to")
 
     def __init__(
         self,
@@ -100,7 +106,11 @@ class RowFetcher:
         continue_streams: bool = True,
         reader: CacheReader | None = None,
         snapshot: Snapshot | None = None,
+        sampling: str = "permutation",
+        dealt_to: int = 1,
     ) -> None:
+        if dealt_to > 1 and len(plans) != 1:
+            raise ValueError(f"batches are dealt to {dealt_to} processes from one consumer, not {len(plans)}")
         self.caches, self.snapshot_path, self.plans = list(caches), snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
         self.transform = None if transform is None else _OneArg(transform)
@@ -108,6 +118,7 @@ class RowFetcher:
         self.events = events
         self.shard_window, self.world_size = shard_window, world_size
         self.batch_size, self.continue_streams = batch_size, continue_streams
+        self.sampling, self.dealt_to = sampling, dealt_to
         self._opened_in: int | None = None
         self._made_in = (os.getpid(), reader, snapshot)
 
@@ -130,7 +141,8 @@ class RowFetcher:
         self._opened_in = os.getpid()
 
     def _new_streams(self) -> None:
-        settings = StreamSettings(self.shuffle, self.seed, self.partition, self.shard_window, self.world_size)
+        settings = StreamSettings(self.shuffle, self.seed, self.partition, self.shard_window, self.world_size,
+                                  self.sampling)
         self._streams = ConsumerStreams(self.plans, settings, self._snapshot, self._reader)
         self._ahead: dict[int, ReadAhead] = {}
 
@@ -143,34 +155,51 @@ class RowFetcher:
         if self._opened_in == os.getpid():
             self._new_streams()
 
+    def stream(self, batch: StreamBatch) -> int:
+        """The consumer whose stream ``batch`` belongs to."""
+        return 0 if self.dealt_to > 1 else batch.worker
+
     def rows(self, batch: StreamBatch) -> np.ndarray:
         """The active-table rows of a stream batch."""
         self._open()
-        return self._streams.rows(batch.worker, batch.start, batch.count)
+        return self._streams.rows(self.stream(batch), batch.start, batch.count)
+
+    def _lane(self, worker: int) -> tuple[int, int, int]:
+        """(consumer, its first batch, batches per pass) of the batches process ``worker`` loads: every
+        ``dealt_to``-th batch of its consumer's pass."""
+        if self.dealt_to == 1:
+            return worker, 0, self._counts[worker]
+        return 0, worker, len(range(worker, self._counts[0], self.dealt_to))
 
     def _future(self, worker: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (cache positions, sample ids) of batch ``j`` of consumer ``worker``'s stream, counted over passes."""
+        """The (cache positions, sample ids) of the ``j``-th batch process ``worker`` loads, counted over passes."""
         return self._futures(worker, j, 1)[0]
 
     def _futures(self, worker: int, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """``_future`` of batches ``j .. j+n-1``, their rows drawn at once where their stream positions run on."""
-        spans = [consumer_batch(self.plans[worker], self.batch_size, *divmod(i, self._counts[worker]),
-                                self.continue_streams) for i in range(j, j + n)]
+        consumer, first, per_pass = self._lane(worker)
+        if per_pass == 0:
+            return []
+        plan, spans = self.plans[consumer], []
+        for i in range(j, j + n):
+            epoch, k = divmod(i, per_pass)
+            spans.append(consumer_batch(plan, self.batch_size, epoch, first + k * self.dealt_to, self.continue_streams))
         if all(a + c == b for (a, c), (b, _) in itertools.pairwise(spans)):
             counts = [c for _, c in spans]
-            parts = np.split(self._streams.rows(worker, spans[0][0], sum(counts)), np.cumsum(counts)[:-1])
+            parts = np.split(self._streams.rows(consumer, spans[0][0], sum(counts)), np.cumsum(counts)[:-1])
         else:
-            parts = [self._streams.rows(worker, start, count) for start, count in spans]
+            parts = [self._streams.rows(consumer, start, count) for start, count in spans]
         return [(self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]) for rows in parts]
 
     def _read_ahead(self, batch: StreamBatch, rows: np.ndarray) -> None:
-        """Plan the prefetch of the shards of ``batch`` (its ``rows``) and its consumer's next batches (caches at
-        URLs only)."""
+        """Plan the prefetch of the shards of ``batch`` (its ``rows``) and of the next batches its process loads
+        (caches at URLs only)."""
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
             ahead = self._ahead[batch.worker] = ReadAhead(self._reader, functools.partial(self._future, batch.worker),
                                                           many_rows=functools.partial(self._futures, batch.worker))
-        snap, k = self._snapshot, batch.epoch * self._counts[batch.worker] + batch.index
+        _, _, per_pass = self._lane(batch.worker)
+        snap, k = self._snapshot, batch.epoch * per_pass + batch.index // self.dealt_to
         ahead.before(k, (snap.cache_pos[rows], snap.sample_ids[rows]))
 
     def _read_part(self, part: tuple[np.ndarray, np.ndarray]) -> list[bytes]:
@@ -190,7 +219,7 @@ class RowFetcher:
 
     def __call__(self, batch: StreamBatch) -> Fetched:
         if self.events is not None:
-            self.events.on_batch(batch)
+            self.events.on_batch(batch, self.stream(batch))
         rows = self.rows(batch)
         if self._remote:
             self._read_ahead(batch, rows)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torch_drt.cache._table import ActiveTable
-from torch_drt.cache.shard_order import ShardWindowOrder, shard_window_order
+from torch_drt.cache.shard_order import EpochPermutations, ShardWindowOrder, check_equal_weights, shard_window_order
 from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -30,9 +30,16 @@ class Window:
 
 
 
+Order = WeightedDraws | ShardWindowOrder | EpochPermutations
+
+
 class DatasetPosition:
     """The position part of ``CachedDataset`` (a mixin: the dataset sets the attributes annotated here).
 
+    Shuffled (``ReaderConfig.shuffle``), position ``p`` reads ``EpochPermutations`` (every row once per epoch; the
+    mode ``"permutation"``), the shard-window order (``"shard_window=W"``) or, with ``sampling="weighted"``,
+    ``WeightedDraws`` (by weight with replacement: the mode ``"shuffle"``, dataset-rt's, and torch_drt's meaning
+    of ``shuffle=True`` before issue 21). ``sampling_default`` says what ``ReaderConfig.sampling=None`` means.
     State keys are class constants; ``state_dict`` counts what the most recent iterator delivered.
     """
 
@@ -53,29 +60,50 @@ class DatasetPosition:
     _position: int
     _latest: Window | None
     _resume_len: int | None
-    _draws: WeightedDraws | ShardWindowOrder | None
+    _draws: tuple[ActiveTable, Order] | None
+    sampling_default: str
 
+    def _sampling(self) -> str | None:
+        """How this dataset's own iteration shuffles: None (sequential), ``"shard_window"``, ``"permutation"`` or
+        ``"weighted"``."""
+        config = self.reader_config
+        if not config.shuffle:
+            return None
+        if config.shard_window is not None:
+            return "shard_window"
+        return config.sampling or self.sampling_default
 
-    def _weighted(self, active: ActiveTable) -> WeightedDraws | ShardWindowOrder:
-        if self._draws is None:
-            config = self.reader_config
-            self._draws = (
-                WeightedDraws(active.weights, config.seed)
-                if config.shard_window is None
-                else shard_window_order(
-                    self.reader, active.cache_pos, active.sample_ids, active.weights,
-                    window=config.shard_window, seed=config.seed,
-                )
-            )
-        return self._draws
+    def _order(self, active: ActiveTable) -> Order:
+        """The shuffled order of ``active`` (built once per table snapshot).
+
+        Raises:
+            ValueError: for an exact order over rows of unequal weights.
+        """
+        built = self._draws
+        if built is not None and built[0] is active:
+            return built[1]
+        config, sampling = self.reader_config, self._sampling()
+        order: Order
+        if sampling == "weighted":
+            order = WeightedDraws(active.weights, config.seed)
+        elif sampling == "shard_window":
+            order = shard_window_order(self.reader, active.cache_pos, active.sample_ids, active.weights,
+                                       window=config.shard_window, seed=config.seed)
+        else:
+            check_equal_weights(active.weights, "shuffle=True (sampling='permutation')")
+            order = EpochPermutations(len(active), config.seed)
+        self._draws = (active, order)
+        return order
 
     def rows_at(self, active: ActiveTable, start: int, count: int) -> np.ndarray:
         """Active-table rows at reader positions ``start .. start+count-1`` (a pure function of them)."""
         if self.reader_config.shuffle:
-            return self._weighted(active).draws(start, count)
+            return self._order(active).draws(start, count)
         return (np.arange(start, start + count, dtype=np.int64)) % len(active)
 
     def _reserve(self) -> tuple[ActiveTable, Window]:
+        if self.reader_config.shuffle:
+            self._order(self._active)  # unequal weights are refused before a window is reserved
         with self._lock:
             count = self._epoch_len if self._resume_len is None else self._resume_len
             window = self._latest = Window(self._position, count)
@@ -84,10 +112,12 @@ class DatasetPosition:
             return self._active, window
 
     def _mode(self) -> str:
-        config = self.reader_config
-        if not config.shuffle:
+        sampling = self._sampling()
+        if sampling is None:
             return "sequential"
-        return "shuffle" if config.shard_window is None else f"shard_window={config.shard_window}"
+        if sampling == "shard_window":
+            return f"shard_window={self.reader_config.shard_window}"
+        return "shuffle" if sampling == "weighted" else "permutation"
 
     def state_dict(self) -> dict[str, Any]:
         """The reader position after the samples delivered so far: mode, stream position, samples left in the
@@ -125,6 +155,12 @@ class DatasetPosition:
                 "state was taken on a different metadata table (fingerprint "
                 f"{state.get(self.FINGERPRINT_KEY)!r} != {self._active.fingerprint!r}); apply the same "
                 "update_metadata() before load_state_dict()"
+            )
+        if state.get(self.MODE_KEY) == "shuffle" and mode == "permutation":
+            raise ValueError(
+                "state was taken with mode='shuffle': draws by weight with replacement (what shuffle=True meant "
+                "in earlier torch_drt versions); this dataset reads every row once per epoch "
+                "(mode='permutation'): open it with ReaderConfig(sampling='weighted') to resume that state"
             )
         if state.get(self.MODE_KEY) != mode or state.get(self.SEED_KEY) != self.reader_config.seed:
             raise ValueError(

@@ -59,11 +59,17 @@ class DatasetInterop:
         loader_defaults: what ``to_torch_dataloader`` does with ``shuffle``, ``seed`` and ``verbose`` left out:
             ``"torch_drt"`` (the ``ReaderConfig``'s shuffle and seed, quiet) here, ``"dataset-rt"`` (shuffled
             with a random seed whatever the ``ReaderConfig`` says, events printed) for
-            ``torch_drt.compat.dataset_rt``.
+            ``torch_drt.compat.dataset_rt``. It also decides the loader's default ``multiprocessing_context``
+            (the platform's default here, dataset-rt's ``"spawn"`` there) and its streams (one per rank, resumable
+            under any ``num_workers``, here; one per loading worker, dataset-rt's, there).
+        sampling_default: what ``shuffle=True`` means when neither ``ReaderConfig.sampling``, ``sampling`` nor
+            ``shard_window`` says: ``"permutation"`` (every row once per epoch) here, ``"weighted"`` (draws by
+            weight with replacement, dataset-rt's meaning) for ``torch_drt.compat.dataset_rt``.
     """
 
     metadata_backend: ClassVar[MetadataBackend] = "arrow"
     loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "torch_drt"
+    sampling_default: ClassVar[Literal["permutation", "weighted"]] = "permutation"
 
     if TYPE_CHECKING:  # what CachedDataset provides
         _runtime: DatasetRuntime

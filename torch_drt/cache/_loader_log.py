@@ -105,15 +105,15 @@ class ReaderEvents:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_started": set()}
 
-    def _emit(self, event: str, worker: int, reset: bool) -> None:
-        plan = self.plans[worker]
+    def _emit(self, event: str, consumer: int, reset: bool, worker: int | None = None) -> None:
+        plan = self.plans[consumer]
         loader_event(
             self.logger_name,
             _READER_EVENT,
             event,
             os.getpid(),
             plan.rank,
-            "main" if self.inline else worker,
+            "main" if self.inline else consumer if worker is None else worker,
             self.seed,
             self.native_threads if plan.sample_count else 0,
             self.persistent,
@@ -129,12 +129,13 @@ class ReaderEvents:
             if plan.sample_count == 0:
                 self._emit("reader_empty", worker, False)
 
-    def on_batch(self, batch: StreamBatch) -> None:
-        """``reader_started`` / ``reader_pass`` when ``batch`` is the first of its consumer's pass."""
-        if batch.positions.start != self._firsts[batch.worker]:
+    def on_batch(self, batch: StreamBatch, consumer: int) -> None:
+        """``reader_started`` / ``reader_pass`` when ``batch`` is the first of its consumer's (``consumer``) pass,
+        reported by the process that loads it (``batch.worker``)."""
+        if batch.positions.start != self._firsts[consumer]:
             return
-        key = (os.getpid(), batch.worker)
+        key = (os.getpid(), consumer)
         if key not in self._started or not self.persistent:
             self._started.add(key)
-            self._emit("reader_started", batch.worker, True)
-        self._emit("reader_pass", batch.worker, False)
+            self._emit("reader_started", consumer, True, batch.worker)
+        self._emit("reader_pass", consumer, False, batch.worker)

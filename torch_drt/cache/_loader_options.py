@@ -116,6 +116,7 @@ class LoaderOptions:
 
     ``seed_given``: whether ``seed`` came from the caller (only then does it require ``shuffle=True``).
     ``shard_window``: torch_drt's locality-aware shuffle (``ReaderConfig.shard_window``), given as an argument.
+    ``sampling``: torch_drt's ``"permutation"`` or ``"weighted"`` (``ReaderConfig.sampling``), given as an argument.
     """
 
     shuffle: bool
@@ -135,6 +136,7 @@ class LoaderOptions:
     verbose: bool
     work_dir: str | Path | None
     shard_window: int | None = None
+    sampling: str | None = None
 
     def __post_init__(self) -> None:
         _count(self.num_workers, "num_workers", 0, (1 << 32) - 1)
@@ -169,6 +171,16 @@ class LoaderOptions:
             raise ValueError(f"shard_window={window!r} must be None or an int >= 1")
         if window is not None and not self.shuffle:
             raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")
+        sampling = self.sampling
+        if sampling not in (None, "permutation", "weighted"):
+            raise ValueError(f"sampling={sampling!r} must be 'permutation', 'weighted' or None")
+        if sampling is not None and not self.shuffle:
+            raise ValueError(f"sampling={sampling!r} is a way of shuffling: it needs shuffle=True")
+        if sampling == "weighted" and window is not None:
+            raise ValueError(
+                f"shard_window={window} is an exact order (every row once per epoch): it cannot be "
+                "sampling='weighted' (draws with replacement); drop one of them"
+            )
 
     def _check_seed(self) -> None:
         if isinstance(self.seed, str) and self.seed == "random":
@@ -185,11 +197,18 @@ class LoaderOptions:
         """``seed="random"``: a seed is drawn when the loader is built (and adopted from a checkpoint)."""
         return isinstance(self.seed, str)
 
-    def window(self, configured: int | None) -> int | None:
-        """The shard window in force: the argument, else the ``ReaderConfig``'s (``configured``) when shuffled."""
-        if self.shard_window is not None:
-            return self.shard_window
-        return configured if self.shuffle else None
+    def order(self, sampling: str | None, window: int | None, default: str) -> tuple[str | None, int | None]:
+        """``(sampling, shard window)`` in force: None, None when sequential; else the arguments, then the
+        ``ReaderConfig``'s (``sampling``, ``window``), then the dataset's ``default``. A shard window is a
+        permutation; an explicit ``sampling="weighted"`` sets the ``ReaderConfig``'s window aside."""
+        if not self.shuffle:
+            return None, None
+        if self.sampling == "weighted":
+            return "weighted", None
+        window = self.shard_window if self.shard_window is not None else window
+        if window is not None:
+            return "permutation", window
+        return self.sampling or sampling or default, None
 
     @property
     def partition(self) -> Literal["split", "replicate"]:

@@ -52,6 +52,9 @@ def _check(directory: Path, shared: bool) -> None:
     if st.st_mode & stat.S_IWOTH:
         raise _refuse(directory, "others may write into it", "Check its contents, then `chmod o-w` it")
     if shared:
+        if st.st_uid != uid and st.st_gid not in (os.getegid(), *os.getgroups()):
+            raise _refuse(directory, f"it belongs to uid {st.st_uid} and group {st.st_gid}, not one of yours",
+                          "Choose a directory of your group")
         return
     if st.st_uid != uid:
         raise _refuse(
@@ -73,6 +76,10 @@ def prepare(directory: Path, shared: bool) -> None:
         PermissionError: a directory found that another user owns or may write (the message says what to do).
     """
     directory.parent.mkdir(parents=True, exist_ok=True)
+    parent = os.stat(directory.parent)
+    if not shared and parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not parent.st_mode & stat.S_ISVTX:
+        raise _refuse(directory, f"others may rename or replace it: its parent {directory.parent} is writable by "
+                      "others and not sticky", "Choose a directory under one only you can write (or a sticky one)")
     mode = _dir_mode(shared)
     for path in (directory, *(directory / sub for sub in SUBDIRS)):
         try:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,11 +14,13 @@ __all__ = ["create", "disk_full", "free", "locked", "preallocate", "remove_unuse
 
 
 def create(path: str | Path, flags: int, mode: int) -> int:
-    """``os.open`` with ``mode`` applied whatever the umask where it grants the group access (a cache shared on
-    purpose); a file another user created keeps its mode."""
-    fd = os.open(path, flags, mode)
+    """``os.open`` that never follows a link (another user's link to a file of ours is refused, ``ELOOP``), with
+    ``mode`` applied whatever the umask where it grants the group access (a cache shared on purpose) to a regular
+    file of this user; a file another user created keeps its mode."""
+    fd = os.open(path, flags | os.O_NOFOLLOW, mode)
     if mode & 0o070:
-        with contextlib.suppress(PermissionError):
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
             os.fchmod(fd, mode)
     return fd
 

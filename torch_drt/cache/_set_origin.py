@@ -43,9 +43,13 @@ def check_origin(
     if not isinstance(set_path, str) or (config is not None and config.allow_foreign_parts):
         return
     try:
-        origin, theirs = _origin(set_path), _origin(part_path)
+        origin = _origin(set_path)
     except ValueError:  # an unparsable port, say
-        origin, theirs = _origin(set_path), ("?", "?")
+        origin = ("?", "?")
+    try:
+        theirs = _origin(part_path)
+    except ValueError:
+        theirs = ("", "")
     if theirs != origin:
         raise CacheCorruptError(
             f"{set_path}/{manifest}",

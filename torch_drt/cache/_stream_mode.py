@@ -10,23 +10,57 @@ from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.loader.state import require_mapping, state_int, state_seed
 from torch_drt.nodes.ordered_map import OrderedMapper
-from torch_drt.nodes.stream_plan import StreamPlanner
+from torch_drt.nodes.stream_plan import StreamBatch, StreamPlanner
 from torch_drt.nodes.transport import SharedMemoryTransport
+from torch_drt.sampling.budget import ConsumerPlan
 
-__all__ = ["StreamMode"]
+__all__ = ["PER_RANK", "PER_WORKER", "DealtPlanner", "StreamMode"]
+
+PER_RANK, PER_WORKER = "per_rank", "per_worker"  # the streams' layouts (``settings["streams"]``)
+
+
+class DealtPlanner(StreamPlanner):
+    """A rank's one consumer whose batches are dealt to ``processes`` loading processes in turn: batch ``d`` of a
+    pass goes to process ``d % processes`` and batches are delivered in the consumer's order, so the rows and their
+    order do not depend on the number of processes (torch's round robin over workers delivers them the same way).
+
+    Args:
+        plans: the rank's one consumer plan.
+        batch_size: items per batch.
+        continue_streams: the stream continues across passes.
+        processes: the loading processes (at least 1).
+    """
+
+    def __init__(
+        self, plans: tuple[ConsumerPlan, ...], batch_size: int, continue_streams: bool, processes: int
+    ) -> None:
+        if len(plans) != 1:
+            raise ValueError(f"batches are dealt from one consumer, not {len(plans)}")
+        super().__init__(plans, batch_size, continue_streams)
+        self.processes = max(1, processes)
+
+    def next(self) -> StreamBatch:
+        batch = super().next()
+        return batch._replace(worker=batch.number % self.processes)
 
 
 class StreamMode(LoaderMode):
     """The cache loader's pipeline and checkpoint.
 
     The checkpoint is ``{version, epoch, batches_done}`` plus what makes the streams: ``world_size``,
-    ``num_workers``, ``samples_per_epoch``, ``batch_size``, ``drop_last``, ``shuffle``, ``seed``,
-    ``worker_partition``, ``shard_window`` and ``table_fingerprint``. A state whose settings differ is refused (the
-    streams would be others), except a seed drawn with ``seed="random"``, which is adopted from the checkpoint. A
-    state without ``shard_window`` (taken before it existed) reads as ``shard_window=None``. ``shard_window_order``
-    names the way consumers share a shard-window order (2: blocks mirrored in odd passes, odd consumers reading
-    theirs from its end); a state without it, of a loader whose consumers share one, was taken with way 1 and is
-    refused rather than resumed on other rows.
+    ``num_workers``, ``samples_per_epoch``, ``batch_size``, ``drop_last``, ``shuffle``, ``sampling``, ``seed``,
+    ``worker_partition``, ``shard_window``, ``continue_streams``, ``streams`` and ``table_fingerprint``. A state
+    whose settings differ is refused (the streams would be others), except a seed drawn with ``seed="random"``,
+    which is adopted from the checkpoint. ``streams`` is ``"per_rank"`` (torch_drt's datasets: one stream per rank
+    dealt to the loading processes, so ``num_workers`` may differ) or ``"per_worker"`` (dataset-rt's: a stream per
+    loading process, so ``num_workers`` must match; with at most one process both are the same).
+
+    States of earlier versions lack keys: without ``shard_window`` (before it existed) it reads as None; without
+    ``sampling`` (before issue 21) a shuffled state was taken with draws by weight (``"weighted"``) or with its
+    shard window; without ``streams`` it is ``"per_worker"``; without ``continue_streams`` it is not checked (as
+    before). ``shard_window_order`` names the way consumers share a shard-window order (2: blocks mirrored in odd
+    passes, odd consumers reading theirs from its end); a state without it, of a loader whose consumers share one,
+    was taken with way 1 and is refused rather than resumed on other rows.
     """
 
     VERSION = 1
@@ -36,28 +70,38 @@ class StreamMode(LoaderMode):
     FINGERPRINT_KEY = "table_fingerprint"
     WINDOW_KEY = "shard_window"
     ORDER_KEY = "shard_window_order"
+    SAMPLING_KEY = "sampling"
+    STREAMS_KEY = "streams"
+    CONTINUE_KEY = "continue_streams"
+    WORKERS_KEY = "num_workers"
     ORDER = 2  # the way consumers share a shard-window order (see the class docstring)
     SETTINGS = (
         "world_size",
-        "num_workers",
         "samples_per_epoch",
         "batch_size",
         "drop_last",
         "shuffle",
+        SAMPLING_KEY,
         "worker_partition",
         WINDOW_KEY,
         ORDER_KEY,
+        CONTINUE_KEY,
     )
     SEED_KEY = "seed"
 
     def __init__(self, fetcher: RowFetcher, settings: dict[str, Any], fingerprint: str, seed_given: bool) -> None:
         self.fetcher, self.fingerprint, self.seed_given = fetcher, fingerprint, seed_given
+        self.streams, self.num_workers = settings[self.STREAMS_KEY], settings[self.WORKERS_KEY]
         shared = settings[self.WINDOW_KEY] is not None and _shared(settings)
         self.settings = {key: settings[key] for key in self.SETTINGS if key != self.ORDER_KEY}
         self.settings[self.ORDER_KEY] = self.ORDER if shared else None
         self.seed = settings["seed"]
-        workers, context = settings["num_workers"], settings["multiprocessing_context"]
-        self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], settings["continue_streams"])
+        workers, context = settings[self.WORKERS_KEY], settings["multiprocessing_context"]
+        if self.streams == PER_RANK:
+            self.planner: StreamPlanner = DealtPlanner(fetcher.plans, settings["batch_size"],
+                                                       settings[self.CONTINUE_KEY], workers)
+        else:
+            self.planner = StreamPlanner(fetcher.plans, settings["batch_size"], settings[self.CONTINUE_KEY])
         self.mapper = OrderedMapper(
             self.planner,
             fetcher,
@@ -90,21 +134,71 @@ class StreamMode(LoaderMode):
             self.VERSION_KEY: self.VERSION,
             self.EPOCH_KEY: epoch,
             self.DONE_KEY: cursor[self.DONE_KEY] if cursor else 0,
+            self.WORKERS_KEY: self.num_workers,
+            self.STREAMS_KEY: self.streams,
             **self.settings,
             self.SEED_KEY: self.seed,
             self.FINGERPRINT_KEY: self.fingerprint,
         }
 
+    def _upgraded(self, state: Any) -> Any:
+        """A state of an earlier version with the keys it lacks (see the class docstring)."""
+        if not isinstance(state, Mapping):
+            return state
+        state = dict(state)
+        state.setdefault(self.WINDOW_KEY, None)  # a checkpoint from before shard_window
+        if self.ORDER_KEY not in state:  # before the blocks were mirrored
+            state[self.ORDER_KEY] = 1 if state[self.WINDOW_KEY] is not None and _shared(state) else None
+        if self.SAMPLING_KEY not in state:  # before issue 21: shuffle=True drew by weight, or walked its window
+            shuffled, window = state.get("shuffle") is True, state[self.WINDOW_KEY] is not None
+            state[self.SAMPLING_KEY] = ("permutation" if window else "weighted") if shuffled else None
+        state.setdefault(self.STREAMS_KEY, PER_WORKER)
+        state.setdefault(self.CONTINUE_KEY, self.settings[self.CONTINUE_KEY])  # not recorded then: not checked
+        return state
+
+    def _check_streams(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state whose streams are laid out otherwise (per worker, of another worker count)."""
+        theirs, workers = state[self.STREAMS_KEY], state_int(state, self.WORKERS_KEY, what="cache loader")
+        if theirs not in (PER_RANK, PER_WORKER):
+            raise ValueError(f"invalid cache loader state: streams={theirs!r} is not {PER_RANK!r} or {PER_WORKER!r}")
+        theirs = PER_RANK if workers <= 1 else theirs  # at most one process: its stream is the rank's
+        ours = PER_RANK if self.num_workers <= 1 else self.streams
+        if theirs == ours == PER_RANK or (theirs == ours and workers == self.num_workers):
+            return
+        if theirs == PER_WORKER and ours == PER_RANK:
+            raise ValueError(
+                f"the state was saved with num_workers={workers} loading workers each reading its own stream "
+                "(dataset-rt's layout, and torch_drt's in earlier versions); this loader reads one stream per rank "
+                "whatever its num_workers, so the rows differ: resume it with torch_drt.compat.dataset_rt's loader "
+                f"and num_workers={workers}, or start a new epoch"
+            )
+        if theirs == PER_RANK:
+            raise ValueError(
+                "the state was saved by a loader with one stream per rank (torch_drt's datasets); this loader "
+                f"(torch_drt.compat.dataset_rt's) gives each of its num_workers={self.num_workers} loading workers "
+                "its own stream, so the rows differ: resume it with torch_drt's own CachedDataset, or with at most "
+                "one loading worker"
+            )
+        raise ValueError(
+            f"the state was saved with num_workers={workers}, this loader has num_workers={self.num_workers}: "
+            "torch_drt.compat.dataset_rt's loaders give each loading worker its own stream (dataset-rt's layout), "
+            f"so it resumes only with num_workers={workers} (torch_drt's own datasets resume under any num_workers)"
+        )
+
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
-        keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, *self.SETTINGS, self.SEED_KEY, self.FINGERPRINT_KEY)
-        if isinstance(state, Mapping) and self.WINDOW_KEY not in state:  # a checkpoint from before shard_window
-            state = {**state, self.WINDOW_KEY: None}
-        if isinstance(state, Mapping) and self.ORDER_KEY not in state:  # before the blocks were mirrored
-            state = {**state, self.ORDER_KEY: 1 if state[self.WINDOW_KEY] is not None and _shared(state) else None}
-        state = require_mapping(state, "cache loader", keys)
+        keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, self.WORKERS_KEY, self.STREAMS_KEY, *self.SETTINGS,
+                self.SEED_KEY, self.FINGERPRINT_KEY)
+        state = require_mapping(self._upgraded(state), "cache loader", keys)
         state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION, what="cache loader")
         epoch = state_int(state, self.EPOCH_KEY, what="cache loader")
         done = state_int(state, self.DONE_KEY, high=self.planner.total, what="cache loader")
+        self._check_streams(state)
+        if state[self.SAMPLING_KEY] == "weighted" and self.settings[self.SAMPLING_KEY] == "permutation":
+            raise ValueError(
+                "the state was saved with sampling='weighted': draws by weight with replacement (what shuffle=True "
+                "meant in earlier torch_drt versions); this loader reads every row once per epoch "
+                "(sampling='permutation'): pass sampling='weighted' to resume it"
+            )
         for key, ours in self.settings.items():
             if isinstance(ours, int) and not isinstance(ours, bool):
                 state_int(state, key, what="cache loader")
@@ -130,4 +224,5 @@ def _shared(settings: Mapping[str, Any]) -> bool:
     workers, world = settings.get("num_workers"), settings.get("world_size")
     if not isinstance(workers, int) or not isinstance(world, int):  # a malformed state: refused when checked
         return False
-    return settings.get("worker_partition") == "replicate" and max(workers, 1) * world > 1
+    consumers = 1 if settings.get("streams", PER_WORKER) == PER_RANK else max(workers, 1)
+    return settings.get("worker_partition") == "replicate" and consumers * world > 1

@@ -1,15 +1,21 @@
 """ConsumerStreams: which snapshot rows each consumer of the cache loader reads at each position of its stream.
 
-Consumer ``w`` of rank ``r`` (stream id ``r * consumers + w``) reads stream position ``s`` as a row:
+A consumer is a rank (torch_drt's datasets: one stream per rank, its batches dealt to the loading processes in
+turn, so the rows do not depend on ``num_workers``) or a (rank, loading worker) pair (dataset-rt's, through
+``torch_drt.compat.dataset_rt``). Consumer ``w`` of rank ``r`` (stream id ``r * consumers + w``) reads stream
+position ``s`` as a row:
 
 * sequential: the cyclic span ``(offset + s mod population) mod rows``;
-* shuffled: a draw by weight with replacement from ``WeightedDraws(weights, seed, stream=id)`` over the whole table
-  (replicate) or over its span of a keyed permutation of the rows (split);
+* shuffled, ``sampling="permutation"`` (every row once per epoch): replicated, all consumers of all ranks share
+  ``EpochPermutations(rows, seed)`` by contiguous blocks (a consumer's block starts at its first position in a
+  pass over all ranks and consumers); split, each consumer walks a permutation per epoch of its span of a keyed
+  permutation of the rows;
+* shuffled, ``sampling="weighted"``: a draw by weight with replacement from ``WeightedDraws(weights, seed,
+  stream=id)`` over the whole table (replicate) or over its span of a keyed permutation of the rows (split);
 * with ``shard_window``: the locality-aware exact shuffle of ``torch_drt.cache.shard_order``. Replicated, all
-  consumers of all ranks share one order by contiguous blocks (a consumer's block starts at its first position in
-  a pass over all ranks and consumers), so every row comes once per pass and each consumer reads its own few
-  shards; split, each consumer reads its contiguous span of rows (not a permutation's span: locality is the
-  point) in an order of its own.
+  consumers of all ranks share one order by contiguous blocks (mirrored in odd passes), so every row comes once
+  per pass and each consumer reads its own few shards; split, each consumer reads its contiguous span of rows
+  (not a permutation's span: locality is the point) in an order of its own.
 
 Each consumer's stream is built on its first use in a process; a row is a pure function of the settings and ``s``.
 """
@@ -22,7 +28,8 @@ import numpy as np
 
 from torch_drt.cache._snapshot import Snapshot
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.shard_order import shard_window_order
+from torch_drt.cache.shard_order import EpochPermutations, ShardWindowOrder, shard_window_order
+from torch_drt.sampling._counter import derive_key
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 from torch_drt.sampling.permutation import KeyedPermutation
 from torch_drt.sampling.weighted import WeightedDraws
@@ -39,11 +46,12 @@ class StreamSettings(NamedTuple):
     """What makes the consumers' streams (besides their plans).
 
     Attributes:
-        shuffle: weighted draws (or the shard-window order) instead of the sequential walk.
+        shuffle: a shuffled order instead of the sequential walk.
         seed: the sampling seed.
         partition: ``"split"`` or ``"replicate"``.
-        shard_window: shards the locality-aware shuffle mixes at a time (None: weighted draws).
-        world_size: ranks (the shared shard-window order spans all of them).
+        shard_window: shards the locality-aware shuffle mixes at a time (None: ``sampling`` decides).
+        world_size: ranks (a shared order spans all of them).
+        sampling: ``"permutation"`` (every row once per epoch) or ``"weighted"`` (draws by weight with replacement).
     """
 
     shuffle: bool
@@ -51,6 +59,7 @@ class StreamSettings(NamedTuple):
     partition: str
     shard_window: int | None = None
     world_size: int = 1
+    sampling: str = "permutation"
 
 
 class ConsumerStreams:
@@ -73,13 +82,26 @@ class ConsumerStreams:
         rows = len(self.snapshot)
         return (plan.offset + np.arange(plan.population_size, dtype=np.int64)) % rows
 
+    def _block(self, plan: ConsumerPlan) -> tuple[int, int, int, bool]:
+        """A replicated consumer's (budget, offset, total, backward) in an order shared by blocks."""
+        local = sum(p.sample_count for p in self.plans)
+        consumer = plan.rank * len(self.plans) + plan.worker  # its number among all ranks' consumers
+        return (plan.sample_count, first_positions(self.plans)[plan.worker], local * self.settings.world_size,
+                consumer % 2 == 1)
+
+    def _permutation(self, plan: ConsumerPlan) -> tuple[np.ndarray | None, Any]:
+        settings, rows = self.settings, len(self.snapshot)  # equal weights: the loader checked its table
+        if settings.partition == "replicate":
+            budget, offset, total, _ = self._block(plan)
+            return None, ShardWindowOrder(EpochPermutations(rows, settings.seed), budget, offset, total, mirror=False)
+        population = KeyedPermutation(rows, settings.seed)(self._span(plan))
+        key = derive_key(settings.seed, stream_id(plan, len(self.plans)))  # each span's epochs of its own
+        return population, EpochPermutations(len(population), key)
+
     def _shard_window(self, plan: ConsumerPlan) -> tuple[np.ndarray | None, Any]:
         settings, snap = self.settings, self.snapshot  # equal weights: the loader checked its table when built
         if settings.partition == "replicate":
-            local = sum(p.sample_count for p in self.plans)
-            consumer = plan.rank * len(self.plans) + plan.worker  # its number among all ranks' consumers
-            block = (plan.sample_count, first_positions(self.plans)[plan.worker], local * settings.world_size,
-                     consumer % 2 == 1)
+            block = self._block(plan)
             order = shard_window_order(
                 self.reader,
                 snap.cache_pos,
@@ -107,6 +129,8 @@ class ConsumerStreams:
             return None
         if settings.shard_window is not None:
             return self._shard_window(plan)
+        if settings.sampling == "permutation":
+            return self._permutation(plan)
         stream = stream_id(plan, len(self.plans))
         if settings.partition == "replicate":
             return WeightedDraws.from_cumulative(self.snapshot.cum_weights, settings.seed, stream=stream)

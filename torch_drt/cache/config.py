@@ -108,14 +108,19 @@ class ReaderConfig(BaseModel):
     """Settings of a loaded ``CachedDataset``.
 
     Args:
-        seed: seed of the shuffled (weighted) draw stream. Any int is a valid setting, as in dataset-rt; loading
-            a dataset needs one in ``[0, 2**64)`` (else ``OverflowError``, as dataset-rt raises).
+        seed: seed of the shuffled order. Any int is a valid setting, as in dataset-rt; loading a dataset needs one
+            in ``[0, 2**64)`` (else ``OverflowError``, as dataset-rt raises).
         prefetch_size: samples read ahead per batch gather when iterating sample by sample.
-        shuffle: draw by weight with replacement (True) or walk the table cyclically (False).
+        shuffle: read the table shuffled (True) or walk it cyclically (False). Shuffled, every row comes once per
+            epoch in a new order (a keyed permutation per epoch), unless ``sampling="weighted"``.
         validate_cache: verify every checksum while loading (otherwise structure only).
-        shard_window: with ``shuffle``, read the table in a locality-aware exact shuffle instead: every row once
-            per epoch, this many shards at a time (for caches at URLs whose node cache is smaller than the
-            dataset; see ``torch_drt.sampling.locality``). Rows must have equal weights. None: weighted draws.
+        shard_window: with ``shuffle``, read the table in the locality-aware exact shuffle instead of the plain
+            permutation: every row once per epoch, this many shards at a time (for caches at URLs whose node cache
+            is smaller than the dataset; see ``torch_drt.sampling.locality``). Rows must have equal weights.
+        sampling: with ``shuffle``, how rows are taken: ``"permutation"`` (every row once per epoch; rows must
+            have equal weights) or ``"weighted"`` (draws by weight with replacement: rows repeat and others are
+            missed). None: ``"permutation"`` for torch_drt's datasets, ``"weighted"`` for
+            ``torch_drt.compat.dataset_rt``'s (dataset-rt's meaning of ``shuffle``).
     """
 
     model_config = _FROZEN
@@ -125,20 +130,29 @@ class ReaderConfig(BaseModel):
     shuffle: bool = True
     validate_cache: bool = False
     shard_window: int | None = Field(default=None, ge=1, strict=True)
+    sampling: Literal["permutation", "weighted"] | None = None
 
     @model_validator(mode="after")
     def _window_shuffles(self) -> ReaderConfig:
         if self.shard_window is not None and not self.shuffle:
             raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")
+        if self.sampling is not None and not self.shuffle:
+            raise ValueError(f"sampling={self.sampling!r} is a way of shuffling: it needs shuffle=True")
+        if self.shard_window is not None and self.sampling == "weighted":
+            raise ValueError(
+                f"shard_window={self.shard_window} is an exact order (every row once per epoch): it cannot be "
+                "sampling='weighted' (draws with replacement); drop one of them"
+            )
         return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """dataset-rt's fields, plus torch_drt's ``shard_window`` only when set (so dumps of either package's
-        settings load in the other's ``ReaderConfig``, whose unknown fields are errors)."""
+        """dataset-rt's fields, plus torch_drt's ``shard_window`` and ``sampling`` only when set (so dumps of either
+        package's settings load in the other's ``ReaderConfig``, whose unknown fields are errors)."""
         data = handler(self)
-        if self.shard_window is None:
-            data.pop("shard_window", None)
+        for name in ("shard_window", "sampling"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
         return data
 
     def check_seed(self) -> int:

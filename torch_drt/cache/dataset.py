@@ -10,17 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from torch_drt.cache._dataset_position import DatasetPosition, Window
+from torch_drt.cache._dataset_position import DatasetPosition, Order, Window
 from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedBatch, CachedSample
-from torch_drt.cache.shard_order import ShardWindowOrder
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.describe import described
-from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
     from torch_drt.cache.runtime import DatasetRuntime
@@ -34,9 +32,11 @@ class CachedDataset(DatasetPosition, DatasetInterop):
     """An immutable set of caches read through one editable metadata table.
 
     Iterating yields ``epoch_len`` samples (the table's row count unless ``set_epoch_len`` changed it).
-    Sequential iterators walk the table cyclically and the cursor carries across iterators; shuffled ones draw
-    rows by weight with replacement from one continuous stream seeded by ``ReaderConfig.seed``. Each iterator
-    reserves its window of the stream when it is created and keeps its snapshot of the table and epoch length.
+    Sequential iterators walk the table cyclically and the cursor carries across iterators; shuffled ones read one
+    continuous stream seeded by ``ReaderConfig.seed`` in which every row comes once per epoch of ``len(table)``
+    positions, in a new order each epoch (with ``ReaderConfig(sampling="weighted")``, and for
+    ``torch_drt.compat.dataset_rt``'s datasets, draws by weight with replacement instead). Each iterator reserves
+    its window of the stream when it is created and keeps its snapshot of the table and epoch length.
 
     Build it with ``DatasetRuntime.cached_dataset`` or ``DatasetRuntime.from_cache_sources``.
     """
@@ -71,7 +71,7 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         self._position = 0  # the stream position after every window reserved so far
         self._latest: Window | None = None  # the most recent iterator's window: what state_dict() reports
         self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
-        self._draws: WeightedDraws | ShardWindowOrder | None = None
+        self._draws: tuple[ActiveTable, Order] | None = None  # the shuffled order of a table snapshot
         if logger.isEnabledFor(logging.INFO):
             logger.info("opened %d caches (%d rows): %s", len(self.layouts), len(self._active), self._shown_paths())
 
@@ -209,14 +209,18 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         Keyword arguments are dataset-rt 0.4.8's, with its defaults, validation and messages (see
         ``docs/cache-loader.md``): ``sample_transform_fn``, ``collate_fn`` (torch's ``default_collate``),
         ``batch_size=1``, ``samples_per_epoch`` (global samples per pass; default ``len(self)``),
-        ``num_workers="auto"`` (loading processes, each a consumer), ``native_num_workers="auto"``, ``shuffle``,
-        ``seed`` (an int or ``"random"``), ``worker_partition``, ``work_dir``, ``drop_last``, ``pin_memory``,
-        ``timeout``, ``multiprocessing_context="spawn"`` (``"inherit"``, a start method or a context),
-        ``worker_init_fn``, ``prefetch_factor="auto"``, ``persistent_workers="auto"``, ``verbose`` and
-        ``dataloader_kwargs`` (only ``in_order=True``, ``snapshot_every_n_steps``). Left out, ``shuffle``/``seed``
-        are the ``ReaderConfig``'s, ``verbose`` False; compat datasets: ``True``, ``"random"``, ``True``.
-        torch_drt's own: ``shard_window`` (default the ``ReaderConfig``'s when shuffled), the locality-aware
-        exact shuffle; with ``"replicate"`` all consumers of all ranks share one order by blocks.
+        ``num_workers="auto"`` (loading processes), ``native_num_workers="auto"``, ``shuffle``, ``seed`` (an int
+        or ``"random"``), ``worker_partition``, ``work_dir``, ``drop_last``, ``pin_memory``, ``timeout``,
+        ``multiprocessing_context`` (``"inherit"``, a start method or a context; default the platform's, as
+        torch's, and ``"spawn"`` for compat datasets), ``worker_init_fn``, ``prefetch_factor="auto"``,
+        ``persistent_workers="auto"``, ``verbose`` and ``dataloader_kwargs`` (only ``in_order=True``,
+        ``snapshot_every_n_steps``). Left out, ``shuffle``/``seed`` are the ``ReaderConfig``'s, ``verbose``
+        False; compat datasets: ``True``, ``"random"``, ``True``. torch_drt's own: ``sampling`` (shuffled,
+        ``"permutation"``: every row once per epoch, or ``"weighted"``: draws by weight with replacement; default
+        the ``ReaderConfig``'s, else ``sampling_default``) and ``shard_window`` (default the ``ReaderConfig``'s
+        when shuffled), the locality-aware permutation; with ``"replicate"`` all ranks share one order by blocks.
+        torch_drt's datasets read one stream per rank whose batches are dealt to the loading processes in turn,
+        so a checkpoint resumes under any ``num_workers``; compat datasets give each process its own stream.
 
         Raises:
             ValueError: for invalid arguments or ``dataloader_kwargs``.

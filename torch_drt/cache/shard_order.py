@@ -1,9 +1,10 @@
-"""The locality-aware order of a cache's rows: ``ShardWindowShuffle`` over the shards the rows live in.
+"""The exact orders of a cache's rows, read as streams: every row once per epoch.
 
-``ReaderConfig(shard_window=W)`` (and ``to_torch_dataloader(shard_window=W)``) read the active table in this order
-instead of weighted draws: every row once per epoch, ``W`` shards at a time (see
-``torch_drt.sampling.locality``). It is built from the rows' shards, which the index gives without reading a
-payload.
+``shuffle=True`` reads the active table as ``EpochPermutations`` (a keyed permutation per epoch), or with
+``ReaderConfig(shard_window=W)`` (and ``to_torch_dataloader(shard_window=W)``) in the locality-aware order,
+``ShardWindowShuffle`` over the shards the rows live in, ``W`` shards at a time (see
+``torch_drt.sampling.locality``; it is built from the rows' shards, which the index gives without reading a
+payload). Draws by weight with replacement (``sampling="weighted"``) are ``torch_drt.sampling.weighted``'s.
 """
 
 from __future__ import annotations
@@ -12,12 +13,60 @@ import numpy as np
 
 from torch_drt.cache.reader import CacheReader
 from torch_drt.sampling.locality import ShardWindowShuffle
+from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["ShardWindowOrder", "check_equal_weights", "shard_window_order"]
+__all__ = ["EpochPermutations", "ShardWindowOrder", "check_equal_weights", "shard_window_order"]
+
+
+class EpochPermutations:
+    """Every row once per epoch: stream position ``P`` is position ``P % n`` of epoch ``P // n``'s keyed permutation.
+
+    ``draws(start, count)`` and ``at(stream)`` read it like ``WeightedDraws`` and ``ShardWindowShuffle``; each
+    position is computed directly from ``(seed, epoch, position)`` (O(1) memory beyond the permutations of the
+    epochs in use: ``torch_drt.sampling.permutation.KeyedPermutation``, the order ``torch_drt.StatefulDataLoader``
+    shuffles with).
+
+    Args:
+        n: rows (>= 1).
+        seed: the shuffle seed.
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        if n < 1:
+            raise ValueError(f"{n=} must be >= 1")
+        self.n, self.seed = n, seed
+        self._epochs: dict[int, KeyedPermutation] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _epoch(self, epoch: int) -> KeyedPermutation:
+        perm = self._epochs.get(epoch)
+        if perm is None:
+            if len(self._epochs) > 2:
+                self._epochs.clear()
+            perm = self._epochs[epoch] = KeyedPermutation(self.n, self.seed, epoch)
+        return perm
+
+    def at(self, stream: np.ndarray) -> np.ndarray:
+        """Rows at stream positions ``stream``."""
+        epochs, positions = np.divmod(np.asarray(stream, dtype=np.int64), self.n)
+        out = np.empty(len(positions), dtype=np.int64)
+        for e in np.unique(epochs).tolist():
+            sel = epochs == e
+            out[sel] = self._epoch(e)(positions[sel])
+        return out
+
+    def draws(self, start: int, count: int) -> np.ndarray:
+        """Rows at stream positions ``start .. start+count-1``."""
+        if start < 0 or count < 0:
+            raise ValueError(f"{start=} and {count=} must be >= 0")
+        return self.at(np.arange(start, start + count, dtype=np.int64))
 
 
 class ShardWindowOrder:
-    """A shard-window shuffle read as a stream: ``draws(start, count)`` like ``WeightedDraws``.
+    """An exact order (a shard-window shuffle, or ``EpochPermutations``) read as a stream: ``draws(start, count)``
+    like ``WeightedDraws``.
 
     Several consumers (ranks x loading workers) share one order by blocks: a consumer taking ``budget`` samples
     per pass reads the positions ``[offset, offset + budget)`` of each even pass of ``total`` positions and the
@@ -26,7 +75,8 @@ class ShardWindowOrder:
     only what its own ranks read), and, as odd epochs walk the shard sequence backward, each consumer starts an
     epoch on the shards it read last: they are still in its node's cache. Every other consumer (``backward``)
     reads its block from its end, so that two neighbours read the window their blocks share at the same time
-    (both at the start of a pass or both at its end): a node downloads it once, not twice.
+    (both at the start of a pass or both at its end): a node downloads it once, not twice. A plain permutation has
+    no locality to keep: its consumers read their blocks forward, unmirrored (``mirror=False``).
 
     Args:
         shuffle: the order.
@@ -34,20 +84,22 @@ class ShardWindowOrder:
         offset: where its block starts in each pass.
         total: positions per pass over all consumers.
         backward: read the block from its end (the odd-numbered consumers of a job).
+        mirror: take the mirrored block in odd passes.
     """
 
     def __init__(
         self,
-        shuffle: ShardWindowShuffle,
+        shuffle: ShardWindowShuffle | EpochPermutations,
         budget: int | None = None,
         offset: int = 0,
         total: int = 0,
         backward: bool = False,
+        mirror: bool = True,
     ) -> None:
         if budget is not None and (budget < 1 or not 0 <= offset <= total - budget):
             raise ValueError(f"{budget=} must be > 0 with 0 <= {offset=} <= {total=} - budget")
         self.shuffle, self.budget, self.offset, self.total = shuffle, budget, offset, total
-        self.backward = backward
+        self.backward, self.mirror = backward, mirror
 
     def __len__(self) -> int:
         return len(self.shuffle)
@@ -60,20 +112,26 @@ class ShardWindowOrder:
         passes, within = np.divmod(k, self.budget)
         if self.backward:
             within = self.budget - 1 - within
-        block = np.where(passes % 2 == 1, self.total - self.offset - self.budget, self.offset)
+        mirrored = passes % 2 == 1 if self.mirror else np.zeros(len(passes), dtype=bool)
+        block = np.where(mirrored, self.total - self.offset - self.budget, self.offset)
         return self.shuffle.at(passes * self.total + block + within)
 
 
-def check_equal_weights(weights: np.ndarray | None) -> None:
-    """Refuse rows of unequal weights: the shard-window order takes every row once per epoch.
+def check_equal_weights(weights: np.ndarray | None, order: str = "shard_window") -> None:
+    """Refuse rows of unequal weights: an exact order (``order``: what reads it) takes every row once per epoch.
 
     Raises:
-        ValueError: when the weights differ.
+        ValueError: when the weights differ, naming two rows that differ.
     """
-    if weights is not None and len(weights) and not np.all(weights == weights[0]):
+    if weights is None or not len(weights):
+        return
+    unequal = np.flatnonzero(weights != weights[0])
+    if unequal.size:
+        row = int(unequal[0])
         raise ValueError(
-            "shard_window reads every row once per epoch and cannot follow unequal weights: use the weighted "
-            "shuffle (shard_window=None), or repeat rows in the metadata table instead of weighting them"
+            f"{order} reads every row once per epoch and cannot follow unequal weights (row 0 has weight "
+            f"{float(weights[0])!r}, row {row} has {float(weights[row])!r}): pass sampling='weighted' for draws by "
+            "weight with replacement, or repeat rows in the metadata table instead of weighting them"
         )
 
 

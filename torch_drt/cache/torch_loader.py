@@ -1,9 +1,11 @@
 """``CachedDataset.to_torch_dataloader``: dataset-rt's finite, resumable torch loader over a cache.
 
-Built from the same pipeline as ``torch_drt.StatefulDataLoader``: a ``StreamPlanner`` yields this rank's
-consumers' stream batches in torch's round-robin order, the cache's ``RowFetcher`` loads them on loading
-processes (consumer ``w``'s batches on process ``w``) or inline, and batches come back through the shared-memory
-transport, pinned as they are unpacked.
+Built from the same pipeline as ``torch_drt.StatefulDataLoader``: a planner yields this rank's stream batches in
+delivery order, the cache's ``RowFetcher`` loads them on loading processes or inline, and batches come back
+through the shared-memory transport, pinned as they are unpacked. torch_drt's datasets read one stream per rank
+whose batches are dealt to the loading processes in turn (``DealtPlanner``: the rows do not depend on
+``num_workers``); ``torch_drt.compat.dataset_rt``'s give each process its own stream, delivered in torch's
+round-robin order (``StreamPlanner``), as dataset-rt does.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from torch_drt.cache._consumer import RowFetcher
 from torch_drt.cache._loader_log import ReaderEvents, log_ready
@@ -27,7 +29,7 @@ from torch_drt.cache._loader_options import (
     check_picklable,
 )
 from torch_drt.cache._snapshot import Snapshot, export_snapshot
-from torch_drt.cache._stream_mode import StreamMode
+from torch_drt.cache._stream_mode import PER_RANK, PER_WORKER, StreamMode
 from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
@@ -45,9 +47,10 @@ class CacheDataLoader(PipelineLoader):
     """The cache's torch loader: a ``torchdata`` ``StatefulDataLoader`` whose checkpoint is (pass, batches done).
 
     Build it with ``CachedDataset.to_torch_dataloader``. ``state_dict()`` counts delivered batches only and
-    records the settings that make the streams (world size, loading workers, budget, batch size, shuffle, seed,
-    partition, the table's fingerprint); ``load_state_dict`` refuses a state of other settings with a
-    ``ValueError`` naming them (a world-size or worker-count change changes the consumers' streams).
+    records the settings that make the streams (world size, budget, batch size, shuffle, sampling, seed,
+    partition, the streams' layout, the table's fingerprint); ``load_state_dict`` refuses a state of other
+    settings with a ``ValueError`` naming them (a world-size change changes the streams; a worker-count change
+    does too for ``torch_drt.compat.dataset_rt``'s per-worker streams only).
     """
 
     def __init__(
@@ -96,11 +99,25 @@ class _Default:
 
 
 DEFAULT: Any = _Default()
-# what an argument left out means: torch_drt's defaults (the dataset's ReaderConfig decides shuffle and seed, quiet)
-# or dataset-rt's (shuffled with a random seed, whatever the ReaderConfig says; events printed); then the logger
-_STYLES: dict[str, tuple[bool | None, int | str | None, bool, str]] = {
-    "torch_drt": (None, None, False, "torch_drt.cache.loader"),
-    "dataset-rt": (True, "random", True, "dataset_rt.loader"),
+
+
+class _Style(NamedTuple):
+    """What the arguments left out mean for a dataset's ``loader_defaults``."""
+
+    shuffle: bool | None  # None: the ReaderConfig's
+    seed: int | str | None  # None: the ReaderConfig's
+    verbose: bool
+    logger: str
+    context: str  # the start method of loading processes
+    streams: str  # PER_RANK: one stream per rank dealt to the processes; PER_WORKER: one per process
+
+
+# torch_drt's (the dataset's ReaderConfig decides shuffle and seed; quiet; torch's default start method; streams
+# independent of num_workers) or dataset-rt's (shuffled with a random seed whatever the ReaderConfig says; events
+# printed; spawned processes, each with its own stream)
+_STYLES: dict[str, _Style] = {
+    "torch_drt": _Style(None, None, False, "torch_drt.cache.loader", "inherit", PER_RANK),
+    "dataset-rt": _Style(True, "random", True, "dataset_rt.loader", "spawn", PER_WORKER),
 }
 _RESTART_WARNING = (
     "persistent_workers=False restarts the loader's consumers on every pass with the same sampling seed and reset "
@@ -128,6 +145,7 @@ def to_torch_dataloader(
     *,
     shuffle: bool = DEFAULT,
     seed: int | Literal["random"] = DEFAULT,
+    sampling: Literal["permutation", "weighted"] | None = None,
     samples_per_epoch: int | None = None,
     worker_partition: Literal["split", "replicate"] | None = None,
     work_dir: str | Path | None = None,
@@ -139,7 +157,7 @@ def to_torch_dataloader(
     pin_memory: bool = False,
     timeout: float = 0,
     native_num_workers: int | Literal["auto"] = "auto",
-    multiprocessing_context: str | BaseContext = "spawn",
+    multiprocessing_context: str | BaseContext | None = DEFAULT,
     worker_init_fn: Callable[[int], None] | None = None,
     prefetch_factor: int | Literal["auto"] = "auto",
     persistent_workers: bool | Literal["auto"] = "auto",
@@ -153,44 +171,52 @@ def to_torch_dataloader(
     from torch_drt.loader.device import resolve_pin_memory
 
     check_dataloader_kwargs(dataloader_kwargs)
-    default_shuffle, default_seed, default_verbose, logger = _STYLES[dataset.loader_defaults]
+    style = _STYLES[dataset.loader_defaults]
     if shuffle is DEFAULT:
-        shuffle = dataset.reader_config.shuffle if default_shuffle is None else default_shuffle
+        shuffle = dataset.reader_config.shuffle if style.shuffle is None else style.shuffle
     seed_given = seed is not DEFAULT
     if not seed_given:
-        seed = dataset.reader_config.seed if default_seed is None else default_seed
+        seed = dataset.reader_config.seed if style.seed is None else style.seed
+    if multiprocessing_context is DEFAULT or (multiprocessing_context is None and style.streams == PER_RANK):
+        multiprocessing_context = style.context  # torch's None is the platform's default: "inherit"
     # fmt: off
     options = LoaderOptions(
         shuffle=shuffle, seed=seed, seed_given=seed_given, samples_per_epoch=samples_per_epoch,
         worker_partition=worker_partition, batch_size=batch_size, num_workers=num_workers,
         native_num_workers=native_num_workers, drop_last=drop_last, pin_memory=pin_memory,
         persistent_workers=persistent_workers, timeout=timeout, multiprocessing_context=multiprocessing_context,
-        prefetch_factor=prefetch_factor, verbose=default_verbose if verbose is DEFAULT else verbose, work_dir=work_dir,
-        shard_window=shard_window,
+        prefetch_factor=prefetch_factor, verbose=style.verbose if verbose is DEFAULT else verbose, work_dir=work_dir,
+        shard_window=shard_window, sampling=sampling,
     )
     # fmt: on
     rank, world_size = resolve_topology()
     workers = options.resolve_workers(world_size)
     processes = workers.counts.processes
-    check_picklable(processes, sample_transform_fn=sample_transform_fn, collate_fn=collate_fn)
+    forked = workers.context is not None and workers.context.get_start_method() == "fork"
+    if style.streams == PER_WORKER or not forked:  # forked processes inherit the functions, as torch's workers do
+        check_picklable(processes, sample_transform_fn=sample_transform_fn, collate_fn=collate_fn)
     if processes and not workers.persistent:
         warnings.warn(_RESTART_WARNING, UserWarning, stacklevel=3)
     samples = len(dataset) if samples_per_epoch is None else samples_per_epoch
     if not 1 <= samples <= MAX_SAMPLE_BUDGET:
         raise ValueError(f"inherited samples_per_epoch must be between 1 and {MAX_SAMPLE_BUDGET}")
     seed = _common_seed(world_size) if seed == "random" else int(seed)
-    window = options.window(dataset.reader_config.shard_window)
+    config = dataset.reader_config
+    sampling, window = options.order(config.sampling, config.shard_window, dataset.sampling_default)
     if window is not None:
         check_equal_weights(dataset.active.weights)
+    elif sampling == "permutation":
+        check_equal_weights(dataset.active.weights, "shuffle=True (sampling='permutation')")
+    consumers = processes if style.streams == PER_WORKER else 1  # per rank: its batches are dealt to the processes
     # fmt: off
-    plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=processes,
+    plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=consumers,
                            world_size=world_size, rank=rank, partition=options.partition, drop_last=drop_last)
     # fmt: on
     pin = resolve_pin_memory(pin_memory)
     continue_streams = workers.persistent or processes == 0
     # fmt: off
     events = None if not options.verbose else ReaderEvents(
-        logger, plans, seed=seed, native_threads=workers.counts.native_threads, persistent=continue_streams,
+        style.logger, plans, seed=seed, native_threads=workers.counts.native_threads, persistent=continue_streams,
         inline=processes == 0)
     # fmt: on
     workdir = _workdir(dataset, work_dir)
@@ -212,15 +238,19 @@ def to_torch_dataloader(
         continue_streams=continue_streams,
         reader=dataset.reader,
         snapshot=Snapshot(workdir / SNAPSHOT) if processes == 0 else None,  # read inline: mapped once, now
+        sampling=sampling or "permutation",
+        dealt_to=max(1, processes) if style.streams == PER_RANK else 1,
     )
     settings = dict(
         batch_size=batch_size,
         num_workers=processes,
         native_num_workers=workers.counts.native_threads,
         shuffle=shuffle,
+        sampling=sampling,
         seed=seed,
         worker_partition=options.partition,
         shard_window=window,
+        streams=style.streams,
         drop_last=drop_last,
         pin_memory=pin,
         timeout=timeout,
@@ -240,6 +270,6 @@ def to_torch_dataloader(
     mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
     loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None)
     if events is not None:
-        log_ready(logger, loader, plans, dataset.reader_config.prefetch_size)
+        log_ready(style.logger, loader, plans, dataset.reader_config.prefetch_size)
         events.empty()
     return loader

@@ -2,8 +2,9 @@
 as drt``.
 
 Everything is torch_drt's own class except two thin subclasses whose datasets return their metadata as a polars
-``DataFrame`` (dataset-rt's table type) by default (``get_metadata(backend="arrow")`` still gives pyarrow) and
-whose ``to_torch_dataloader`` keeps dataset-rt's defaults (shuffled with a random seed, verbose).
+``DataFrame`` (dataset-rt's table type) by default (``get_metadata(backend="arrow")`` still gives pyarrow), whose
+``shuffle=True`` keeps dataset-rt's meaning (draws by weight with replacement: ``sampling="weighted"``) and whose
+``to_torch_dataloader`` keeps dataset-rt's defaults (shuffled with a random seed, verbose, spawned workers).
 """
 
 from __future__ import annotations
@@ -61,12 +62,14 @@ __all__ = [
 
 
 class CachedDataset(_CachedDataset):
-    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default and
-    whose ``to_torch_dataloader`` has dataset-rt's defaults (``shuffle=True``, ``seed="random"``, ``verbose=True``
-    on the ``dataset_rt.loader`` logger)."""
+    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default, whose
+    ``shuffle=True`` draws by weight with replacement (``sampling="weighted"``, dataset-rt's meaning) and whose
+    ``to_torch_dataloader`` has dataset-rt's defaults (``shuffle=True``, ``seed="random"``, ``verbose=True`` on
+    the ``dataset_rt.loader`` logger, ``multiprocessing_context="spawn"``, a stream per loading worker)."""
 
     metadata_backend: ClassVar = "polars"
     loader_defaults: ClassVar = "dataset-rt"
+    sampling_default: ClassVar = "weighted"
 
 
 class DatasetRuntime(_DatasetRuntime):

@@ -26,7 +26,8 @@ __all__ = ["LoaderPermutation", "LoaderShards", "sampler_view"]
 
 def sampler_view(loader: Any, own_split: bool) -> Any:
     """What ``loader.sampler`` is without a user sampler: a ``LoaderShards`` when the loader splits by rank itself
-    (``own_split``), else torch's ``RandomSampler`` kind when shuffled, else a ``SequentialSampler``."""
+    (``own_split``), else torch's ``RandomSampler`` kind when shuffled, else a ``SequentialSampler`` (also with a
+    user ``batch_sampler``, as in torch)."""
     if own_split:
         return LoaderShards(loader)
     return LoaderPermutation(loader) if loader.shuffle else SequentialSampler(loader.dataset)

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from torch.utils.data import BatchSampler
-from torchdata.nodes import BaseNode
 
-from torch_drt.loader._arguments import check_not_empty, is_iterable_dataset
+from torch_drt.loader._batch_sampler_mode import BatchSamplerMode
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._sampler_view import sampler_view
 from torch_drt.loader.base import LoaderMode, PipelineLoader
@@ -27,7 +26,8 @@ class SplitLoader(PipelineLoader):
     """The torch-facing rank split and samplers of ``StatefulDataLoader`` (see the module docstring).
 
     Subclasses set ``_split`` (a ``RankSplit``), ``_topology`` (its first resolution), ``_user_sampler``,
-    ``_batch_sampler``, ``_seed`` and ``_seed_given``, and implement ``_make_mode``.
+    ``_batch_sampler``, ``_seed`` and ``_seed_given``, and implement ``_build_mode`` (the pipeline for
+    ``_topology``).
     """
 
     _split: RankSplit
@@ -35,8 +35,9 @@ class SplitLoader(PipelineLoader):
     _user_sampler: Any = None
     _batch_sampler: Any = None
     _seed_given: bool = False
+    _pending_state: Any = None  # a loaded checkpoint not started yet: parsed again if the pipeline is rebuilt
 
-    def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
+    def _build_mode(self) -> LoaderMode:
         raise NotImplementedError
 
     @property
@@ -57,10 +58,10 @@ class SplitLoader(PipelineLoader):
             return
         self._mode.close()
         self._seed, self._topology = self.seed, topology
-        streams = isinstance(self.dataset, BaseNode) or is_iterable_dataset(self.dataset)
-        check_not_empty(self.dataset, self.batch_size, self.drop_last, self._user_sampler, None, streams, topology)
-        self._mode = self._make_mode(self.dataset, self._user_sampler, self._batch_sampler, self._seed_given)
+        self._mode = self._build_mode()
         self.__dict__.pop("_sampler_view", None)
+        if self._pending_state is not None:  # a loaded checkpoint not started: checked against the new topology
+            self._position.load(*self._mode.parse_state(self._pending_state))
 
     @property
     def sampler(self) -> Any:  # type: ignore[override]
@@ -70,9 +71,10 @@ class SplitLoader(PipelineLoader):
         if self._user_sampler is not None:
             return self._user_sampler
         self._refresh()
+        if self._split.enabled or not isinstance(self._mode, MapMode | BatchSamplerMode):
+            return sampler_view(self, own_split=True)  # a view of the live position: made at each access
         if "_sampler_view" not in self.__dict__:
-            own_split = self._split.enabled or not isinstance(self._mode, MapMode)
-            self.__dict__["_sampler_view"] = sampler_view(self, own_split)
+            self.__dict__["_sampler_view"] = sampler_view(self, own_split=False)
         return self.__dict__["_sampler_view"]
 
     @property
@@ -87,10 +89,6 @@ class SplitLoader(PipelineLoader):
     def batch_sampler(self, value: Any) -> None:
         self._batch_sampler = value
 
-    def __iter__(self) -> Any:
-        self._refresh()
-        return super().__iter__()
-
     def __len__(self) -> int:
         self._refresh()
         return super().__len__()
@@ -102,3 +100,10 @@ class SplitLoader(PipelineLoader):
     def load_state_dict(self, state_dict: Any) -> None:
         self._refresh()
         super().load_state_dict(state_dict)
+        self._pending_state = state_dict
+
+    def __iter__(self) -> Any:
+        self._refresh()
+        iterator = super().__iter__()
+        self._pending_state = None
+        return iterator

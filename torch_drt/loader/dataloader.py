@@ -188,7 +188,8 @@ class StatefulDataLoader(SplitLoader):
         if seed is None:
             seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
         self.dataset, self.shuffle, self.seed, self.generator = dataset, bool(shuffle), seed, generator
-        self.batch_size = 1 if batch_size is None and batch_sampler is None else batch_size  # modes read it
+        self.batch_size = batch_size if batch_sampler is None else None  # torch's: None with a batch_sampler
+        self._batch_sampler = batch_sampler
         self.num_workers, self.drop_last, self.timeout = num_workers, drop_last, timeout
         self.item_concurrency, self.return_indices = item_concurrency, return_indices
         self.prefetch_factor, self.prefetch_depth = prefetch_factor, prefetch_depth
@@ -201,11 +202,11 @@ class StatefulDataLoader(SplitLoader):
         else:
             self.collate_fn = default_collate if collate_fn is None else collate_fn
         self.pin_memory = resolve_pin_memory(pin_memory)
-        self._device = resolve_device(device)
+        self._device, self.device = resolve_device(device), device
         self._restart_workers = num_workers > 0 and not persistent_workers
         self._seed_given = seed_given
-        check_not_empty(dataset, batch_size, drop_last, sampler, batch_sampler, node_mode or iterable, self._topology)
-        mode = self._make_mode(dataset, sampler, batch_sampler, seed_given)
+        self.__dict__["seed"] = seed  # the constructor's value where Lightning re-creates a loader from vars()
+        mode = self._build_mode()
         if self.worker_method == "process" and num_workers > 0 and not self._forks():
             try:
                 pickle.dumps((mode.mapper.map_fn, worker_init_fn))
@@ -214,11 +215,23 @@ class StatefulDataLoader(SplitLoader):
                     f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
                 ) from e
         self._setup_pipeline(mode)
-        self.batch_size, self._batch_sampler = batch_size if batch_sampler is None else None, batch_sampler
+        self._batch_sampler = batch_sampler  # (the base class resets it)
 
     def _forks(self) -> bool:
         """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
         return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
+
+    def _build_mode(self) -> LoaderMode:
+        """The pipeline for the current topology (the one place modes are built; they read ``batch_size`` 1 when
+        the loader does not batch or a ``batch_sampler`` does)."""
+        batch_size, streams = self.batch_size, isinstance(self.dataset, BaseNode) or is_iterable_dataset(self.dataset)
+        check_not_empty(self.dataset, batch_size, self.drop_last, self._user_sampler, self._batch_sampler, streams,
+                        self._topology)
+        self.batch_size = 1 if batch_size is None else batch_size
+        try:
+            return self._make_mode(self.dataset, self._user_sampler, self._batch_sampler, self._seed_given)
+        finally:
+            self.batch_size = batch_size
 
     def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
         if isinstance(dataset, BaseNode):

@@ -60,7 +60,7 @@ class RankSplit:
             if rank is not None and world_size is not None:
                 resolve_topology(rank, world_size)
         self.enabled = bool(split_by_rank) or given
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size = (0 if rank is None and world_size == 1 else rank), world_size
 
     def resolve(self) -> tuple[int, int]:
         """``(rank, world_size)`` now: ``(0, 1)`` when not splitting, else ``resolve_topology``'s answer."""

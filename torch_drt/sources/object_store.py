@@ -80,6 +80,7 @@ class ObjectStoreDataset(LocatedDataset):
         )
         self.url, self.options = os.fspath(url), dict(options or {})
         self._fs, self._root = _open_store(self.url, self.options)  # validates the URL and options now
+        self._fs_pid = os.getpid()
         self._protocol = self.url.split("://", 1)[0] if "://" in self.url else "file"
 
     @classmethod
@@ -104,8 +105,11 @@ class ObjectStoreDataset(LocatedDataset):
         return state
 
     def _filesystem(self) -> Any:
-        if self._fs is None:
+        """The filesystem of this process: a forked worker opens its own (a client's connections and event loop
+        belong to the process that made them, as fsspec's instance cache does)."""
+        if self._fs is None or self._fs_pid != os.getpid():
             self._fs, self._root = _open_store(self.url, self.options)
+            self._fs_pid = os.getpid()
         return self._fs
 
     def path(self, index: int) -> str:
