@@ -136,7 +136,7 @@ def test_a_directory_in_a_parent_others_may_write_is_refused(tmp_path):
     parent = tmp_path / "open"
     parent.mkdir()
     parent.chmod(0o777)  # not sticky: anyone could rename the cache away and put theirs in its place
-    with pytest.raises(PermissionError, match="its parent .* is writable by others and not sticky"):
+    with pytest.raises(PermissionError, match=r"its parent .* is writable by others and not sticky"):
         NodeCache(parent / "n", limit=1 << 20)
     parent.chmod(0o1777)  # sticky, as /tmp: entries can only be renamed by their owner
     NodeCache(parent / "n", limit=1 << 20)
