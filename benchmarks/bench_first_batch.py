@@ -2,7 +2,7 @@
 
 The same 20,000 x 4 KiB samples, batch 256, collated to a uint8 tensor, 2 worker processes with the platform's
 default start method on both sides: torch's ``DataLoader`` over a map-style dataset of the cache's samples
-(``CachedDataset`` itself), torch_drt's ``to_torch_dataloader`` (shuffled: every row once per epoch). A new
+(row i read with ``CachedDataset.read_rows``), torch_drt's ``to_torch_dataloader`` (shuffled: every row once per epoch). A new
 loader each time; ``next(iter(loader))`` timed; runs interleaved, medians. Also ``torch_drt.StatefulDataLoader``
 with its process default over the same dataset.
 
@@ -48,7 +48,7 @@ class Arrays(torch.utils.data.Dataset):
         return len(self.ds)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return to_array(self.ds[i])
+        return np.frombuffer(self.ds.read_rows(np.array([i])).data[0], dtype=np.uint8)
 
 
 def to_array(sample) -> np.ndarray:
