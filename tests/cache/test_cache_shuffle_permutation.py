@@ -38,7 +38,7 @@ def reweighted(dataset, weights: list[float]):
 
 @pytest.mark.parametrize(
     ("workers", "context", "threads"),
-    [(0, None, 1), (0, None, 2), (2, "fork", 1), (2, "spawn", 2), (2, None, 1)],
+    [(0, None, 1), (0, None, 2), (2, "fork", 1), (2, None, 2)],  # (spawned workers: tests of the cache loader)
 )
 def test_the_cache_loader_reads_every_row_once_per_epoch_in_a_new_seeded_order(dataset, workers, context, threads):
     kwargs = dict(sample_transform_fn=sample_id, collate_fn=list, batch_size=4, shuffle=True, seed=11,

@@ -99,9 +99,9 @@ def test_resume_under_another_batch_size_and_world_size(world, bs, expected):
 
 
 @pytest.mark.parametrize(("before", "after"), [
-    ({"num_workers": 0}, {"num_workers": 3}),
+    ({"num_workers": 0}, {"num_workers": 3, "worker_method": "thread"}),
     ({"num_workers": 2}, {"num_workers": 0}),
-    ({"num_workers": 2}, {"num_workers": 2, "worker_method": "process", "multiprocessing_context": "spawn"}),
+    ({"num_workers": 2, "worker_method": "thread"}, {"num_workers": 2, "multiprocessing_context": "spawn"}),
     ({"num_workers": 1, "worker_method": "process", "multiprocessing_context": "fork"}, {"num_workers": 4}),
 ])
 def test_resume_under_other_workers_matches_an_uninterrupted_run(before, after):
@@ -165,7 +165,8 @@ def test_transform_and_return_indices():
         assert [i for i, _ in batch] == indices and [x for _, x in batch] == [10 * i for i in indices]
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2}, {"num_workers": 2, "item_concurrency": 3},
+@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2},
+                                    {"num_workers": 2, "item_concurrency": 3, "worker_method": "thread"},
                                     {"num_workers": 2, "worker_method": "process", "multiprocessing_context": "spawn"}])
 def test_errors_keep_their_type_and_the_next_batch_follows(kwargs):
     loader = StatefulDataLoader(Squares(12, fail={5}), batch_size=2, collate_fn=list, **kwargs)
@@ -237,7 +238,7 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
 @pytest.mark.parametrize("workers", [0, 1])  # 0: the batch loads in the calling thread, which Ctrl-C interrupts
 def test_ctrl_c_interrupts_a_waiting_next_and_loses_nothing(workers, sigint_raises):
     ds = Gate(10, open_from=2)
-    loader = StatefulDataLoader(ds, batch_size=2, num_workers=workers, collate_fn=list)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=workers, collate_fn=list, worker_method="thread")
     it = iter(loader)
     assert next(it) == [0, 1]
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
