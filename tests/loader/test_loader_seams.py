@@ -8,12 +8,12 @@ from __future__ import annotations
 import inspect
 import json
 import random
-import socket
 
 import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from s3_server import free_port
 from seams_job import EPOCHS, N, run
 from torch.utils.data import (
     BatchSampler,
@@ -25,12 +25,6 @@ from torch.utils.data import (
 )
 
 from torch_drt import StatefulDataLoader
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
