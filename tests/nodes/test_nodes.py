@@ -114,3 +114,26 @@ def test_mixer_validation():
         WeightedMixer({"a": IterableWrapper([1])}, {"a": 0.0})
     with pytest.raises(ValueError, match="stop_criteria"):
         WeightedMixer({"a": IterableWrapper([1])}, {"a": 1.0}, stop_criteria="NEVER")
+
+
+def test_a_shuffled_sampler_reads_every_row_once_per_pass(dataset):
+    """``shuffle=True`` means one thing in torch_drt: every row once per epoch, in a new seeded order."""
+    n = len(dataset)
+    one = list(Loader(CacheSampler(dataset, shuffle=True, seed=3, num_samples=n)))
+    loader = Loader(CacheSampler(dataset, shuffle=True, seed=3, num_samples=n))
+    first, second = list(loader), list(loader)
+    assert sorted(first) == sorted(second) == list(range(n)) and first != second and first == one
+    ranks = [list(Loader(CacheSampler(dataset, shuffle=True, seed=3, rank=r, world_size=2))) for r in range(2)]
+    assert sorted(ranks[0] + ranks[1]) == list(range(n))  # the ranks split one permutation
+    weighted = list(Loader(CacheSampler(dataset, shuffle=True, sampling="weighted", seed=3, num_samples=4 * n)))
+    assert len(set(weighted)) < n or len(weighted) != len(set(weighted))  # draws with replacement repeat rows
+
+
+def test_a_weighted_sampler_state_resumes_only_with_weighted_draws(dataset):
+    loader = Loader(CacheSampler(dataset, shuffle=True, sampling="weighted"))
+    next(iter(loader))
+    state = loader.state_dict()
+    other = Loader(CacheSampler(dataset, shuffle=True))
+    other.load_state_dict(state)
+    with pytest.raises(ValueError, match="sampling='weighted' to resume it"):
+        iter(other)

@@ -8,6 +8,7 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt.cache.read_ahead import ReadAhead
+from torch_drt.cache.shard_order import EpochPermutations, check_equal_weights
 from torch_drt.describe import described
 from torch_drt.sampling import derive_key
 from torch_drt.sampling.stride import rank_share, stride_positions
@@ -23,14 +24,17 @@ __all__ = ["CacheSampler"]
 class CacheSampler(BaseNode[int]):
     """Yields active-table rows: ``num_samples`` per epoch, one continuous stream across epochs.
 
-    Sequential: rank r of W takes global positions r, r+W, ... of the cyclic walk over the table (the ranks'
-    rows are disjoint within each pass of W x n positions). Shuffled: rows are drawn by weight with
-    replacement from a stream keyed by (seed, rank, world_size), so every rank draws from the whole
-    population with its own stream and global weighted frequencies are kept.
+    Rank r of W takes global positions r, r+W, ... of one stream over the table (the ranks' rows are disjoint
+    within each pass of n positions). Sequential: position P is row ``P % n``. Shuffled (``sampling=
+    "permutation"``, the default): position P is position ``P % n`` of epoch ``P // n``'s keyed permutation of
+    the seed, so every row comes once per pass in a new order, as ``shuffle=True`` means everywhere in torch_drt
+    (rows must then have equal weights). ``sampling="weighted"``: rows are drawn by weight with replacement from a
+    stream keyed by (seed, rank, world_size), so every rank draws from the whole population with its own stream.
 
-    The state is (stream position, items yielded this epoch, table fingerprint): any position resumes in O(1),
-    and a state taken on another table is refused. ``reset()`` without a state starts the next epoch where
-    the stream stands.
+    The state is (stream position, items yielded this epoch, sampling, table fingerprint): any position resumes
+    in O(1); a state taken on another table, or with another sampling, is refused (a state without ``sampling``,
+    from before it was recorded, was taken with weighted draws when shuffled). ``reset()`` without a state starts
+    the next epoch where the stream stands.
 
     For caches at URLs, it hands the dataset's reader the shards of its next rows in blocks of ``AHEAD_ROWS``
     positions (``ReadAhead``; the readers downstream, e.g. ``CacheReaderNode``, then find them local). For local
@@ -38,7 +42,9 @@ class CacheSampler(BaseNode[int]):
 
     Args:
         source: the dataset; its active table is snapshotted now.
-        shuffle: weighted draws (default: the dataset's ``ReaderConfig.shuffle``).
+        shuffle: shuffle the rows (default: the dataset's ``ReaderConfig.shuffle``).
+        sampling: with ``shuffle``, ``"permutation"`` (every row once per pass) or ``"weighted"`` (draws by
+            weight with replacement); default: the dataset's ``ReaderConfig.sampling``, else ``"permutation"``.
         seed: the stream seed (default: the dataset's ``ReaderConfig.seed``).
         num_samples: rows per epoch on this rank (default ``ceil(len(source) / world_size)``).
         rank: this rank (default: torch.distributed's, else 0).
@@ -48,6 +54,7 @@ class CacheSampler(BaseNode[int]):
     POSITION_KEY = "position"
     YIELDED_KEY = "yielded"
     FINGERPRINT_KEY = "table_fingerprint"
+    SAMPLING_KEY = "sampling"
     AHEAD_ROWS = 64  # the prefetch plan's unit: blocks of this many stream positions
     _CHUNK = 1024
 
@@ -56,6 +63,7 @@ class CacheSampler(BaseNode[int]):
         source: CachedDataset,
         *,
         shuffle: bool | None = None,
+        sampling: str | None = None,
         seed: int | None = None,
         num_samples: int | None = None,
         rank: int | None = None,
@@ -69,11 +77,16 @@ class CacheSampler(BaseNode[int]):
         self.num_samples = rank_share(len(source), world_size=self.world_size) if num_samples is None else num_samples
         if self.num_samples < 1:
             raise ValueError(f"num_samples={self.num_samples} must be > 0")
-        self._draws = (
-            WeightedDraws(self.active.weights, self.seed, stream=derive_key(self.rank, self.world_size))
-            if self.shuffle
-            else None
-        )
+        configured = getattr(source.reader_config, "sampling", None)
+        self.sampling = (sampling or configured or "permutation") if self.shuffle else None
+        if self.sampling not in (None, "permutation", "weighted"):
+            raise ValueError(f"sampling={self.sampling!r} must be 'permutation' or 'weighted'")
+        self._draws: WeightedDraws | EpochPermutations | None = None
+        if self.sampling == "weighted":
+            self._draws = WeightedDraws(self.active.weights, self.seed, stream=derive_key(self.rank, self.world_size))
+        elif self.sampling == "permutation":
+            check_equal_weights(self.active.weights, "CacheSampler(shuffle=True)")
+            self._draws = EpochPermutations(len(self.active), self.seed)
         self._position = 0
         self._yielded = 0
         self._rows = np.empty(0, dtype=np.int64)
@@ -86,8 +99,9 @@ class CacheSampler(BaseNode[int]):
         return self.num_samples
 
     def __repr__(self) -> str:
-        return described(self, rows=len(self.active), shuffle=self.shuffle, seed=self.seed, rank=self.rank,
-                         world_size=self.world_size, num_samples=self.num_samples)
+        return described(self, rows=len(self.active), shuffle=self.shuffle,
+                         sampling=self.sampling if self.sampling == "weighted" else None, seed=self.seed,
+                         rank=self.rank, world_size=self.world_size, num_samples=self.num_samples)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -97,6 +111,13 @@ class CacheSampler(BaseNode[int]):
                 or initial_state.get(self.FINGERPRINT_KEY) != self.active.fingerprint
             ):
                 raise ValueError("state was taken on a different metadata table; apply the same update_metadata()")
+            saved = initial_state.get(self.SAMPLING_KEY, "weighted" if self.shuffle else None)
+            if saved != self.sampling:
+                raise ValueError(
+                    f"invalid CacheSampler state: it was taken with sampling={saved!r}, this sampler has "
+                    f"sampling={self.sampling!r} (shuffle=True reads a permutation since issue 21): pass "
+                    f"sampling={saved!r} to resume it"
+                )
             position, yielded = (initial_state.get(key) for key in (self.POSITION_KEY, self.YIELDED_KEY))
             for key, value, limit in (
                 (self.POSITION_KEY, position, None),
@@ -112,9 +133,10 @@ class CacheSampler(BaseNode[int]):
 
     def _rows_at(self, start: int, count: int) -> np.ndarray:
         """The rows at stream positions ``start .. start+count-1`` (a pure function of them)."""
-        if self._draws is not None:
+        if isinstance(self._draws, WeightedDraws):
             return self._draws.draws(start, count)
-        return stride_positions(start, count, rank=self.rank, world_size=self.world_size) % len(self.active)
+        positions = stride_positions(start, count, rank=self.rank, world_size=self.world_size)
+        return positions % len(self.active) if self._draws is None else self._draws.at(positions)
 
     def _block_keys(self, block: int) -> tuple[np.ndarray, np.ndarray]:
         rows = self._rows_at(block * self.AHEAD_ROWS, self.AHEAD_ROWS)
@@ -141,5 +163,6 @@ class CacheSampler(BaseNode[int]):
         return {
             self.POSITION_KEY: self._position,
             self.YIELDED_KEY: self._yielded,
+            self.SAMPLING_KEY: self.sampling,
             self.FINGERPRINT_KEY: self.active.fingerprint,
         }
