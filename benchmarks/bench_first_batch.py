@@ -2,9 +2,9 @@
 
 The same 20,000 x 4 KiB samples, batch 256, collated to a uint8 tensor, 2 worker processes with the platform's
 default start method on both sides: torch's ``DataLoader`` over a map-style dataset of the cache's samples
-(row i read with ``CachedDataset.read_rows``), torch_drt's ``to_torch_dataloader`` (shuffled: every row once per epoch). A new
-loader each time; ``next(iter(loader))`` timed; runs interleaved, medians. Also ``torch_drt.StatefulDataLoader``
-with its process default over the same dataset.
+(row i read with ``CachedDataset.read_rows``), torch_drt's ``to_torch_dataloader`` (shuffled: every row once per
+epoch). A new loader each time; ``next(iter(loader))`` timed; runs interleaved, medians. Also
+``torch_drt.StatefulDataLoader`` with its process default over the same dataset.
 
     python benchmarks/bench_first_batch.py [--repeats 7]
 """
