@@ -25,7 +25,6 @@ import contextlib
 import errno
 import fcntl
 import logging
-import mmap
 import os
 import stat
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from torch_drt.cache._node_dir import file_mode, prepare
 from torch_drt.cache._node_files import create, disk_full, free, locked, preallocate, remove_unused
+from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
 
@@ -42,28 +42,6 @@ logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}
 _DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
-
-
-class PinnedFile:
-    """A verified file of the node cache, mapped read-only and locked shared (so it is not evicted) until closed.
-
-    Attributes:
-        path: the file.
-        size: its size.
-    """
-
-    def __init__(self, path: str, fd: int, size: int, mapped: bool = True) -> None:
-        self.path, self.size, self._fd = path, size, fd
-        self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size and mapped else b""
-
-    def close(self) -> None:
-        """Unmap and unlock (a slice still alive keeps its own copy; a view keeps the map until it goes)."""
-        if isinstance(self.map, mmap.mmap):
-            with contextlib.suppress(BufferError):
-                self.map.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 class NodeCache:

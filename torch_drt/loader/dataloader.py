@@ -14,7 +14,6 @@ from torch_drt.loader._arguments import (
     MAX_WORKERS,
     Unbatched,
     check_batching,
-    check_not_empty,
     check_pin_memory_device,
     check_positive,
     check_thread_workers,
@@ -24,17 +23,15 @@ from torch_drt.loader._arguments import (
     start_method,
     worker_method_for,
 )
-from torch_drt.loader._batch_sampler_mode import BatchSamplerMode
 from torch_drt.loader._fetch import default_collate
-from torch_drt.loader._iterable_mode import WorkerStreamsMode
 from torch_drt.loader._map_mode import MapMode
+from torch_drt.loader._modes import build_mode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader._split_loader import SplitLoader
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.loader.worker_info import WorkerStart, base_seed
-from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.topology import RankSplit
 
@@ -222,28 +219,8 @@ class StatefulDataLoader(SplitLoader):
         return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
 
     def _build_mode(self) -> LoaderMode:
-        """The pipeline for the current topology (the one place modes are built; they read ``batch_size`` 1 when
-        the loader does not batch or a ``batch_sampler`` does)."""
-        batch_size, streams = self.batch_size, isinstance(self.dataset, BaseNode) or is_iterable_dataset(self.dataset)
-        check_not_empty(self.dataset, batch_size, self.drop_last, self._user_sampler, self._batch_sampler, streams,
-                        self._topology)
-        self.batch_size = 1 if batch_size is None else batch_size
-        try:
-            return self._make_mode(self.dataset, self._user_sampler, self._batch_sampler, self._seed_given)
-        finally:
-            self.batch_size = batch_size
-
-    def _make_mode(self, dataset: Any, sampler: Any, batch_sampler: Any, seed_given: bool) -> LoaderMode:
-        if isinstance(dataset, BaseNode):
-            return NodeMode(self, dataset)
-        if is_iterable_dataset(dataset):
-            if self.worker_method == "process" and self.num_workers > 0:
-                return WorkerStreamsMode(self, self.snapshot_every_n_steps * self.batch_size)
-            source = IterableSource(dataset, self.snapshot_every_n_steps * self.batch_size)
-            return NodeMode(self, source, stride=self.world_size, offset=self.rank)
-        if batch_sampler is not None:
-            return BatchSamplerMode(self, batch_sampler)
-        return MapMode(self, sampler, seed_given)
+        """The pipeline for the current topology (``torch_drt.loader._modes.build_mode``)."""
+        return build_mode(self)
 
     def _repr_fields(self) -> dict[str, Any]:
         workers = self.num_workers > 0

@@ -96,9 +96,8 @@ class _Inner:
             owner.dataset,
             batch_size=owner.batch_size,
             sampler=None if sequential else self.view,
-            num_workers=owner.num_workers,
-            worker_method="thread",  # dataloader-rs's workers are threads
-            persistent_workers=owner.num_workers > 0,  # dataloader-rs makes its threads once and reuses them
+            num_workers=owner.num_workers,  # dataloader-rs's workers: threads, made once and reused
+            worker_method="thread", persistent_workers=owner.num_workers > 0,
             collate_fn=owner.collate_fn if owner.collate_fn is not None else list,
             drop_last=owner.drop_last,
             item_concurrency=owner.item_concurrency,
