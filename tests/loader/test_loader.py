@@ -46,6 +46,14 @@ def batches(loader) -> list:
     return [list(b) for b in loader]
 
 
+def wait_until(condition, limit: float = 60.0) -> None:
+    """Wait for ``condition()`` (a bound against a hang, not a timing assertion)."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 def R(n: int) -> list[int]:
     return list(range(n))
 
@@ -222,7 +230,7 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
     waiter = threading.Thread(target=lambda: errors.append(next(it)))
     next(it)  # [2, 3] is ready
     waiter.start()
-    time.sleep(0.3)  # the waiter is blocked in next() on the gated batch
+    wait_until(lambda: it._lock.locked())  # the waiter is inside next(), blocked on the gated batch
     with pytest.raises(RuntimeError, match="another thread is advancing"):
         next(it)
     ds.event.set()
@@ -280,11 +288,27 @@ def test_dead_process_worker_is_reported():
     loader.close()
 
 
+class Recording:
+    """Items of ``range(n)`` that record which indices were fetched."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.fetched = n, set()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        self.fetched.add(i)
+        return i
+
+
 def test_state_counts_delivered_batches_only_and_epochs_roll_over():
-    loader = StatefulDataLoader(R(10), batch_size=2, num_workers=2, prefetch_depth=4, collate_fn=list)
+    ds = Recording(10)
+    loader = StatefulDataLoader(ds, batch_size=2, num_workers=2, prefetch_depth=4, collate_fn=list,
+                                worker_method="thread")
     it = iter(loader)
     next(it)
-    time.sleep(0.1)
+    wait_until(lambda: len(ds.fetched) >= 6)  # the workers have read ahead of what was delivered
     assert loader.state_dict()["observation_offset"] == 2 and loader.state_dict()["epoch"] == 0
     list(it)
     assert (loader.state_dict()["epoch"], loader.state_dict()["observation_offset"]) == (1, 0)

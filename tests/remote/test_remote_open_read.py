@@ -174,7 +174,9 @@ def test_a_damaged_remote_shard_is_a_cache_corrupt_error_naming_its_url(runtime,
         with pytest.raises(CacheCorruptError, match="sha256 of the downloaded file"):
             ds.reader._caches[0].shards[0].fetch()
         assert not any(p.name.startswith("sha256-") for p in (tmp_path / "node-cache" / "data").iterdir())
-        assert backend.node.usage() >= 0
+        tmp = tmp_path / "node-cache" / "tmp"
+        assert not (tmp.exists() and any(tmp.iterdir()))  # the refused download left no partial file behind
+        assert backend.node.usage() == sum(p.stat().st_size for p in (tmp_path / "node-cache" / "data").iterdir())
 
 
 def test_a_missing_remote_shard_and_a_missing_cache_name_their_url(runtime, tmp_path, moto_endpoint, proxy):
