@@ -83,7 +83,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def location(path: str) -> Path | str:
     """A cache URL as it is; a local path must be an existing directory."""
-    from torch_drt.cache.remote_store import is_url
+    from torch_drt.location import is_url
 
     return path if is_url(path) else existing_dir(path)
 

@@ -39,7 +39,7 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
     from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
-    from torch_drt.cache.remote_store import is_url
+    from torch_drt.location import is_url
 
     options = inputs.storage_options(args)
     remote = is_url(args.root)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 import torch_drt as drt
 from torch_drt.describe import described
+from torch_drt.location import Location
 from torch_drt.sources.template import redact
 
 try:
@@ -28,8 +29,8 @@ _VAL_VALUES = ("val", "valid", "validation")
 
 
 def _location(path: str | Path) -> str | Path:
-    """A URL as it is; anything else a local path."""
-    return path if isinstance(path, str) and "://" in path else Path(path)
+    """A URL as it is; anything else (``file://`` URLs too) a local path."""
+    return Location.parse(path).target
 
 
 def _shown(location: str | Path) -> str:

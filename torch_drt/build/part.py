@@ -15,6 +15,7 @@ from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
 from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, RemoteConfig, WriterConfig, open_cache
 from torch_drt.cache.writer import write_source
+from torch_drt.location import Location
 
 __all__ = ["PROGRESS_EVERY", "published_part", "write_part"]
 
@@ -134,7 +135,7 @@ def write_part(
         row at fault when there is one (its position in the whole input).
     """
     remote = {"storage_options": storage_options, "remote_config": remote_config}
-    parts_root = parts_root if isinstance(parts_root, str) and "://" in parts_root else Path(parts_root)
+    parts_root = Location.parse(parts_root).target
     if (done := published_part(part, parts_root, verify=config.validate_cache, **remote)) is not None:
         if progress is not None and part.rows:
             progress(part.rows)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,11 +24,12 @@ from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
+from torch_drt.location import Location
 
 if TYPE_CHECKING:
     from torch_drt.cache.remote_config import RemoteConfig
 
-Location = str | Path | CacheBackend
+SetLocation = str | Path | CacheBackend
 
 __all__ = [
     "SET_FORMAT_NAME",
@@ -95,13 +95,9 @@ class CacheSet:
 
     def part_path(self, part: CacheSetPart) -> Path | str:
         """Where ``part`` lives: a local path, or a URL (a part recorded as a URL, or any part of a remote set)."""
-        location = part.location
-        if "://" in location:
-            return Path(location[len("file://") :]) if location.startswith("file://") else location
-        if isinstance(self.path, str):  # a remote set: relative parts lie under its URL
-            scheme, rest = self.path.split("://", 1)
-            return f"{scheme}://{posixpath.normpath(posixpath.join(rest, location))}"
-        return Path(os.path.normpath(self.path / location))
+        if "://" in part.location:  # recorded as a URL (or a file:// URL: a local path)
+            return Location.parse(part.location).target
+        return Location.parse(self.path).join(part.location).target
 
 
 def validate_set_name(name: object) -> str:
@@ -116,12 +112,12 @@ def validate_set_name(name: object) -> str:
         raise ValueError(str(e).replace("source name", "cache set name")) from None
 
 
-def _backend(path: Location, options: Mapping[str, Any] | None, config: RemoteConfig | None) -> CacheBackend:
+def _backend(path: SetLocation, options: Mapping[str, Any] | None, config: RemoteConfig | None) -> CacheBackend:
     return backend_for(path, options, config)
 
 
 def is_cache_set(
-    path: Location, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
+    path: SetLocation, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
 ) -> bool:
     """True when ``path`` (a directory or URL) holds a set manifest (whether or not the set is valid)."""
     backend = _backend(path, storage_options, remote_config)
@@ -170,7 +166,7 @@ def _read_set_manifest(backend: CacheBackend) -> bytes:
 
 
 def read_cache_set(
-    path: Location, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
+    path: SetLocation, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
 ) -> CacheSet:
     """Read and check a set manifest (not its parts); ``path`` is a directory or a URL.
 
@@ -252,7 +248,7 @@ def _load_parts(
 
 
 def open_cache_set(
-    path: Location,
+    path: SetLocation,
     *,
     verify: bool = False,
     storage_options: Mapping[str, Any] | None = None,
@@ -274,7 +270,7 @@ def open_cache_set(
 
 
 def load_caches(
-    path: Location,
+    path: SetLocation,
     *,
     verify: bool = False,
     storage_options: Mapping[str, Any] | None = None,

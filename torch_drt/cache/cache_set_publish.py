@@ -27,6 +27,7 @@ from torch_drt.cache.cache_set import (
     validate_set_name,
 )
 from torch_drt.cache.validate import open_cache
+from torch_drt.location import Location
 from torch_drt.publish import fsync_dir
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ def publish_cache_set(
         ValueError: naming the part whose schema or cache id does not fit the others; when ``parts`` is empty
             or the set name is invalid.
     """
-    remote = isinstance(path, str) and "://" in path and not path.startswith("file://")
-    set_dir: Path | str = path.rstrip("/") if remote else Path(str(path).removeprefix("file://"))
+    set_dir = Location.parse(path).target
+    remote = isinstance(set_dir, str)
     name = validate_set_name(posixpath.basename(str(set_dir)))
     if not parts:
         raise ValueError("a cache set needs at least one part")

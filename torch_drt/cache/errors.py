@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from torch_drt.location import Location
+
 __all__ = ["CacheCorruptError"]
 
 
@@ -19,7 +21,7 @@ class CacheCorruptError(ValueError, RuntimeError):
     """
 
     def __init__(self, path: Path | str, reason: str) -> None:
-        self.path = path if isinstance(path, str) and "://" in path else Path(path)
+        self.path = Location.parse(path).target
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
 

@@ -22,16 +22,11 @@ from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
 from torch_drt.sources.template import redact
 
-__all__ = ["RemoteFileMissing", "RemoteStore", "is_url"]
+__all__ = ["RemoteFileMissing", "RemoteStore"]
 
 T = TypeVar("T")
 _CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
 _CONDITIONAL = frozenset({"s3", "s3a", "memory"})
-
-
-def is_url(location: object) -> bool:
-    """True for a ``scheme://...`` string other than ``file://`` (those are local paths)."""
-    return isinstance(location, str) and "://" in location and not location.startswith("file://")
 
 
 class RemoteFileMissing(FileNotFoundError):

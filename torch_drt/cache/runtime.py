@@ -23,8 +23,8 @@ from torch_drt.cache.records import (
     CacheWriteSuccess,
 )
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import is_url
 from torch_drt.cache.writer import WriteMode, write_source
+from torch_drt.location import Location
 from torch_drt.sources.template import redact
 
 __all__ = ["DatasetRuntime"]
@@ -32,7 +32,7 @@ __all__ = ["DatasetRuntime"]
 
 def _root(root: str | Path) -> Path | str:
     """A URL stays a str (``file://`` becomes a path); anything else is a local path."""
-    return str(root) if is_url(root) else Path(str(root).removeprefix("file://"))
+    return Location.parse(root).target
 
 
 def _as_list(sources: Any) -> list[Any]:

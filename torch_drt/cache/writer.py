@@ -36,9 +36,10 @@ from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.remote_publish import write_remote
-from torch_drt.cache.remote_store import RemoteStore, is_url
+from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.cache.validate import is_complete_cache, open_cache
 from torch_drt.checksums import sha256_file, xxh3_128_hex
+from torch_drt.location import is_url
 from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
 
 __all__ = ["write_source"]

@@ -14,9 +14,9 @@ from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CacheInput, CacheWriteError
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import is_url
 from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
+from torch_drt.location import Location
 
 __all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
 
@@ -61,7 +61,7 @@ class DocumentStorageWriter:
         self._q: queue.Queue = queue.Queue(maxsize=256)
         self._result = None
         config = writer_config or WriterConfig(show_progress=False)
-        target = str(root) if is_url(root) else Path(str(root).removeprefix("file://"))
+        target = Location.parse(root).target
 
         def run() -> None:
             self._result = write_source(

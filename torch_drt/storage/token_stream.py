@@ -19,8 +19,9 @@ from torch_drt.cache.backends.remote import RemoteBackend
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.remote_publish import publish_directory
-from torch_drt.cache.remote_store import RemoteStore, is_url
+from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.checksums import sha256_file
+from torch_drt.location import is_url
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
 __all__ = ["TokenStreamDataset", "TokenStreamStorage", "TokenStreamWriter"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
 from torch_drt.cache.backends.local import LocalBackend, LocalFile
+from torch_drt.location import Location
 
 if TYPE_CHECKING:
     from torch_drt.cache.remote_config import RemoteConfig
@@ -34,15 +35,11 @@ def backend_for(
     """
     if isinstance(location, CacheBackend):
         return location
-    if isinstance(location, Path):
-        return LocalBackend(location)
-    if isinstance(location, str):
-        scheme, sep, rest = location.partition("://")
-        if not sep:
-            return LocalBackend(location)
-        if scheme == "file":
-            return LocalBackend(rest)
-        from torch_drt.cache.backends.remote import RemoteBackend
+    if not isinstance(location, (str, Path, Location)):
+        raise TypeError(f"a cache location must be a str, Path or CacheBackend, got {type(location).__name__}")
+    parsed = Location.parse(location)
+    if not parsed.is_remote:
+        return LocalBackend(parsed.path)
+    from torch_drt.cache.backends.remote import RemoteBackend
 
-        return RemoteBackend(location, storage_options, remote_config)
-    raise TypeError(f"a cache location must be a str, Path or CacheBackend, got {type(location).__name__}")
+    return RemoteBackend(location if isinstance(location, str) else parsed.url, storage_options, remote_config)

@@ -1,0 +1,63 @@
+"""One owner decides local path vs URL: ``torch_drt.location.Location``; every entry point agrees with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from torch_drt.location import Location, is_url
+
+
+@pytest.mark.parametrize(
+    ("given", "target"),
+    [
+        ("data/cache", Path("data/cache")),
+        (Path("/x/y"), Path("/x/y")),
+        ("file:///x/y", Path("/x/y")),
+        ("FILE:///x/y", Path("/x/y")),
+        ("local:///x/y", Path("/x/y")),
+        ("s3://bucket/caches/", "s3://bucket/caches"),
+        ("https://host:8080/a/b", "https://host:8080/a/b"),
+        ("weird/dir://name", Path("weird/dir://name")),  # a path whose "scheme" holds a slash is a path
+    ],
+)
+def test_parse_decides_local_or_remote_once(given, target):
+    location = Location.parse(given)
+    assert location.target == target
+    assert location.is_remote == isinstance(target, str) == is_url(given if isinstance(given, str) else None)
+
+
+def test_options_travel_but_never_show_or_compare():
+    secret = {"key": "AKIA-SECRET", "client_kwargs": {"endpoint_url": "http://127.0.0.1:9"}}
+    a = Location.parse("s3://bucket/c", storage_options=secret)
+    assert a.storage_options is secret and a == Location.parse("s3://bucket/c")
+    assert "SECRET" not in repr(a) and "SECRET" not in str(a) and "SECRET" not in a.redacted()
+    assert Location.parse(a) is a and Location.parse(a, remote_config=1).storage_options is secret
+    assert Location.parse("https://u:pw@host/p?token=t").redacted() == "https://host/p"
+
+
+def test_join_and_accessors():
+    assert Location.parse("s3://b/sets/one").join("../parts/p0").target == "s3://b/sets/parts/p0"
+    assert Location.parse("/sets/one").join("../parts/p0").target == Path("/sets/parts/p0")
+    assert Location.parse("gs://b/x").scheme == "gs" and Location.parse("/x").scheme == "file"
+    with pytest.raises(ValueError, match="remote location"):
+        Location.parse("s3://b/x").path
+    with pytest.raises(ValueError, match="local path"):
+        Location.parse("/x").url
+    with pytest.raises(TypeError, match="got int"):
+        Location.parse(3)  # type: ignore[arg-type]
+
+
+def test_every_entry_point_reads_file_urls_as_local_paths(tmp_path):
+    """``file://`` was a URL in lightning.py and build/part.py and a path elsewhere."""
+    from torch_drt.build.part import Location as PartLocation
+    from torch_drt.cache.backends import LocalBackend, backend_for
+    from torch_drt.cache.errors import CacheCorruptError
+    from torch_drt.lightning import _location
+
+    assert PartLocation is Location
+    assert _location(f"file://{tmp_path}") == tmp_path
+    assert isinstance(backend_for(f"file://{tmp_path}"), LocalBackend)
+    assert CacheCorruptError(f"file://{tmp_path}/m.json", "bad").path == tmp_path / "m.json"
+    assert CacheCorruptError("s3://b/m.json", "bad").path == "s3://b/m.json"
