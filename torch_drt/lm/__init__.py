@@ -8,6 +8,7 @@ O(sources) integers plus the open bins. See docs/language-models.md.
 
 from torch_drt.lm.array_source import ArraySource
 from torch_drt.lm.document_source import DocumentSource
+from torch_drt.lm.loading import loader_kwargs_from_storage
 from torch_drt.lm.mixer_node import MixerNode, source_tokens
 from torch_drt.lm.packed import PAD_SEGMENT, PackedSequence, collate_packed
 from torch_drt.lm.packer_node import PackerNode, as_token_source
@@ -37,5 +38,6 @@ __all__ = [
     "TokenStreamSource",
     "as_token_source",
     "collate_packed",
+    "loader_kwargs_from_storage",
     "source_tokens",
 ]

@@ -283,9 +283,9 @@ class StatefulDataLoader(SplitLoader):
     def from_storage(cls, storage: Any, collate_fn: Callable[[list[Any]], Any], **kwargs: Any) -> StatefulDataLoader:
         """Create a loader over a token-stream or document storage with guideloom's keywords.
 
-        See ``torch_drt.storage.loading.loader_kwargs_from_storage`` for the keywords and their mapping.
+        See ``torch_drt.lm.loading.loader_kwargs_from_storage`` for the keywords and their mapping.
         """
-        from torch_drt.storage.loading import loader_kwargs_from_storage
+        from torch_drt.lm.loading import loader_kwargs_from_storage
 
         dataset, loader_kwargs = loader_kwargs_from_storage(storage, **kwargs)
         return cls(dataset, collate_fn=collate_fn, **loader_kwargs)

@@ -1,7 +1,9 @@
-"""Storages for ``StatefulDataLoader.from_storage``: token streams and documents, each with a writer."""
+"""Storages for ``StatefulDataLoader.from_storage``: token streams and documents, each with a writer.
+
+The keywords that turn a storage into a loader live above them, in ``torch_drt.lm.loading``.
+"""
 
 from torch_drt.storage.document import DocumentDataset, DocumentStorage, DocumentStorageWriter
-from torch_drt.storage.loading import loader_kwargs_from_storage
 from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage, TokenStreamWriter
 
 __all__ = [
@@ -11,5 +13,4 @@ __all__ = [
     "TokenStreamDataset",
     "TokenStreamStorage",
     "TokenStreamWriter",
-    "loader_kwargs_from_storage",
 ]

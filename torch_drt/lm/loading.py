@@ -46,7 +46,8 @@ def loader_kwargs_from_storage(
         TypeError: for a missing or superfluous ``sequence_length``, or an unknown storage type.
     """
     if packing is not None:
-        from torch_drt.lm import PackedWindows, PackerNode
+        from torch_drt.lm.packer_node import PackerNode
+        from torch_drt.lm.window_dataset import PackedWindows
 
         if sequence_length is None:
             raise TypeError("packing needs sequence_length")
