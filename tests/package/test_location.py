@@ -42,9 +42,9 @@ def test_join_and_accessors():
     assert Location.parse("/sets/one").join("../parts/p0").target == Path("/sets/parts/p0")
     assert Location.parse("gs://b/x").scheme == "gs" and Location.parse("/x").scheme == "file"
     with pytest.raises(ValueError, match="remote location"):
-        Location.parse("s3://b/x").path
+        _ = Location.parse("s3://b/x").path
     with pytest.raises(ValueError, match="local path"):
-        Location.parse("/x").url
+        _ = Location.parse("/x").url
     with pytest.raises(TypeError, match="got int"):
         Location.parse(3)  # type: ignore[arg-type]
 

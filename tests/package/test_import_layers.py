@@ -1,0 +1,92 @@
+"""The package's layers: no module imports a package of a higher layer (function-level imports count too).
+
+The known exception is the cache's loader wing (``cache/`` modules that build loaders import ``loader/`` and
+``nodes/``); it is listed module by module below, so a new upward import anywhere fails this test.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import torch_drt
+
+ROOT = Path(torch_drt.__file__).parent
+
+# low to high; a module may import its own layer and lower ones
+LAYERS = [
+    {"_threads", "checksums", "describe", "location", "publish", "random", "sampling"},
+    {"sources", "transforms"},
+    {"cache"},
+    {"storage", "nodes"},
+    {"lm"},
+    {"loader"},
+    {"build", "compat", "lightning", "ray", "demo", "cli", "_cli_bench", "_cli_cache_inputs", "_cli_common",
+     "_cli_sets", "__init__"},
+]
+
+# the cache's loader wing, which imports upward until it moves above loader/ (issue 25)
+KNOWN_UPWARD = {
+    ("cache._consumer", "loader"),
+    ("cache._consumer", "nodes"),
+    ("cache._dataset_position", "loader"),
+    ("cache._loader_log", "nodes"),
+    ("cache._loader_options", "loader"),
+    ("cache._stream_mode", "loader"),
+    ("cache._stream_mode", "nodes"),
+    ("cache.torch_loader", "loader"),
+}
+
+
+def _layer(package: str) -> int:
+    for level, names in enumerate(LAYERS):
+        if package in names:
+            return level
+    raise AssertionError(f"{package!r} has no layer: add it to LAYERS")
+
+
+def _imports(path: Path) -> set[str]:
+    """The torch_drt modules ``path`` imports anywhere except under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    package = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return {name for name in found if name.startswith("torch_drt.")}
+
+
+def _package(module: str) -> str:
+    """``torch_drt.cache.dataset`` -> ``cache``; ``torch_drt.cli`` -> ``cli``."""
+    return module.split(".")[1]
+
+
+def test_no_module_imports_a_higher_layer():
+    upward = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        module = ".".join(rel.parts).removesuffix(".__init__")
+        own = rel.parts[0]
+        for target in _imports(path):
+            other = _package(target)
+            if other == own or not ((ROOT / other).exists() or (ROOT / f"{other}.py").exists()):
+                continue
+            if _layer(other) > _layer(own):
+                upward.add((module, other))
+    assert upward - KNOWN_UPWARD == set(), "upward imports (move the code, or the import, down a layer)"
+    assert KNOWN_UPWARD - upward == set(), "an exception no longer needed: remove it from KNOWN_UPWARD"
