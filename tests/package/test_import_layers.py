@@ -1,4 +1,6 @@
-"""The package's layers: no module imports a package of a higher layer (function-level imports count too).
+"""The package's layers: no module imports a package of a higher layer (function-level imports count too), and
+no import circle is longer than 3 modules (an import of ``a.b.c`` counts as an import of the package ``a.b`` too,
+whose ``__init__`` Python runs first).
 
 The known exception is the cache's loader wing (``cache/`` modules that build loaders import ``loader/`` and
 ``nodes/``); it is listed module by module below, so a new upward import anywhere fails this test.
@@ -90,3 +92,65 @@ def test_no_module_imports_a_higher_layer():
                 upward.add((module, other))
     assert upward - KNOWN_UPWARD == set(), "upward imports (move the code, or the import, down a layer)"
     assert KNOWN_UPWARD - upward == set(), "an exception no longer needed: remove it from KNOWN_UPWARD"
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        name = ".".join(("torch_drt", *path.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = {t for t in _imports(path) if t in modules}
+        for t in list(targets):  # the packages Python initialises on the way (the root one always loads first)
+            parts = t.split(".")
+            targets.update(".".join(parts[:k]) for k in range(2, len(parts)) if ".".join(parts[:k]) in modules)
+        graph[name] = {t for t in targets if t != name and not name.startswith(f"{t}.")}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_circle_is_longer_than_three_modules():
+    circles = _circles(_graph())
+    assert [c for c in circles if len(c) > 3] == []

@@ -1,27 +1,81 @@
 """The on-disk sample cache: write once, validate, read through memory maps, steer with one metadata table."""
 
-from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set
-from torch_drt.cache.cache_set_publish import publish_cache_set
-from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
-from torch_drt.cache.dataset import CachedBatch, CachedDataset
-from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.layout import CacheLayout
-from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import (
-    CachedSample,
-    CacheInput,
-    CacheSource,
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetResult,
-    CacheSourcesDatasetSuccess,
-    CacheWriteError,
-    CacheWriteResult,
-    CacheWriteSuccess,
-    SizedTorchIterableDataset,
-)
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.runtime import DatasetRuntime
-from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
+    from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set
+    from torch_drt.cache.cache_set_publish import publish_cache_set
+    from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
+    from torch_drt.cache.dataset import CachedBatch, CachedDataset
+    from torch_drt.cache.errors import CacheCorruptError
+    from torch_drt.cache.layout import CacheLayout
+    from torch_drt.cache.reader import CacheReader
+    from torch_drt.cache.records import (
+        CachedSample,
+        CacheInput,
+        CacheSource,
+        CacheSourcesDatasetError,
+        CacheSourcesDatasetResult,
+        CacheSourcesDatasetSuccess,
+        CacheWriteError,
+        CacheWriteResult,
+        CacheWriteSuccess,
+        SizedTorchIterableDataset,
+    )
+    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.cache.runtime import DatasetRuntime
+    from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
+
+# loaded on first use, so importing one module of the cache (its errors, say) does not import all of it:
+# the loaders' modules import loader/, which must not need the whole cache package to load
+_LAZY = {
+    "CacheCorruptError": "torch_drt.cache.errors",
+    "CachedBatch": "torch_drt.cache.dataset",
+    "CachedDataset": "torch_drt.cache.dataset",
+    "CachedSample": "torch_drt.cache.records",
+    "CacheInput": "torch_drt.cache.records",
+    "CacheLayout": "torch_drt.cache.layout",
+    "CacheReader": "torch_drt.cache.reader",
+    "CacheSet": "torch_drt.cache.cache_set",
+    "CacheSetPart": "torch_drt.cache.cache_set",
+    "CacheSource": "torch_drt.cache.records",
+    "CacheSourcesDatasetError": "torch_drt.cache.records",
+    "CacheSourcesDatasetResult": "torch_drt.cache.records",
+    "CacheSourcesDatasetSuccess": "torch_drt.cache.records",
+    "CacheWriteError": "torch_drt.cache.records",
+    "CacheWriteResult": "torch_drt.cache.records",
+    "CacheWriteSuccess": "torch_drt.cache.records",
+    "DatasetRuntime": "torch_drt.cache.runtime",
+    "is_cache_set": "torch_drt.cache.cache_set",
+    "load_cache": "torch_drt.cache.validate",
+    "open_cache": "torch_drt.cache.validate",
+    "open_cache_set": "torch_drt.cache.cache_set",
+    "publish_cache_set": "torch_drt.cache.cache_set_publish",
+    "ReaderConfig": "torch_drt.cache.config",
+    "RemoteConfig": "torch_drt.cache.remote_config",
+    "ShardCompression": "torch_drt.cache.config",
+    "SizedTorchIterableDataset": "torch_drt.cache.records",
+    "verify_checksums": "torch_drt.cache.validate",
+    "WriterConfig": "torch_drt.cache.config",
+    "WriterProfilerConfig": "torch_drt.cache.config",
+}
+
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'torch_drt.cache' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "CacheCorruptError",
