@@ -1,0 +1,8 @@
+"""Datasets in other systems' formats, read where they lie (locally or at any fsspec URL) as map-style datasets
+that every torch_drt loader takes: ``len``, ``__getitem__`` (a dict of fields), ``shard_groups()``."""
+
+from torch_drt.formats.arrow import ArrowDataset
+from torch_drt.formats.parquet import ParquetDataset
+from torch_drt.formats.shard_set import ShardSet
+
+__all__ = ["ArrowDataset", "ParquetDataset", "ShardSet"]
