@@ -1,5 +1,6 @@
 """Damage one file of a foreign dataset many ways and read the whole dataset in a child interpreter after each:
-the outcomes (``FormatError``, ``ok``, ``wrong``, another exception, ``crash (exit N)``) per damage.
+the outcomes (``FormatError``, another ``CacheCorruptError`` by its class name, ``ok``, ``wrong``, another
+exception, ``crash (exit N)``) per damage.
 
 The child runs under an address-space limit, so an unbounded allocation on hostile bytes fails there (a
 ``MemoryError`` outcome) instead of taking the machine; a crash costs one restart of the child.
@@ -13,14 +14,16 @@ from pathlib import Path
 
 from conftest import run_isolated
 
-_WORKER = """
+_WORKER = """HERE = __HERE__
 import json, shutil, sys
 from pathlib import Path
-from torch_drt.cache.errors import FormatError
+from torch_drt.cache.errors import CacheCorruptError, FormatError
 import torch_drt.formats as formats
 
 clean, scratch, rel, opener, expected, todo = sys.argv[1:7]
 expected = json.loads(Path(expected).read_text())
+sys.path.insert(0, HERE)
+# PRELUDE
 
 
 def comparable(sample):
@@ -40,11 +43,13 @@ for damage in json.loads(Path(todo).read_text()):
     target.write_bytes(bytes(body))
     print(json.dumps({"damage": damage, "outcome": "started"}), flush=True)
     try:
-        ds = eval(opener, {"formats": formats, "root": scratch})
+        ds = eval(opener, {**globals(), "root": scratch})
         got = [comparable(ds[i]) for i in range(len(ds))]
         outcome = "ok" if got == expected else "wrong"
     except FormatError:
         outcome = "FormatError"
+    except CacheCorruptError as e:  # a file the damaged index names is missing, say
+        outcome = type(e).__name__
     except Exception as e:
         outcome = f"{type(e).__name__}: {e}"[:300]
     print(json.dumps({"damage": damage, "outcome": outcome}), flush=True)
@@ -64,15 +69,18 @@ def damages(size: int, flips: int, truncations: int, seed: int = 27) -> list[lis
     return out
 
 
-def outcomes(clean: Path, rel: str, opener: str, expected: list[dict], todo: list[list], work: Path) -> dict:
+def outcomes(
+    clean: Path, rel: str, opener: str, expected: list[dict], todo: list[list], work: Path, prelude: str = ""
+) -> dict:
     """Apply each damage of ``todo`` to ``clean/rel`` in turn and read the dataset ``opener`` (an expression of
-    ``formats`` and ``root``, the damaged copy) whole; the outcome per damage."""
+    ``formats`` and ``root``, the damaged copy, and of what ``prelude`` defines) whole; the outcome per damage."""
     (work / "expected.json").write_text(json.dumps(expected))
     found: dict[str, str] = {}
     while todo:
         (work / "todo.json").write_text(json.dumps(todo))
         args = [clean, work / "scratch", rel, opener, work / "expected.json", work / "todo.json"]
-        proc = run_isolated(f"sys.argv[1:] = {[str(a) for a in args]!r}\n" + _WORKER, timeout=600,
+        code = _WORKER.replace("# PRELUDE\n", prelude).replace("__HERE__", repr(str(Path(__file__).parent)))
+        proc = run_isolated(f"sys.argv[1:] = {[str(a) for a in args]!r}\n" + code, timeout=600,
                             memory_bytes=6 << 30)
         started = None
         for line in proc.stdout.splitlines():

@@ -17,7 +17,7 @@ from torch_drt.cache.errors import FormatError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.remote_store import is_url
 
-__all__ = ["Files", "RangeReader", "gather_one", "many", "split_location"]
+__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "split_location"]
 
 
 def split_location(location: str | Path) -> tuple[str, str]:
@@ -112,6 +112,23 @@ class Files:
             store = self.backend(location).store  # a RemoteBackend: backend_for decided it is a URL
             return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
         return Path(location.removeprefix("file://")).is_dir()
+
+
+class MemoryFile(StoredFile):
+    """A file read whole (and verified, or decompressed) into memory, read like any opened file."""
+
+    def __init__(self, where: Path | str, data: bytes) -> None:
+        super().__init__(where, len(data))
+        self.data = data
+
+    def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        return [self.data[a:b] for a, b in zip(starts, ends)]
+
+    def view(self) -> memoryview:
+        return memoryview(self.data)
+
+    def check(self) -> None:
+        """Nothing to check: the bytes are this process's own."""
 
 
 class RangeReader(io.RawIOBase):
