@@ -13,8 +13,8 @@ import numpy as np
 
 def canon(value: Any) -> Any:
     """``value`` as JSON-able data that tells apart every type a reader may return."""
-    if isinstance(value, bytes):
-        return {"bytes": value.hex()}
+    if isinstance(value, (bytes, memoryview)):  # LitData's own reader returns a view of its map; ours, bytes
+        return {"bytes": bytes(value).hex()}
     if isinstance(value, np.ndarray):
         return {"ndarray": value.dtype.str, "shape": list(value.shape), "hex": value.tobytes().hex()}
     if isinstance(value, np.generic):

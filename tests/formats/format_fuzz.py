@@ -61,6 +61,30 @@ def comparable(sample: dict) -> dict:
     return {k: (v.hex() if isinstance(v, bytes) else repr(v)) for k, v in sample.items() if k != "__url__"}
 
 
+# a prelude for ``outcomes``: ``_canonical(ds)`` reads each sample in ``canon``'s form, one JSON string per sample
+CANONICAL = """from canon import canon
+class _canonical:
+    def __init__(self, ds):
+        self.ds = ds
+    def __len__(self):
+        return len(self.ds)
+    def __getitem__(self, i):
+        return {"v": json.dumps(canon(self.ds[i]), sort_keys=True)}
+"""
+
+
+def canonical_expected(rows: list) -> list[dict]:
+    """Rows in ``canon``'s form (as a fixture's expected.json holds them) as ``_canonical`` reads them."""
+    return [comparable({"v": json.dumps(row, sort_keys=True)}) for row in rows]
+
+
+def canonical_rows(ds) -> list[dict]:
+    """What ``_canonical(ds)`` reads from a clean dataset, in this process (checks ``canonical_expected``)."""
+    from canon import canon
+
+    return [comparable({"v": json.dumps(canon(ds[i]), sort_keys=True)}) for i in range(len(ds))]
+
+
 def damages(size: int, flips: int, truncations: int, seed: int = 27) -> list[list]:
     """A seeded sample of bit flips and truncations of a file of ``size`` bytes."""
     rng = random.Random(seed)

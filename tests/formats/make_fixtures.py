@@ -1,8 +1,10 @@
-"""Write the small MDS fixtures of tests/formats/fixtures/ with MosaicML Streaming's own MDSWriter, and the samples
-its own shard reader decodes from them (``expected.json``, in ``canon``'s form).
+"""Write the small MDS and LitData fixtures of tests/formats/fixtures/ with each system's own writer (MosaicML
+Streaming's MDSWriter, LitData's optimize), and the samples its own reader decodes from them (``expected.json``,
+in ``canon``'s form).
 
 Run in the peers environment (``benchmarks/setup_peers.sh`` builds it; mosaicml-streaming pins its own numpy):
-``$ENVS/peers/bin/python tests/formats/make_fixtures.py``. The files it writes are committed; the tests compare
+``$ENVS/peers/bin/python tests/formats/make_fixtures.py`` (MDS) and ``... make_fixtures.py --litdata`` (LitData's
+``optimize``, read back with its ``StreamingDataset``). The files it writes are committed; the tests compare
 torch_drt's readers with them without the peers installed.
 """
 
@@ -87,7 +89,45 @@ def _write(name: str, samples: list[dict], columns: dict, **kwargs) -> None:
     (root / "expected.json").write_text(json.dumps(expected, indent=0, sort_keys=True))
 
 
+LD_OUT = HERE / "fixtures" / "litdata"
+
+
+def _ld_sample(i: int):
+    import torch
+
+    rng = np.random.default_rng(200 + i)
+    return {"i": i * 7 - 3, "f": i / 3, "s": f"item {i} ☃", "b": bytes([i]) * (i % 3 + 1), "flag": i % 2 == 0,
+            "arr": rng.standard_normal((2, 3)), "vec": np.arange(i + 1, dtype=np.int32) - 2,
+            "t": torch.arange(6, dtype=torch.float16).reshape(2, 3) * i, "tv": torch.arange(i + 2),
+            "img": _image(i + 90), "nested": [i, (f"n{i}", float(i))]}
+
+
+def _ld_pickled(i: int):
+    return {"s": str(i), "obj": {i, i + 1}}
+
+
+def _ld_write(name: str, fn, count: int, **kwargs) -> None:
+    from litdata import StreamingDataset, optimize
+
+    root = LD_OUT / name
+    shutil.rmtree(root, ignore_errors=True)
+    optimize(fn=fn, inputs=list(range(count)), output_dir=str(root), num_workers=1, mode="overwrite", **kwargs)
+    scratch = LD_OUT.parent / f".read-{name}"  # litdata's reader may unpack chunks where it reads: a copy
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(root, scratch)
+    ds = StreamingDataset(input_dir=str(scratch))
+    expected = [canon(ds[k]) for k in range(len(ds))]
+    shutil.rmtree(scratch)
+    (root / "expected.json").write_text(json.dumps(expected, indent=0, sort_keys=True))
+
+
 def main() -> None:
+    if "--litdata" in sys.argv:
+        _ld_write("plain", _ld_sample, 7, chunk_size=3)
+        _ld_write("zstd", _ld_sample, 5, chunk_size=2, compression="zstd", compression_level="chunk")
+        _ld_write("pickled", _ld_pickled, 3, chunk_size=2)
+        print("wrote", sorted(p.name for p in LD_OUT.iterdir()))
+        return
     samples = [_sample(i) for i in range(9)]
     _write("plain", samples, COLUMNS, size_limit=20000)
     _write("hashed_zstd", samples, COLUMNS, size_limit=20000, compression="zstd", hashes=["sha1", "sha256", "xxh64"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from canon import canon
-from format_fuzz import comparable, damages, outcomes
+from format_fuzz import CANONICAL, canonical_expected, canonical_rows, damages, outcomes
 from s3_server import s3_fixture  # noqa: F401
 
 import torch_drt as drt
@@ -140,16 +140,10 @@ def test_remote_mds_on_s3(tmp_path, s3):
     ("plain", "index.json", {"FormatError", "MissingFile", "ok", "wrong"}),
 ])
 def test_damaged_mds_files_are_typed_errors_never_crashes(tmp_path, name, rel, allowed):
-    expected = [comparable({k: json.dumps(v, sort_keys=True) for k, v in e.items()}) for e in _expected(name)]
-    opener = "_canonical(formats.MDSDataset(root))"
     size = (FIXTURES / name / rel).stat().st_size
-    found = outcomes(FIXTURES / name, rel, opener, expected, damages(size, 30, 10), tmp_path,
-                     prelude="from canon import canon\n"
-                             "class _canonical:\n"
-                             "    def __init__(self, ds): self.ds = ds\n"
-                             "    def __len__(self): return len(self.ds)\n"
-                             "    def __getitem__(self, i):\n"
-                             "        return {k: json.dumps(canon(v), sort_keys=True)"
-                             " for k, v in self.ds[i].items()}\n")
+    expected = canonical_expected([{"dict": row} for row in _expected(name)])
+    assert canonical_rows(MDSDataset(FIXTURES / name)) == expected
+    found = outcomes(FIXTURES / name, rel, "_canonical(formats.MDSDataset(root))", expected, damages(size, 30, 10),
+                     tmp_path, prelude=CANONICAL)
     assert set(found.values()) <= allowed, {k: v for k, v in found.items() if v not in allowed}
     assert "FormatError" in found.values()

@@ -12,12 +12,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from torch_drt.cache.backends import CacheBackend, StoredFile, backend_for
 from torch_drt.cache.errors import FormatError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.remote_store import is_url
 
-__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "split_location"]
+__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
 
 
 def split_location(location: str | Path) -> tuple[str, str]:
@@ -199,3 +201,20 @@ def many(locations: str | Path | Sequence[str | Path]) -> list[str]:
     if isinstance(locations, (str, Path)):
         return [str(locations)]
     return [str(loc) for loc in locations]
+
+
+def offset_table(file: StoredFile, samples: int) -> np.ndarray:
+    """The ``samples + 1`` offsets of a shard that starts ``[count: u32][offsets: (count + 1) * u32]`` (MDS shards,
+    LitData chunks), checked against the count the index records and the file's size."""
+    head = 4 * (samples + 2)
+    if file.size < head:
+        raise FormatError(file.where, f"file of {file.size} bytes is shorter than the header of {samples} samples")
+    raw = gather_one(file, 0, head)
+    count = int.from_bytes(raw[:4], "little")
+    if count != samples:
+        raise FormatError(file.where, f"the shard holds {count} samples, the index records {samples}")
+    offsets = np.frombuffer(raw, np.uint32, samples + 1, 4).astype(np.int64)
+    if offsets[0] < head or np.any(np.diff(offsets) < 0) or offsets[-1] > file.size:
+        raise FormatError(file.where, "sample offsets are out of order or outside the file")
+    return offsets
+

@@ -24,7 +24,7 @@ from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import FormatError, UnsafeEncodingError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats import _mds_encodings as enc
-from torch_drt.formats._files import Files, MemoryFile, gather_one, many
+from torch_drt.formats._files import Files, MemoryFile, gather_one, many, offset_table
 from torch_drt.formats.shard_set import ShardSet
 
 __all__ = ["MDSDataset"]
@@ -192,7 +192,7 @@ class MDSDataset(ShardSet):
                     raise FormatError(where, f"cannot decompress ({s.compression}): {e}") from None
                 _verify(where, data, raw_size, raw_hashes)
             file = MemoryFile(where, data)
-        return file, _offsets(file, s.samples)
+        return file, offset_table(file, s.samples)
 
     def _sample(self, decoded: tuple[StoredFile, np.ndarray], shard: int, index: int) -> dict[str, Any]:
         file, offsets = decoded
@@ -230,19 +230,3 @@ def _verify(where: Path | str, data: bytes, size: int, hashes: dict[str, str]) -
     for algo, expected in hashes.items():
         if algo in hashers and hashers[algo](data) != expected:
             raise FormatError(where, f"{algo} is not the {expected} index.json records (damaged?)")
-
-
-def _offsets(file: StoredFile, samples: int) -> np.ndarray:
-    """The shard's ``samples + 1`` sample offsets, checked against its header and its size."""
-    head = 4 * (samples + 2)
-    if file.size < head:
-        raise FormatError(file.where, f"file of {file.size} bytes is shorter than the header of {samples} samples")
-    raw = gather_one(file, 0, head)
-    count = int.from_bytes(raw[:4], "little")
-    if count != samples:
-        raise FormatError(file.where, f"the shard holds {count} samples, index.json records {samples}")
-    offsets = np.frombuffer(raw, np.uint32, samples + 1, 4).astype(np.int64)
-    if offsets[0] < head or np.any(np.diff(offsets) < 0) or offsets[-1] > file.size:
-        raise FormatError(file.where, "sample offsets are out of order or outside the file")
-    return offsets
-
