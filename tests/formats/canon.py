@@ -3,6 +3,7 @@ own readers, and the tests, run without them): bytes, numpy scalars and arrays, 
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 from decimal import Decimal
@@ -19,6 +20,8 @@ def canon(value: Any) -> Any:
         return {"ndarray": value.dtype.str, "shape": list(value.shape), "hex": value.tobytes().hex()}
     if isinstance(value, np.generic):
         return {"scalar": value.dtype.str, "hex": value.tobytes().hex()}
+    if isinstance(value, datetime.datetime):
+        return {"datetime": value.isoformat()}
     if isinstance(value, Decimal):
         return {"decimal": str(value)}
     if type(value).__module__.startswith("PIL."):

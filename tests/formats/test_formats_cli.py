@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from arrow_tables import write_ipc, write_parquet
+from canon import canon
 from s3_server import s3_fixture  # noqa: F401
 
 from torch_drt.cache.errors import FormatError
@@ -101,3 +102,26 @@ def test_info_of_a_remote_dataset(s3, capsys):
     assert main(["formats", "info", url, "--storage-options", json.dumps(s3)]) == 0
     assert f"{url}: litdata, 5 samples in 3 shards" in capsys.readouterr().out
     assert main(["formats", "info", "s3://bucket/cli-formats/none", "--storage-options", json.dumps(s3)]) == 1
+
+
+def test_every_reader_pickles_for_spawned_workers(datasets):
+    import pickle
+
+    for path in datasets.values():
+        ds = open_dataset(path)
+        first = ds[len(ds) - 1]
+        copy = pickle.loads(pickle.dumps(ds))
+        assert len(copy) == len(ds) and canon(copy[len(ds) - 1]) == canon(first)
+
+
+def test_a_spawned_worker_reads_a_dataset_with_decoders():
+    import torch_drt as drt
+
+    ds = MDSDataset(FIXTURES / "mds" / "hashed_zstd")
+    loader = drt.StatefulDataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="spawn",
+                                    collate_fn=_ids)
+    assert [i for batch in loader for i in batch] == [ds[i]["i"] for i in range(len(ds))]
+
+
+def _ids(samples):
+    return [s["i"] for s in samples]

@@ -132,6 +132,11 @@ def test_remote_parquet_and_arrow_on_s3(tmp_path, s3):
     assert [ds[i] for i in range(len(ds))] == pq_rows
     one = ParquetDataset("s3://bucket/formats/pq/b.parquet", storage_options=s3, remote_config=config)
     assert one[0] == pq_rows[30]
+    few = ParquetDataset("s3://bucket/formats/pq", storage_options=s3, remote_config=config, cache_shards=1)
+    threads = drt.StatefulDataLoader(few, batch_size=3, shuffle=True, num_workers=4, worker_method="thread",
+                                     collate_fn=list)  # threads share one footer reader per file
+    got = sorted((r for b in threads for r in b), key=lambda r: r["i"])
+    assert got == pq_rows
     ds = ArrowDataset("s3://bucket/formats/ipc", storage_options=s3, remote_config=config)
     assert [ds[i] for i in range(len(ds))] == ipc_rows
     loader = drt.StatefulDataLoader(ds, batch_size=5, shuffle=True, num_workers=2, multiprocessing_context="fork",

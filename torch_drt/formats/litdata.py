@@ -46,9 +46,10 @@ class _Config:
                 raise ValueError(f"compression {self.compression!r} at level {level!r} is not read here "
                                  "(zstd of whole chunks only)")
             self.formats = [str(f) for f in config["data_format"]]
+            self.spec = config.get("data_spec")
             self.chunks = [(_name(c["filename"]), _count(c["chunk_size"]), _count(c["chunk_bytes"], 1 << 40))
                            for c in index["chunks"]]
-            self.unflatten = ser.unflattener(config.get("data_spec"), len(self.formats))
+            self.unflatten = ser.unflattener(self.spec, len(self.formats))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise FormatError(where, f"not a LitData index: {type(e).__name__}: {e}") from None
         for i, name in enumerate(self.formats):
@@ -56,10 +57,22 @@ class _Config:
                 raise UnsafeEncodingError(where, f"leaf {i} is serialized with {name!r}, which runs code when "
                                                  "read; pass allow_pickle=True for data you trust")
         try:
-            self.decoders = [ser.decoder(f) for f in self.formats]
+            self._build()
         except ValueError as e:
             raise FormatError(where, str(e)) from None
         self.root = root
+
+    def _build(self) -> None:
+        """The decoders and the item builder (functions: made again in each process, never pickled)."""
+        self.decoders = [ser.decoder(f) for f in self.formats]
+        self.unflatten = ser.unflattener(self.spec, len(self.formats))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("decoders", "unflatten")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build()
 
 
 def _name(value: Any) -> str:

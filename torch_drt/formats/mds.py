@@ -95,20 +95,30 @@ class _Shard:
             if e in enc.UNSAFE and not allow_pickle:
                 raise UnsafeEncodingError(where, f"column {name!r} is encoded with {e!r}, which runs code when read; "
                                                  "pass allow_pickle=True for data you trust")
+        self.encodings, self.decode_images = encodings, decode_images
         try:
-            self.decoders = [enc.decoder(e, decode_images) for e in encodings]
             expected = [enc.fixed_size(e) for e in encodings]
+            self._build()
         except ValueError as e:
             raise FormatError(where, str(e)) from None
         if [s if s is None else int(s) for s in sizes] != expected:
             raise FormatError(where, f"column_sizes {sizes} do not match the encodings {encodings}")
         self.sizes = expected
         self.root = root
-        self.unzip = None
-        if self.zip is not None:
-            self.unzip = _decompressor(str(self.compression))
-            if self.unzip is None:
-                raise FormatError(where, f"compression {self.compression!r} is not supported here")
+        if self.zip is not None and self.unzip is None:
+            raise FormatError(where, f"compression {self.compression!r} is not supported here")
+
+    def _build(self) -> None:
+        """The decoders (functions: made again in each process, never pickled)."""
+        self.decoders = [enc.decoder(e, self.decode_images) for e in self.encodings]
+        self.unzip = None if self.zip is None else _decompressor(str(self.compression))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("decoders", "unzip")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._build()
 
 
 def _count(value: Any, what: str, limit: int = 1 << 32) -> int:
