@@ -6,7 +6,7 @@ from pathlib import Path
 
 from torch_drt.location import Location
 
-__all__ = ["CacheCorruptError"]
+__all__ = ["CacheCorruptError", "FormatError", "UnsafeEncodingError"]
 
 
 class CacheCorruptError(ValueError, RuntimeError):
@@ -27,3 +27,12 @@ class CacheCorruptError(ValueError, RuntimeError):
 
     def __reduce__(self):  # keep the two-argument constructor across pickling (worker processes)
         return (type(self), (self.path, self.reason))
+
+
+class FormatError(CacheCorruptError):
+    """A file of a dataset in another system's format (WebDataset, MDS, LitData, Parquet, Arrow) is damaged or is
+    not what its index says (``torch_drt.formats``); ``path`` names the file, ``reason`` the field at fault."""
+
+
+class UnsafeEncodingError(FormatError):
+    """A column is encoded with pickle, which executes code when read: refused unless ``allow_pickle=True``."""

@@ -1,0 +1,220 @@
+"""The files of a foreign dataset, read through torch_drt's cache backends (``backend_for``: local maps, or an fsspec
+URL through the remote store's retries, time-outs, redaction and coalesced range reads).
+
+A file is a ``(backend, rel)`` pair: the backend of its directory (or URL prefix) and its name there. Nothing here
+decides whether a location is a URL: ``backend_for`` does.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from torch_drt.cache.backends import CacheBackend, StoredFile, backend_for
+from torch_drt.cache.errors import FormatError
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.remote_store import is_url
+
+__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
+
+
+def split_location(location: str | Path) -> tuple[str, str]:
+    """``(directory, name)`` of a file's path or URL."""
+    text = str(location)
+    if is_url(text):
+        scheme, _, rest = text.partition("://")
+        head, _, name = rest.rstrip("/").rpartition("/")
+        return (f"{scheme}://{head}" if head else f"{scheme}://"), name
+    path = Path(text)
+    return str(path.parent), path.name
+
+
+class Files:
+    """The backends of a dataset's files (one per directory), made once per process and dropped when pickled.
+
+    Args:
+        storage_options: fsspec options of URLs (credentials, endpoint); never shown.
+        remote_config: node cache, retries, time-outs and range settings of URLs.
+    """
+
+    def __init__(self, storage_options: Mapping[str, Any] | None, remote_config: RemoteConfig | None) -> None:
+        self.storage_options = dict(storage_options or {})
+        self.remote_config = remote_config
+        self._backends: dict[str, CacheBackend] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_backends": {}}
+
+    def backend(self, directory: str) -> CacheBackend:
+        """The backend of ``directory`` (a path or URL prefix)."""
+        backend = self._backends.get(directory)
+        if backend is None:
+            backend = self._backends[directory] = backend_for(directory, self.storage_options, self.remote_config)
+        return backend
+
+    def where(self, directory: str, rel: str) -> Path | str:
+        """The location of a file, as errors name it (a URL holds no credentials)."""
+        return self.backend(directory).where(rel)
+
+    def size(self, directory: str, rel: str) -> int:
+        return self.backend(directory).size(rel)
+
+    def read(self, directory: str, rel: str, limit: int, checksum: tuple[str, str] | None = None) -> bytes:
+        """A whole file of at most ``limit`` bytes (through the node cache when ``checksum`` is a sha256 or
+        xxh3_128 the dataset's index records)."""
+        return self.backend(directory).read(rel, limit, checksum=checksum)
+
+    def open(self, directory: str, rel: str, size: int | None = None) -> StoredFile:
+        """A file opened for range reads (mapped when local; coalesced range requests when remote)."""
+        backend = self.backend(directory)
+        if size is None:
+            size = backend.size(rel)
+        return backend.open(rel, size, ranges_ok=True)
+
+    def list(self, directory: str) -> list[str]:
+        """The names of the files directly in ``directory``, sorted."""
+        backend = self.backend(directory)
+        store = getattr(backend, "store", None)
+        if store is not None:
+            return sorted(name for name in store.list() if "/" not in name)
+        root = Path(directory)
+        if not root.is_dir():
+            raise FileNotFoundError(f"no such directory: {root}")
+        return sorted(p.name for p in root.iterdir() if p.is_file())
+
+    def expand(self, locations: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
+        """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``.
+
+        Raises:
+            FileNotFoundError: when a directory holds no such file, or nothing is given.
+        """
+        out: list[tuple[str, str]] = []
+        for location in many(locations):
+            if self.is_dir(location):
+                directory = location.rstrip("/")
+                names = [n for n in self.list(directory) if n.endswith(suffixes)]
+                if not names:
+                    raise FileNotFoundError(f"no {'/'.join(suffixes)} file in {self.where(directory, '')}")
+                out.extend((directory, n) for n in names)
+            else:
+                out.append(split_location(location))
+        if not out:
+            raise FileNotFoundError("no file given")
+        return out
+
+    def is_dir(self, location: str) -> bool:
+        """True when ``location`` is a local directory, or a URL prefix (no file of its own)."""
+        if is_url(location):
+            if location.endswith("/"):
+                return True
+            store = self.backend(location).store  # a RemoteBackend: backend_for decided it is a URL
+            return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
+        return Path(location.removeprefix("file://")).is_dir()
+
+
+class MemoryFile(StoredFile):
+    """A file read whole (and verified, or decompressed) into memory, read like any opened file."""
+
+    def __init__(self, where: Path | str, data: bytes) -> None:
+        super().__init__(where, len(data))
+        self.data = data
+
+    def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        return [self.data[a:b] for a, b in zip(starts, ends)]
+
+    def view(self) -> memoryview:
+        return memoryview(self.data)
+
+    def check(self) -> None:
+        """Nothing to check: the bytes are this process's own."""
+
+
+class RangeReader(io.RawIOBase):
+    """A read-only, seekable file object over a ``StoredFile`` (for pyarrow and ``tarfile``): reads of at least
+    ``block`` bytes, the last one kept, so that small sequential reads cost one range request per block.
+
+    Args:
+        file: the opened file.
+        block: bytes fetched per request at least.
+    """
+
+    def __init__(self, file: StoredFile, block: int = 1 << 20) -> None:
+        super().__init__()
+        self.file, self.block, self.pos = file, block, 0
+        self._buf, self._buf_at = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.file.size}[whence]
+        if base + offset < 0:
+            raise OSError(f"seek to {base + offset} before the start of {self.file.where}")
+        self.pos = base + offset
+        return self.pos
+
+    def readinto(self, out) -> int:
+        data = self.read(len(out))
+        out[: len(data)] = data
+        return len(data)
+
+    def read(self, n: int = -1) -> bytes:
+        size = self.file.size
+        end = size if n is None or n < 0 else min(size, self.pos + n)
+        if end <= self.pos:
+            return b""
+        a, b = self._buf_at, self._buf_at + len(self._buf)
+        if not (a <= self.pos and end <= b):
+            view = self.file.view()
+            if view is not None:
+                self._buf, self._buf_at = bytes(view[self.pos : end]), self.pos
+            else:
+                fetch_end = min(size, max(end, self.pos + self.block))
+                self._buf, self._buf_at = self.file.gather([self.pos], [fetch_end])[0], self.pos
+                if len(self._buf) < end - self.pos:
+                    raise FormatError(self.file.where, f"file ends before byte {end}")
+        data = self._buf[self.pos - self._buf_at : end - self._buf_at]
+        self.pos += len(data)
+        return bytes(data)
+
+
+def gather_one(file: StoredFile, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of ``file``; a range outside it is a ``FormatError``."""
+    if not 0 <= start <= end <= file.size:
+        raise FormatError(file.where, f"byte range [{start}, {end}) lies outside the file's {file.size} bytes")
+    file.check()
+    return bytes(file.gather([start], [end])[0])
+
+
+def many(locations: str | Path | Sequence[str | Path]) -> list[str]:
+    """One location or several, as strings."""
+    if isinstance(locations, (str, Path)):
+        return [str(locations)]
+    return [str(loc) for loc in locations]
+
+
+def offset_table(file: StoredFile, samples: int) -> np.ndarray:
+    """The ``samples + 1`` offsets of a shard that starts ``[count: u32][offsets: (count + 1) * u32]`` (MDS shards,
+    LitData chunks), checked against the count the index records and the file's size."""
+    head = 4 * (samples + 2)
+    if file.size < head:
+        raise FormatError(file.where, f"file of {file.size} bytes is shorter than the header of {samples} samples")
+    raw = gather_one(file, 0, head)
+    count = int.from_bytes(raw[:4], "little")
+    if count != samples:
+        raise FormatError(file.where, f"the shard holds {count} samples, the index records {samples}")
+    offsets = np.frombuffer(raw, np.uint32, samples + 1, 4).astype(np.int64)
+    if offsets[0] < head or np.any(np.diff(offsets) < 0) or offsets[-1] > file.size:
+        raise FormatError(file.where, "sample offsets are out of order or outside the file")
+    return offsets
+

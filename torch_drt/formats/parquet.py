@@ -1,0 +1,100 @@
+"""ParquetDataset: Parquet files read where they lie, one shard per row group, one field per column."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from torch_drt.cache.errors import FormatError
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, rows_of
+from torch_drt.formats._files import Files
+from torch_drt.formats.shard_set import ShardSet
+
+__all__ = ["ParquetDataset"]
+
+
+class ParquetDataset(ShardSet):
+    """Parquet files as a map-style dataset: sample ``i`` is row ``i`` of the files in order, a dict of its columns.
+
+    Opening reads each file's footer only; a row group is read (only the chosen columns) when a sample of it is
+    first asked for, and the last ``cache_shards`` decoded row groups are kept per process.
+
+    Args:
+        location: a file, a directory (its ``.parquet`` files, sorted by name) or a list of files; local paths or
+            fsspec URLs (``s3://bucket/data/``).
+        columns: the columns read (default: all).
+        storage_options: fsspec options of URLs (credentials, ``client_kwargs={"endpoint_url": ...}``).
+        remote_config: retries, time-outs and range settings of URLs (``torch_drt.RemoteConfig``).
+        cache_shards: decoded row groups kept per process.
+
+    Raises:
+        FormatError: a file is no Parquet file, or its schema differs from the first file's.
+    """
+
+    def __init__(
+        self,
+        location: str | Path | Sequence[str | Path],
+        *,
+        columns: Sequence[str] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+        cache_shards: int = 4,
+    ) -> None:
+        self._files = Files(storage_options, remote_config)
+        self.files = self._files.expand(location, (".parquet", ".pq"))
+        self.columns = None if columns is None else list(columns)
+        self._open: dict[int, pq.ParquetFile] = {}
+        self.schema: pa.Schema | None = None
+        self._groups: list[tuple[int, int]] = []
+        counts, names = [], []
+        for f, (directory, rel) in enumerate(self.files):
+            where = self._files.where(directory, rel)
+            meta = self._parquet(f).metadata
+            schema = decoding(where, "schema", lambda f=f: self._parquet(f).schema_arrow).remove_metadata()
+            if self.schema is None:
+                self.schema = schema
+            elif not schema.equals(self.schema):
+                raise FormatError(where, f"schema {schema} differs from the first file's {self.schema}")
+            for g in range(meta.num_row_groups):
+                self._groups.append((f, g))
+                counts.append(meta.row_group(g).num_rows)
+                names.append(f"{where}#row_group={g}")
+        if self.columns is not None:
+            missing = sorted(set(self.columns) - set(self.schema.names if self.schema else ()))
+            if missing:
+                raise ValueError(f"columns {missing} are not in the files' schema {self.schema}")
+        super().__init__(counts, names, cache_shards)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_open": {}}
+
+    def _parquet(self, f: int) -> pq.ParquetFile:
+        pf = self._open.get(f)
+        if pf is None:
+            directory, rel = self.files[f]
+            file = self._files.open(directory, rel)
+            source = arrow_source(file)
+            pf = decoding(file.where, "footer", lambda: pq.ParquetFile(source, page_checksum_verification=True))
+            self._open[f] = pf
+        return pf
+
+    def _load(self, shard: int) -> pa.Table:
+        f, g = self._groups[shard]
+        where = self.shard_names[shard]
+        table = decoding(where, "row group", lambda: self._parquet(f).read_row_group(g, columns=self.columns))
+        if table.num_rows != self.shard_counts[shard]:
+            raise FormatError(where, f"row group has {table.num_rows} rows, the footer records "
+                                     f"{self.shard_counts[shard]}")
+        return table
+
+    def _sample(self, decoded: pa.Table, shard: int, index: int) -> dict[str, Any]:
+        return decoding(self.shard_names[shard], "row", lambda: rows_of(decoded, [index])[0])
+
+    def _samples(self, loaded: dict[int, Any], places: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        return batched_rows(self.shard_names, loaded, places)
+

@@ -1,0 +1,116 @@
+"""ShardSet: a map-style dataset over the shards of another system's format (the base of every reader here).
+
+A foreign dataset is a list of shards, each with its number of samples; sample ``i`` is sample ``i - start(s)`` of
+the shard ``s`` it falls in. A reader says how a shard is decoded (``_load``, once, kept in a small per-process
+LRU) and how one sample is taken from the decoded shard (``_sample``). With ``len`` and ``__getitem__`` the set is
+an ordinary map-style dataset: ``torch_drt.StatefulDataLoader`` shuffles, splits by rank and worker and resumes
+it exactly as any other; ``shard_groups()`` gives the shard of every sample, what the locality-aware permutation
+(``torch_drt.sampling.locality.ShardWindowShuffle``) is built from.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ShardSet"]
+
+
+class ShardSet(ABC):
+    """Samples of a list of shards, read lazily, the last ``cache_shards`` decoded shards kept per process.
+
+    Args:
+        counts: samples in each shard.
+        names: each shard's name (its file, and its part of the file), for errors and ``repr``.
+        cache_shards: decoded shards kept in this process (>= 1).
+    """
+
+    def __init__(self, counts: Sequence[int], names: Sequence[str], cache_shards: int = 4) -> None:
+        if not isinstance(cache_shards, int) or isinstance(cache_shards, bool) or cache_shards < 1:
+            raise ValueError(f"{cache_shards=} must be an int >= 1")
+        if len(counts) != len(names):
+            raise ValueError(f"{len(counts)=} and {len(names)=} must be equal")
+        self.shard_names = tuple(names)
+        self.shard_counts = np.asarray(counts, dtype=np.int64)
+        self.shard_starts = np.concatenate([[0], np.cumsum(self.shard_counts)]).astype(np.int64)
+        self.cache_shards = cache_shards
+        self._lru: OrderedDict[int, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:  # a worker process decodes its own shards
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lru", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lru, self._lock = OrderedDict(), threading.Lock()
+
+    def __len__(self) -> int:
+        return int(self.shard_starts[-1])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} samples in {len(self.shard_names)} shards)"
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.shard_names)
+
+    def shard_groups(self) -> np.ndarray:
+        """The shard number of every sample (int64, sorted): ``ShardWindowShuffle(ds.shard_groups(), ...)``."""
+        return np.repeat(np.arange(self.num_shards, dtype=np.int64), self.shard_counts)
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """``(shard, index in the shard)`` of sample ``index`` (negative counts from the end, as for a list)."""
+        i = operator.index(index)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {index} is out of range for {n} samples")
+        shard = int(np.searchsorted(self.shard_starts, i, side="right")) - 1
+        return shard, i - int(self.shard_starts[shard])
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        shard, local = self.locate(index)
+        return self._sample(self.shard(shard), shard, local)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Samples of ``indices``, each shard decoded once for the batch."""
+        places = [self.locate(i) for i in indices]
+        loaded: dict[int, Any] = {}
+        for shard, _ in places:
+            if shard not in loaded:
+                loaded[shard] = self.shard(shard)
+        return self._samples(loaded, places)
+
+    def _samples(self, loaded: dict[int, Any], places: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """Samples at ``places`` from the decoded shards (readers may batch the conversion)."""
+        return [self._sample(loaded[s], s, i) for s, i in places]
+
+    def shard(self, shard: int) -> Any:
+        """Shard ``shard`` decoded (from this process's LRU, or loaded now)."""
+        with self._lock:
+            got = self._lru.get(shard)
+            if got is not None:
+                self._lru.move_to_end(shard)
+                return got
+        got = self._load(shard)  # outside the lock: threads decode different shards at once
+        with self._lock:
+            self._lru[shard] = got
+            self._lru.move_to_end(shard)
+            while len(self._lru) > self.cache_shards:
+                self._lru.popitem(last=False)
+        return got
+
+    @abstractmethod
+    def _load(self, shard: int) -> Any:
+        """Read and decode shard ``shard`` (raising ``FormatError`` when it is damaged)."""
+
+    @abstractmethod
+    def _sample(self, decoded: Any, shard: int, index: int) -> dict[str, Any]:
+        """Sample ``index`` of the decoded shard ``shard``, as a dict of fields."""
