@@ -17,7 +17,7 @@ import numpy as np
 from torch_drt.cache.backends import CacheBackend, StoredFile, backend_for
 from torch_drt.cache.errors import FormatError
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import is_url
+from torch_drt.location import Location, is_url
 
 __all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
 
@@ -113,7 +113,7 @@ class Files:
                 return True
             store = self.backend(location).store  # a RemoteBackend: backend_for decided it is a URL
             return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
-        return Path(location.removeprefix("file://")).is_dir()
+        return Location.parse(location).path.is_dir()
 
 
 class MemoryFile(StoredFile):
