@@ -38,7 +38,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
-    from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
+    from torch_drt.cache import CacheSourcesError, DatasetRuntime, ShardCompression, WriterConfig, open_cache
     from torch_drt.cache.remote_store import is_url
 
     options = inputs.storage_options(args)
@@ -64,10 +64,11 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
         exists = plain and (target.exists() or target.is_symlink())
     if exists:  # said before any sample is written
         raise CliError(f"{target} already exists: choose another --name, or remove it first")
-    with DatasetRuntime(1) as runtime:
-        (result,) = runtime.write_cache([source], root, writer_config=config, storage_options=options)
-    if not isinstance(result, CacheWriteSuccess):
-        raise CliError(result.message)
+    try:
+        with DatasetRuntime(1) as runtime:
+            (result,) = runtime.write_cache([source], root, writer_config=config, storage_options=options)
+    except CacheSourcesError as e:
+        raise CliError(e.failures[0].message) from None
     print(f"wrote {open_cache(result.path, storage_options=options).sample_count} samples to {result.path}")
     return 0
 

@@ -4,16 +4,13 @@ from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open
 from torch_drt.cache.cache_set_publish import publish_cache_set
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
 from torch_drt.cache.dataset import CachedBatch, CachedDataset
-from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.errors import CacheCorruptError, CacheSourcesError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import (
     CachedSample,
     CacheInput,
     CacheSource,
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetResult,
-    CacheSourcesDatasetSuccess,
     CacheWriteError,
     CacheWriteResult,
     CacheWriteSuccess,
@@ -31,9 +28,7 @@ __all__ = [
     "CacheSet",
     "CacheSetPart",
     "CacheSource",
-    "CacheSourcesDatasetError",
-    "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess",
+    "CacheSourcesError",
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",
