@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import torch_drt as drt
+from torch_drt.describe import described
 
 __all__ = ["ShapesSource", "render", "run_demo"]
 
@@ -57,6 +58,9 @@ class ShapesSource:
             buf = io.BytesIO()
             Image.fromarray(render(label, rng)).save(buf, format="PNG")
             yield drt.CacheInput(buf.getvalue(), {"label": label, "class_name": CLASSES[label], "index": i})
+
+    def __repr__(self) -> str:
+        return described(self, self.name, n=self.n, seed=self.seed)
 
 
 class _WithLabel:

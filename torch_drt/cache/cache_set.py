@@ -25,6 +25,7 @@ from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
+from torch_drt.describe import described
 
 if TYPE_CHECKING:
     from torch_drt.cache.remote_config import RemoteConfig
@@ -102,6 +103,9 @@ class CacheSet:
             scheme, rest = self.path.split("://", 1)
             return f"{scheme}://{posixpath.normpath(posixpath.join(rest, location))}"
         return Path(os.path.normpath(self.path / location))
+
+    def __repr__(self) -> str:
+        return described(self, str(self.path), name=self.name, parts=len(self.parts), samples=self.sample_count)
 
 
 def validate_set_name(name: object) -> str:
