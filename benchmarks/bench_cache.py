@@ -95,13 +95,12 @@ def bench_integrity(root: Path, payloads: list[bytes], repeats: int) -> list[tup
         ("CachedSample iteration, sequential", 64 << 20, False, "samples"),
     ]:
         cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=shard_bytes)
-        (res,) = rt.from_cache_sources(
+        ds = rt.from_cache_sources(
             Source(f"integrity{shard_bytes}", payloads, drt.CacheInput),
             root,
             writer_config=cfg,
             reader_config=drt.ReaderConfig(seed=0, shuffle=shuffle),
-        ).results
-        ds = rt.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=shuffle))
+        )
         workloads.append((f"{label}, {len(ds.layouts[0].shards)} shard(s)", ds, api))
     configs = {"checked": (True, True), "no record checks": (False, True), "no checks": (False, False)}
     passes = max(1, -(-200_000 // len(payloads)))  # each timed block reads about 200,000 samples

@@ -54,13 +54,12 @@ def epoch(loader) -> int:
 def throughput(work: Path, payloads: list[bytes], repeats: int) -> dict[str, float]:
     rt = drt.DatasetRuntime(2)
     quiet = drt.WriterConfig(show_progress=False)
-    res = rt.from_cache_sources(
+    ds = rt.from_cache_sources(
         Source("ours", payloads, drt.CacheInput),
         work / "ours",
         reader_config=drt.ReaderConfig(seed=0),
         writer_config=quiet,
     )
-    ds = res.dataset
     out = {}
     for shuffle in (True, False):
         for workers in (0, 2):
@@ -157,7 +156,7 @@ def memory(work: Path, payloads: list[bytes]) -> dict[str, object]:
         work / "mem",
         reader_config=drt.ReaderConfig(seed=0),
         writer_config=drt.WriterConfig(show_progress=False),
-    ).dataset
+    )
     table = ds.get_metadata()
     rows = np.arange(10_000_000) % table.num_rows
     ds.update_metadata(table.take(pa.array(rows)))

@@ -32,17 +32,12 @@ class TrainingRecords:
 
 def main(workdir: Path) -> None:
     runtime = drt.DatasetRuntime(num_workers=2)
-    result = runtime.from_cache_sources(
+    dataset = runtime.from_cache_sources(
         TrainingRecords(),
         workdir / "cache",
         reader_config=drt.ReaderConfig(seed=42, shuffle=False),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    match result:
-        case drt.CacheSourcesDatasetSuccess(dataset=dataset):
-            pass
-        case failure:
-            raise RuntimeError(failure)
 
     table = dataset.get_metadata()
     print("columns:", table.column_names, "rows:", table.num_rows)

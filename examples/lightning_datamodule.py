@@ -49,14 +49,13 @@ def collate(items):
 
 
 def build_cache(workdir: Path) -> Path:
-    result = drt.DatasetRuntime(1).from_cache_sources(
+    dataset = drt.DatasetRuntime(1).from_cache_sources(
         Points(),
         workdir / "cache",
         reader_config=drt.ReaderConfig(seed=0),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    assert isinstance(result, drt.CacheSourcesDatasetSuccess), result
-    return result.dataset.cache_paths[0]
+    return dataset.cache_paths[0]
 
 
 def fit(workdir: Path, cache: Path, phase: str, devices: int) -> None:

@@ -50,17 +50,12 @@ def decode(sample: drt.CachedSample) -> tuple[torch.Tensor, torch.Tensor]:
 def main(workdir: Path) -> None:
     """Construct a fixed loader topology and consume one finite sample budget."""
     runtime = drt.DatasetRuntime(num_workers=2)
-    result = runtime.from_cache_sources(
+    dataset = runtime.from_cache_sources(
         TrainingSamples(),
         workdir / "cache_torch",
         reader_config=drt.ReaderConfig(seed=42, shuffle=True),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    match result:
-        case drt.CacheSourcesDatasetSuccess(dataset=dataset):
-            pass
-        case failure:
-            raise RuntimeError(failure)
 
     loader = dataset.to_torch_dataloader(
         sample_transform_fn=decode,

@@ -8,6 +8,7 @@ Run: python examples/train_from_s3.py [WORKDIR]
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -43,6 +44,8 @@ def to_example(sample: drt.CachedSample) -> tuple[torch.Tensor, torch.Tensor]:
 def start_s3() -> tuple[object, dict]:
     """moto's S3 server on a free local port, with a bucket; returns it and the fsspec options that reach it."""
     from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request: keep the output ours
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,6 +60,16 @@ def sigint_raises() -> Iterator[None]:
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+def write_result(runtime: drt.DatasetRuntime, source: Any, root: Path | str, **kwargs: Any) -> drt.CacheWriteResult:
+    """The one source's outcome of ``runtime.write_cache``: its success, or the failure its ``CacheSourcesError``
+    carries (for tests of what went wrong with a single source)."""
+    try:
+        (result,) = runtime.write_cache([source], root, **kwargs)
+    except drt.CacheSourcesError as e:
+        (result,) = e.results
+    return result
 
 
 @pytest.fixture
@@ -126,6 +137,7 @@ def downgrade_to_v1(path: Path) -> None:
 _FLIP_WORKER = """
 import json, shutil, sys
 from pathlib import Path
+from typing import Any
 import torch_drt as drt
 from conftest import rehash_manifest
 

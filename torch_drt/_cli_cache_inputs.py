@@ -61,8 +61,11 @@ def build_source(args: argparse.Namespace) -> Any:
         raise CliError("give a SOURCE directory or --source-spec, not both", 2)
     if args.source_spec:
         return load_spec(args.source_spec, args.name)
-    source_dir = Path(args.source or "")
-    if not args.source or not source_dir.is_dir():
+    if not args.source:
+        raise CliError("cache build: no source given: name a SOURCE directory of files after ROOT, or give "
+                       "--source-spec MODULE:OBJECT (see torch-drt cache build --help)", 2)
+    source_dir = Path(args.source)
+    if not source_dir.is_dir():
         raise CliError(f"{args.source!r} is not a directory (or give --source-spec)", 2)
     return DirectorySource(source_dir, args.name or source_dir.name)
 

@@ -60,13 +60,30 @@ def build_set(
 
 
 def set_info(path: str | Path, as_json: bool, options: dict[str, Any] | None = None) -> int:
-    """Print a set's summary: parts, samples, schema (and the manifest with ``as_json``)."""
+    """Print a set's summary: parts, samples, schema (with ``as_json``: only JSON, the manifest included)."""
     try:
         cache_set, layouts = open_cache_set(path, storage_options=options)
     except CacheCorruptError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     size = sum(s for layout in layouts for _, s in layout.shards)
+    if as_json:  # JSON only on stdout
+        summary = {
+            "path": str(cache_set.path),
+            "format": "cache set",
+            "name": cache_set.name,
+            "sample_count": cache_set.sample_count,
+            "shard_count": sum(len(layout.shards) for layout in layouts),
+            "bytes": size,
+            "schema": dict(cache_set.schema),
+            "parts": [
+                {"location": str(p.location), "sample_count": p.sample_count, "cache_id": p.cache_id}
+                for p in cache_set.parts
+            ],
+            "manifest": json.loads(backend_for(path, options).read("cacheset.json", 64 << 20)),
+        }
+        print(json.dumps(summary, indent=2))
+        return 0
     print(f"path:        {cache_set.path}")
     print(f"format:      cache set of {len(cache_set.parts)} parts")
     print(f"set:         {cache_set.name}")
@@ -75,8 +92,6 @@ def set_info(path: str | Path, as_json: bool, options: dict[str, Any] | None = N
     print("schema:      " + ", ".join(f"{n}: {k}" for n, k in cache_set.schema))
     for part in cache_set.parts:
         print(f"  {part.location:<40} {part.sample_count:>10} samples  cache_id {part.cache_id}")
-    if as_json:
-        print(json.dumps(json.loads(backend_for(path, options).read("cacheset.json", 64 << 20)), indent=2))
     return 0
 
 

@@ -39,7 +39,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
-    from torch_drt.cache import CacheWriteSuccess, DatasetRuntime, ShardCompression, WriterConfig, open_cache
+    from torch_drt.cache import CacheSourcesError, DatasetRuntime, ShardCompression, WriterConfig, open_cache
     from torch_drt.location import is_url
 
     options = inputs.storage_options(args)
@@ -65,10 +65,11 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
         exists = plain and (target.exists() or target.is_symlink())
     if exists:  # said before any sample is written
         raise CliError(f"{target} already exists: choose another --name, or remove it first")
-    with DatasetRuntime(1) as runtime:
-        (result,) = runtime.write_cache([source], root, writer_config=config, storage_options=options)
-    if not isinstance(result, CacheWriteSuccess):
-        raise CliError(result.message)
+    try:
+        with DatasetRuntime(1) as runtime:
+            (result,) = runtime.write_cache([source], root, writer_config=config, storage_options=options)
+    except CacheSourcesError as e:
+        raise CliError(e.failures[0].message) from None
     print(f"wrote {open_cache(result.path, storage_options=options).sample_count} samples to {result.path}")
     return 0
 
@@ -87,14 +88,28 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
     except CacheCorruptError as e:
         raise CliError(str(e)) from e
     sizes = sum(s for _, s in layout.shards)
+    if args.json:  # JSON only on stdout, so `| jq` and json.load work
+        summary = {
+            "path": str(layout.path),
+            "format": "dataset-rt" if layout.legacy else "torch_drt",
+            "format_version": layout.format_version,
+            "source_name": layout.source_name,
+            "cache_id": layout.cache_id,
+            "sample_count": layout.sample_count,
+            "shard_count": len(layout.shards),
+            "bytes": sizes,
+            "compression": layout.compression,
+            "schema": dict(layout.schema),
+            "manifest": json.loads(layout.backend.read("manifest.json", 64 << 20)),
+        }
+        print(json.dumps(summary, indent=2))
+        return 0
     print(f"path:        {layout.path}")
     print(f"format:      {'dataset-rt' if layout.legacy else 'torch_drt'} version {layout.format_version}")
     print(f"source:      {layout.source_name} (cache_id {layout.cache_id})")
     print(f"samples:     {layout.sample_count}")
     print(f"shards:      {len(layout.shards)}, {sizes:,} bytes, compression {layout.compression}")
     print("schema:      " + ", ".join(f"{n}: {k}" for n, k in layout.schema))
-    if args.json:
-        print(json.dumps(json.loads(layout.backend.read("manifest.json", 64 << 20)), indent=2))
     return 0
 
 
@@ -162,8 +177,8 @@ def _add_demo(sub: Any) -> None:
         "demo", help="generate images, build a cache, train a small CNN, checkpoint mid-epoch and resume exactly"
     )
     demo.add_argument("--workdir", default="demo_data", help="cache root (reused across runs)")
-    demo.add_argument("--samples", type=positive_int, default=4000)
-    demo.add_argument("--batch-size", type=positive_int, default=64)
+    demo.add_argument("--samples", type=positive_int, default=4000, help="generated images in the cache")
+    demo.add_argument("--batch-size", type=positive_int, default=64, help="samples per training batch")
     demo.add_argument("--steps", type=positive_int, default=300, help="training steps")
     demo.add_argument("--workers", type=non_negative_int, default=2, help="loader worker threads")
     demo.set_defaults(func=cmd_demo)
@@ -171,7 +186,7 @@ def _add_demo(sub: Any) -> None:
 
 def _add_cache(sub: Any) -> None:
     cache = sub.add_parser("cache", help="build and inspect caches").add_subparsers(
-        dest="cache_command", metavar="COMMAND", required=True
+        dest="cache_command", metavar="COMMAND", required=True, help="what to do with caches"
     )
     build = cache.add_parser(
         "build", help="build a cache (or a cache set, also under torchrun) from a directory or a Python source spec"
@@ -180,8 +195,13 @@ def _add_cache(sub: Any) -> None:
     build.add_argument("source", nargs="?", help="directory of files (each becomes one sample)")
     build.add_argument("--source-spec", help="package.module:object naming a cache source (or a factory of one)")
     build.add_argument("--name", help="cache name (default: the source directory's name)")
-    build.add_argument("--compression", choices=["none", "lz4", "zstd"], default="none")
-    build.add_argument("--max-shard-bytes", type=positive_int, default=64 * 1024 * 1024)
+    build.add_argument(
+        "--compression", choices=["none", "lz4", "zstd"], default="none", help="per-record payload compression"
+    )
+    build.add_argument(
+        "--max-shard-bytes", type=positive_int, default=64 * 1024 * 1024,
+        help="close a shard once it holds this many bytes",
+    )
     build.add_argument("--verify", action="store_true", help="verify checksums after writing")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument(
@@ -190,7 +210,9 @@ def _add_cache(sub: Any) -> None:
     build.set_defaults(func=cmd_cache_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")
     info.add_argument("path", help="a cache (or set) directory or URL")
-    info.add_argument("--json", action="store_true", help="also print the whole manifest")
+    info.add_argument(
+        "--json", action="store_true", help="print only JSON: the summary's fields and the whole manifest"
+    )
     info.set_defaults(func=cmd_cache_info)
     verify = cache.add_parser("verify", help="verify every checksum; non-zero exit on corruption")
     verify.add_argument("paths", nargs="+", help="cache (or set) directories or URLs")
@@ -210,9 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     from torch_drt import __version__
 
     parser = CliParser(prog="torch-drt", description="torch_drt: fast, resumable data loading.")
-    parser.add_argument("--version", action="version", version=f"torch-drt {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"torch-drt {__version__}", help="print torch-drt's version and exit"
+    )
     parser.add_argument("--traceback", action="store_true", help="on an error, show the Python traceback")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, help="the command to run")
     _add_demo(sub)
     _add_cache(sub)
     add_bench(sub)

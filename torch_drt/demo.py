@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import torch_drt as drt
+from torch_drt.describe import described
 
 __all__ = ["ShapesSource", "render", "run_demo"]
 
@@ -57,6 +58,9 @@ class ShapesSource:
             buf = io.BytesIO()
             Image.fromarray(render(label, rng)).save(buf, format="PNG")
             yield drt.CacheInput(buf.getvalue(), {"label": label, "class_name": CLASSES[label], "index": i})
+
+    def __repr__(self) -> str:
+        return described(self, self.name, n=self.n, seed=self.seed)
 
 
 class _WithLabel:
@@ -152,15 +156,16 @@ def run_demo(workdir: Path, n: int = 4000, batch_size: int = 64, steps: int = 30
     print("1. Build the cache (reused when it is already complete)")
     runtime = drt.DatasetRuntime(num_workers=2)
     t0 = time.perf_counter()
-    result = runtime.from_cache_sources(
-        ShapesSource(n),
-        workdir,
-        reader_config=drt.ReaderConfig(seed=0),
-        writer_config=drt.WriterConfig(show_progress=True),
-    )
-    if not isinstance(result, drt.CacheSourcesDatasetSuccess):
-        raise SystemExit(f"cache build failed: {result}")
-    dataset, layout = result.dataset, result.dataset.layouts[0]
+    try:
+        dataset = runtime.from_cache_sources(
+            ShapesSource(n),
+            workdir,
+            reader_config=drt.ReaderConfig(seed=0),
+            writer_config=drt.WriterConfig(show_progress=True),
+        )
+    except drt.CacheSourcesError as e:
+        raise SystemExit(f"cache build failed: {e}") from None
+    layout = dataset.layouts[0]
     size = sum(s for _, s in layout.shards)
     print(
         f"   {layout.sample_count} samples, {size / 1e6:.1f} MB in {len(layout.shards)} shard(s), ready in "

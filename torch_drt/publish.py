@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from torch_drt.describe import described
+
 __all__ = [
     "StagingDir",
     "fsync_dir",
@@ -186,3 +188,6 @@ class StagingDir:
     def __exit__(self, *exc: object) -> None:
         if self._fd is not None:  # neither published nor discarded: the write failed
             self.discard()
+
+    def __repr__(self) -> str:
+        return described(self, str(self.path))

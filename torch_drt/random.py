@@ -111,6 +111,9 @@ class BatchSlot:
     def __init__(self) -> None:
         self.batch: list | None = None
 
+    def __repr__(self) -> str:
+        return f"BatchSlot({'open' if self.batch is not None else 'closed'})"
+
 
 def batch_slot() -> BatchSlot | None:
     """This context's batch slot, made on first use (once per thread); None inside a ``batch_scope``, where a loader

@@ -18,7 +18,7 @@ FORK = {"multiprocessing_context": "fork"}
 @pytest.fixture
 def dataset(runtime, tmp_path):
     return runtime.from_cache_sources([ListSource("f", 40)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
-                                      writer_config=drt.WriterConfig(show_progress=False)).dataset
+                                      writer_config=drt.WriterConfig(show_progress=False))
 
 
 def sample_id(sample) -> int:

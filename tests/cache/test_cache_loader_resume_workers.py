@@ -22,7 +22,7 @@ def sample_id(sample) -> int:
 @pytest.fixture
 def dataset(runtime, tmp_path):
     return runtime.from_cache_sources([ListSource("r", N)], tmp_path / "caches", reader_config=drt.ReaderConfig(seed=3),
-                                      writer_config=QUIET).dataset
+                                      writer_config=QUIET)
 
 
 def rows(batches) -> list[int]:

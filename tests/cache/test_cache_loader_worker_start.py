@@ -24,9 +24,8 @@ def record(out_dir: str, worker_id: int) -> None:
 
 @pytest.fixture
 def dataset(runtime, tmp_path):
-    res = runtime.from_cache_sources([ListSource("l", 40)], tmp_path / "caches",
+    return runtime.from_cache_sources([ListSource("l", 40)], tmp_path / "caches",
                                      reader_config=drt.ReaderConfig(seed=3), writer_config=QUIET)
-    return res.dataset
 
 
 def started(dataset, out, seed: int) -> list[dict]:

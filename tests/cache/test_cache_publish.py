@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import QUIET, ListSource, payload
 
 import torch_drt as drt
@@ -39,7 +40,7 @@ WRITER = textwrap.dedent(
     rt = drt.DatasetRuntime(1)
     out = rt.from_cache_sources([Slow("k", {n})], Path({root!r}), reader_config=drt.ReaderConfig(seed=0, shuffle=False),
                                 writer_config=drt.WriterConfig(show_progress=False, max_shard_bytes=64))
-    print(type(out).__name__, [type(r).__name__ for r in out.results])
+    print(type(out).__name__, len(out))
     """
 )
 
@@ -57,37 +58,40 @@ def test_reuse_does_not_rewrite_a_complete_cache(runtime, tmp_path):
     second = runtime.from_cache_sources(
         [ListSource("a", 99), ListSource("b", 2)], tmp_path, reader_config=SEQ, writer_config=QUIET
     )
-    assert isinstance(first, drt.CacheSourcesDatasetSuccess) and isinstance(
-        second, drt.CacheSourcesDatasetSuccess
-    )
+    assert isinstance(first, drt.CachedDataset) and isinstance(second, drt.CachedDataset)
     assert (tmp_path / "a" / "manifest.json").stat().st_ino == inode
-    assert len(second.dataset) == 4 + 2  # the reused cache keeps its 4 samples
+    assert len(second) == 4 + 2  # the reused cache keeps its 4 samples
 
 
 def test_a_bare_directory_is_not_reused(runtime, tmp_path):
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "notes.txt").write_text("keep me")
     res = runtime.from_cache_sources([ListSource("a", 3)], tmp_path, reader_config=SEQ, writer_config=QUIET)
-    assert isinstance(res, drt.CacheSourcesDatasetSuccess) and len(res.dataset) == 3
+    assert len(res) == 3
     aside = [p for p in tmp_path.iterdir() if p.name.startswith(".invalid-a-")]
     assert (aside[0] / "notes.txt").read_text() == "keep me"  # moved aside, never deleted
 
 
-def test_from_cache_sources_reports_partial_failure_and_total_failure(runtime, tmp_path):
+def test_from_cache_sources_raises_on_partial_and_total_failure(runtime, tmp_path):
     class Empty:
         name = "empty"
 
         def __iter__(self):
             return iter(())
 
-    res = runtime.from_cache_sources(
-        [ListSource("a", 3), Empty()], tmp_path, reader_config=SEQ, writer_config=QUIET
-    )
-    assert isinstance(res, drt.CacheSourcesDatasetSuccess)
-    assert res.results[1] == drt.CacheWriteError("empty", "cache source yielded no samples")
-    res = runtime.from_cache_sources([Empty()], tmp_path / "x", reader_config=SEQ, writer_config=QUIET)
-    assert isinstance(res, drt.CacheSourcesDatasetError)
-    assert "empty: cache source yielded no samples" in res.message
+    # a partial failure is not a smaller dataset: it raises, with every source's outcome and the written caches
+    with pytest.raises(drt.CacheSourcesError, match="1 of 2 sources have no cache") as info:
+        runtime.from_cache_sources([ListSource("a", 3), Empty()], tmp_path, reader_config=SEQ, writer_config=QUIET)
+    assert info.value.results == [
+        drt.CacheWriteSuccess("a", tmp_path / "a"),
+        drt.CacheWriteError("empty", "cache source yielded no samples"),
+    ]
+    assert info.value.paths == [tmp_path / "a"]
+    assert len(runtime.cached_dataset(info.value.paths, reader_config=SEQ)) == 3
+    with pytest.raises(drt.CacheSourcesError, match="empty: cache source yielded no samples"):
+        runtime.from_cache_sources([Empty()], tmp_path / "x", reader_config=SEQ, writer_config=QUIET)
+    with pytest.raises(ValueError, match="at least one source"):
+        runtime.from_cache_sources([], tmp_path / "y", reader_config=SEQ)
 
 
 def test_killed_writer_leaves_nothing_loadable_and_is_rebuilt(runtime, tmp_path):
@@ -105,8 +109,7 @@ def test_killed_writer_leaves_nothing_loadable_and_is_rebuilt(runtime, tmp_path)
     staging = [p for p in root.iterdir() if staging_name_of(p.name) == "k"]
     assert len(staging) == 1 and not is_complete_cache(staging[0])
     res = runtime.from_cache_sources([ListSource("k", 200)], root, reader_config=SEQ, writer_config=QUIET)
-    assert isinstance(res, drt.CacheSourcesDatasetSuccess)
-    assert [s.data for s in res.dataset] == [payload(i) for i in range(200)]
+    assert [s.data for s in res] == [payload(i) for i in range(200)]
     assert not [
         p for p in root.iterdir() if p.name.startswith(".staging-")
     ]  # the dead writer's staging is gone
@@ -118,7 +121,7 @@ def test_two_processes_building_the_same_cache_end_with_one_valid_cache(tmp_path
     outputs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     for out, _ in outputs:
-        assert out.strip() == "CacheSourcesDatasetSuccess ['CacheWriteSuccess']"
+        assert out.strip() == "CachedDataset 200"
     root = tmp_path / "root"
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["k"]
     assert not [p for p in root.iterdir() if p.name.startswith((".staging-", ".invalid-"))]

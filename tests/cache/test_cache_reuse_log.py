@@ -16,6 +16,6 @@ def test_reusing_a_published_cache_is_logged(tmp_path, runtime, caplog):
     assert not [r for r in caplog.records if "reused" in r.getMessage()]
     caplog.clear()
     again = runtime.from_cache_sources([ListSource("d", 10)], tmp_path, writer_config=QUIET, reader_config=config)
-    assert len(again.dataset) == 10
+    assert len(again) == 10
     reused = [r.getMessage() for r in caplog.records if r.name == "torch_drt.cache" and "reused" in r.getMessage()]
     assert reused == [f"reused the cache of source 'd' at {tmp_path / 'd'}"]

@@ -23,7 +23,7 @@ def sample_id(sample) -> int:
 @pytest.fixture
 def dataset(runtime, tmp_path):
     return runtime.from_cache_sources([ListSource("p", N)], tmp_path / "caches", reader_config=drt.ReaderConfig(seed=3),
-                                      writer_config=QUIET).dataset
+                                      writer_config=QUIET)
 
 
 def epochs(loader, count: int = 2) -> list[list[int]]:

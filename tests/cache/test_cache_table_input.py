@@ -33,7 +33,9 @@ def test_a_failed_write_names_its_cause_and_the_next_call_says_nothing_was_publi
             yield from list(super().__iter__())[:2]
             raise ZeroDivisionError("division by zero")
 
-    (res,) = runtime.write_cache([Broken("b", 5)], tmp_path, writer_config=QUIET)
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache([Broken("b", 5)], tmp_path, writer_config=QUIET)
+    (res,) = info.value.results
     assert isinstance(res, drt.CacheWriteError)
     assert (
         "ZeroDivisionError" in res.message and "test_cache_table_input.py" in res.message and "__iter__" in res.message
@@ -72,7 +74,9 @@ def test_internal_and_reserved_metadata_keys_are_refused_at_write(runtime, tmp_p
             yield drt.CacheInput(b"x", {self.key: 1})
 
     for key in ("__cache_pos", "weight", "cache_id", "sample_id"):
-        (res,) = runtime.write_cache([Keys(key)], tmp_path, writer_config=QUIET)
+        with pytest.raises(drt.CacheSourcesError) as info:
+            runtime.write_cache([Keys(key)], tmp_path, writer_config=QUIET)
+        (res,) = info.value.results
         assert isinstance(res, drt.CacheWriteError) and "reserved" in res.message, res
 
 

@@ -26,9 +26,8 @@ def ids(batch) -> list[int]:
 
 @pytest.fixture
 def dataset(runtime, tmp_path):
-    res = runtime.from_cache_sources([ListSource("l", 40)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
+    return runtime.from_cache_sources([ListSource("l", 40)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
                                      writer_config=QUIET)
-    return res.dataset
 
 
 def test_returns_a_stateful_dataloader_with_budgeted_batches(dataset):

@@ -55,7 +55,9 @@ def test_outcomes_in_input_order_and_failures_do_not_stop_others(runtime, tmp_pa
             raise KeyError("boom")
 
     sources = [ListSource("a", 3), Raises("b", 5), ListSource("c", 4)]
-    results = runtime.write_cache(sources, tmp_path, writer_config=QUIET)
+    with pytest.raises(drt.CacheSourcesError, match="1 of 3 sources have no cache \\(b: KeyError") as info:
+        runtime.write_cache(sources, tmp_path, writer_config=QUIET)
+    results = info.value.results
     assert [r.source_name for r in results] == ["a", "b", "c"]
     assert isinstance(results[0], drt.CacheWriteSuccess) and isinstance(results[2], drt.CacheWriteSuccess)
     assert results[1].source_name == "b" and results[1].message.startswith("KeyError: 'boom' (raised at ")
@@ -104,17 +106,21 @@ OK = drt.CacheInput(b"x", {"k": 1})
     ],
 )
 def test_bad_writer_input_is_a_per_source_error_naming_sample_and_key(runtime, tmp_path, items, message):
-    results = runtime.write_cache([Items("bad", items), ListSource("good", 2)], tmp_path, writer_config=QUIET)
-    assert isinstance(results[0], drt.CacheWriteError)
+    with pytest.raises(drt.CacheSourcesError, match="1 of 2 sources have no cache") as info:
+        runtime.write_cache([Items("bad", items), ListSource("good", 2)], tmp_path, writer_config=QUIET)
+    results = info.value.results
+    assert isinstance(results[0], drt.CacheWriteError) and info.value.failures == [results[0]]
     assert results[0].message.startswith(message)
-    assert isinstance(results[1], drt.CacheWriteSuccess)
+    assert isinstance(results[1], drt.CacheWriteSuccess) and info.value.paths == [tmp_path / "good"]
     assert not (tmp_path / "bad").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
 
 
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "x" * 201, None, 3])
 def test_invalid_source_names(runtime, tmp_path, name):
-    (res,) = runtime.write_cache([Items(name, [OK])], tmp_path, writer_config=QUIET)
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache([Items(name, [OK])], tmp_path, writer_config=QUIET)
+    (res,) = info.value.results
     assert isinstance(res, drt.CacheWriteError) and "invalid source name" in res.message
 
 
@@ -143,8 +149,9 @@ def test_bytes_like_payloads_and_numpy_scalars_are_accepted(runtime, tmp_path):
 def test_write_cache_refuses_an_existing_cache_and_leaves_it_alone(runtime, make_cache):
     path = make_cache("same", n=4)
     before = (path / "manifest.json").read_bytes()
-    (res,) = runtime.write_cache([ListSource("same", 9)], path.parent, writer_config=QUIET)
-    assert res == drt.CacheWriteError("same", f"cache path already exists: {path}")
+    with pytest.raises(drt.CacheSourcesError, match="same: cache path already exists") as info:
+        runtime.write_cache([ListSource("same", 9)], path.parent, writer_config=QUIET)
+    assert info.value.results == [drt.CacheWriteError("same", f"cache path already exists: {path}")]
     assert (path / "manifest.json").read_bytes() == before
 
 

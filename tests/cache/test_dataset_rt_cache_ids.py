@@ -135,7 +135,9 @@ def test_a_metadata_key_named_sample_id_is_a_documented_refusal(runtime, tmp_pat
         _their_dataset(path).get_metadata()  # ... but cannot return its table
     with pytest.raises(ValueError, match=r"'sample_id'.*torch_drt cannot load it"):
         runtime.cached_dataset([path], reader_config=SEQ)
-    (res,) = runtime.write_cache([Theirs("s", extra={"sample_id": 1})], tmp_path / "ours", writer_config=QUIET)
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache([Theirs("s", extra={"sample_id": 1})], tmp_path / "ours", writer_config=QUIET)
+    (res,) = info.value.results
     assert isinstance(res, drt.CacheWriteError) and "'sample_id' is reserved" in res.message
 
 

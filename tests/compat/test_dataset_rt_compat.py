@@ -58,8 +58,7 @@ def test_dataset_rt_cache_reuse_by_from_cache_sources(legacy_cache):
         reader_config=drt.ReaderConfig(seed=0, shuffle=False),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    assert isinstance(res, drt.CacheSourcesDatasetSuccess)
-    assert len(res.dataset) == 120  # reused as it is, not rebuilt
+    assert len(res) == 120  # reused as it is, not rebuilt
 
 
 def test_tampered_dataset_rt_shard_fails_checksum(legacy_cache):

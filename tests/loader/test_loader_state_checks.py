@@ -90,7 +90,7 @@ def dataset(runtime, tmp_path):
         tmp_path,
         reader_config=drt.ReaderConfig(seed=0),
         writer_config=drt.WriterConfig(show_progress=False),
-    ).dataset
+    )
 
 
 def ids(batch):

@@ -14,13 +14,12 @@ from torch_drt.nodes import CacheReaderNode, CacheSampler
 
 @pytest.fixture
 def dataset(runtime, tmp_path):
-    res = runtime.from_cache_sources(
+    return runtime.from_cache_sources(
         [ListSource("ln", 30)],
         tmp_path,
         reader_config=drt.ReaderConfig(seed=4),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    return res.dataset
 
 
 def ids(samples):

@@ -17,9 +17,8 @@ QUIET = drt.WriterConfig(show_progress=False)
 
 @pytest.fixture
 def dataset(runtime, tmp_path):
-    res = runtime.from_cache_sources([ListSource("n", 30)], tmp_path, reader_config=drt.ReaderConfig(seed=2),
+    return runtime.from_cache_sources([ListSource("n", 30)], tmp_path, reader_config=drt.ReaderConfig(seed=2),
                                      writer_config=QUIET)
-    return res.dataset
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from conftest import ListSource
+from conftest import ListSource, write_result
 from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
 from remote_servers import FaultProxy, StaticServer
 
@@ -41,9 +41,9 @@ def test_a_missing_bucket_names_the_url(runtime, tmp_path, proxy):
         runtime.cached_dataset("s3://no-such-bucket/c", reader_config=SEQ, storage_options=options(proxy),
                                remote_config=remote_config(tmp_path))
     assert err.value.path == "s3://no-such-bucket/c/manifest.json"
-    (result,) = runtime.write_cache(ListSource("x", 5), "s3://no-such-bucket/root",
-                                    writer_config=drt.WriterConfig(show_progress=False),
-                                    storage_options=options(proxy), remote_config=remote_config(tmp_path))
+    result = write_result(runtime, ListSource("x", 5), "s3://no-such-bucket/root",
+                          writer_config=drt.WriterConfig(show_progress=False),
+                          storage_options=options(proxy), remote_config=remote_config(tmp_path))
     assert isinstance(result, drt.CacheWriteError) and "s3://no-such-bucket/root/x" in result.message
 
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ListSource
+from conftest import ListSource, write_result
 from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, remote_config, unique  # noqa: F401
 
 import torch_drt as drt
@@ -54,7 +54,9 @@ def test_an_existing_manifest_is_never_overwritten(runtime, tmp_path, proxy):
     runtime.write_cache(ListSource(name, 20), root, writer_config=QUIET, storage_options=options(proxy))
     store = RemoteStore(f"{root}/{name}", options(proxy))
     before = store.read("manifest.json")
-    (again,) = runtime.write_cache(ListSource(name, 30), root, writer_config=QUIET, storage_options=options(proxy))
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache(ListSource(name, 30), root, writer_config=QUIET, storage_options=options(proxy))
+    (again,) = info.value.results
     assert isinstance(again, drt.CacheWriteError) and "already exists" in again.message
     assert not store.put_new("manifest.json", b"{}")  # S3's If-None-Match refuses the overwrite itself
     assert store.read("manifest.json") == before
@@ -63,9 +65,8 @@ def test_an_existing_manifest_is_never_overwritten(runtime, tmp_path, proxy):
 def _write_in_child(name: str, opts: dict, conditional: bool, settle: float, barrier, out) -> None:
     config = drt.RemoteConfig(conditional_writes=conditional, claim_settle=settle, backoff=0.01)
     barrier.wait()
-    (result,) = drt.DatasetRuntime(1).write_cache(ListSource(name, 300), f"s3://{BUCKET}", writer_config=QUIET,
-                                                  storage_options=opts, remote_config=config)
-    out.put(result)
+    out.put(write_result(drt.DatasetRuntime(1), ListSource(name, 300), f"s3://{BUCKET}", writer_config=QUIET,
+                         storage_options=opts, remote_config=config))
 
 
 @pytest.mark.parametrize("conditional", [True, False], ids=["conditional-put", "claim-and-settle"])
@@ -147,8 +148,8 @@ def test_a_writer_killed_at_any_step_leaves_nothing_that_opens_and_the_next_one_
         assert any(f.startswith("shards/") for f in left)
     with pytest.raises(CacheCorruptError, match="manifest is missing"):
         open_cache(url, storage_options=options(proxy), remote_config=config)
-    (busy,) = runtime.write_cache(ListSource(name, 200), f"s3://{BUCKET}", writer_config=QUIET,
-                                  storage_options=options(proxy), remote_config=remote_config(tmp_path))
+    busy = write_result(runtime, ListSource(name, 200), f"s3://{BUCKET}", writer_config=QUIET,
+                        storage_options=options(proxy), remote_config=remote_config(tmp_path))
     assert isinstance(busy, drt.CacheWriteError) and "another writer" in busy.message  # a claim less than 1 h old
     time.sleep(0.6)  # the dead writer's claim is now stale for a writer that waits 0.5 s
     (result,) = runtime.write_cache(ListSource(name, 60), f"s3://{BUCKET}", writer_config=QUIET,
@@ -164,11 +165,10 @@ def test_from_cache_sources_reuses_a_published_cache(runtime, tmp_path, proxy):
     kwargs = dict(reader_config=SEQ, writer_config=QUIET, storage_options=options(proxy),
                   remote_config=remote_config(tmp_path))
     first = runtime.from_cache_sources(ListSource(name, 50), f"s3://{BUCKET}", **kwargs)
-    assert isinstance(first, drt.CacheSourcesDatasetSuccess)
     proxy.reset()
     again = runtime.from_cache_sources(ListSource(name, 50), f"s3://{BUCKET}", **kwargs)
-    assert isinstance(again, drt.CacheSourcesDatasetSuccess) and proxy.requests["PUT"] == 0
-    assert _samples(again.dataset) == _samples(first.dataset)
+    assert proxy.requests["PUT"] == 0
+    assert _samples(again) == _samples(first)
 
 
 class Failing(ListSource):
@@ -179,8 +179,8 @@ class Failing(ListSource):
 
 def test_a_failing_source_uploads_nothing(runtime, tmp_path, proxy):
     name = unique("fails")
-    (result,) = runtime.write_cache(Failing(name, 50), f"s3://{BUCKET}", writer_config=QUIET,
-                                    storage_options=options(proxy))
+    result = write_result(runtime, Failing(name, 50), f"s3://{BUCKET}", writer_config=QUIET,
+                          storage_options=options(proxy))
     assert isinstance(result, drt.CacheWriteError) and "the source broke" in result.message
     assert RemoteStore(f"s3://{BUCKET}/{name}", options(proxy)).list() == [] and proxy.requests["PUT"] == 0
 

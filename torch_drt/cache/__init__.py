@@ -10,16 +10,13 @@ if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
     from torch_drt.cache.cache_set_publish import publish_cache_set
     from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
     from torch_drt.cache.dataset import CachedBatch, CachedDataset
-    from torch_drt.cache.errors import CacheCorruptError
+    from torch_drt.cache.errors import CacheCorruptError, CacheSourcesError
     from torch_drt.cache.layout import CacheLayout
     from torch_drt.cache.reader import CacheReader
     from torch_drt.cache.records import (
         CachedSample,
         CacheInput,
         CacheSource,
-        CacheSourcesDatasetError,
-        CacheSourcesDatasetResult,
-        CacheSourcesDatasetSuccess,
         CacheWriteError,
         CacheWriteResult,
         CacheWriteSuccess,
@@ -42,9 +39,7 @@ _LAZY = {
     "CacheSet": "torch_drt.cache.cache_set",
     "CacheSetPart": "torch_drt.cache.cache_set",
     "CacheSource": "torch_drt.cache.records",
-    "CacheSourcesDatasetError": "torch_drt.cache.records",
-    "CacheSourcesDatasetResult": "torch_drt.cache.records",
-    "CacheSourcesDatasetSuccess": "torch_drt.cache.records",
+    "CacheSourcesError": "torch_drt.cache.errors",
     "CacheWriteError": "torch_drt.cache.records",
     "CacheWriteResult": "torch_drt.cache.records",
     "CacheWriteSuccess": "torch_drt.cache.records",
@@ -62,7 +57,6 @@ _LAZY = {
     "WriterConfig": "torch_drt.cache.config",
     "WriterProfilerConfig": "torch_drt.cache.config",
 }
-
 
 
 def __getattr__(name: str) -> Any:
@@ -85,9 +79,7 @@ __all__ = [
     "CacheSet",
     "CacheSetPart",
     "CacheSource",
-    "CacheSourcesDatasetError",
-    "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess",
+    "CacheSourcesError",
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",

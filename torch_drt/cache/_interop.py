@@ -1,5 +1,6 @@
 """The part of ``CachedDataset`` that mirrors dataset-rt 0.4's API beyond reading: tables as pyarrow or polars,
-its aliases, the torch iterable view, configuration export and the manifest update."""
+its aliases, the torch iterable view and configuration export (the manifest update, an Ok/Err value, is
+``torch_drt.compat.dataset_rt``'s)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 import pyarrow as pa
 
-from torch_drt.cache._format import MANIFEST_FILE
-from torch_drt.cache.records import (
-    AbsentManifestTarget,
-    Err,
-    ManifestUpdateEntry,
-    ManifestUpdateError,
-    ManifestUpdateReport,
-    Ok,
-    Result,
-    SizedTorchIterableDataset,
-)
+from torch_drt.cache.records import SizedTorchIterableDataset
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -143,19 +134,3 @@ class DatasetInterop:
         dataset.update_metadata(table)
         dataset.set_epoch_len(config.epoch_len)
         return dataset
-
-    def update_manifests(self, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
-        """dataset-rt's migration of its v2 manifests to v3; here every manifest already stores its cache id.
-
-        Returns:
-            ``Ok(ManifestUpdateReport)`` with one ``"unchanged"`` entry per cache for ``version == 3`` (nothing
-            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers.
-        """
-        if type(version) is not int or version != 3:
-            reason = AbsentManifestTarget("unsupported migration request")
-            return Err(ManifestUpdateError(reason, "unsupported manifest migration target; expected integer 3"))
-        entries = tuple(
-            ManifestUpdateEntry((Path(layout.path) / MANIFEST_FILE).resolve(), layout.cache_id, "unchanged")
-            for layout in self.layouts
-        )
-        return Ok(ManifestUpdateReport(entries))

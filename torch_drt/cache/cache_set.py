@@ -24,6 +24,7 @@ from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
+from torch_drt.describe import described
 from torch_drt.location import Location
 
 if TYPE_CHECKING:
@@ -98,6 +99,9 @@ class CacheSet:
         if "://" in part.location:  # recorded as a URL (or a file:// URL: a local path)
             return Location.parse(part.location).target
         return Location.parse(self.path).join(part.location).target
+
+    def __repr__(self) -> str:
+        return described(self, str(self.path), name=self.name, parts=len(self.parts), samples=self.sample_count)
 
 
 def validate_set_name(name: object) -> str:

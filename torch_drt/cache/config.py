@@ -32,7 +32,7 @@ class ShardCompression(BaseModel):
 
     ``ShardCompression("zstd")`` (the algorithm as the one positional argument) works too.
 
-    Args:
+    Attributes:
         algo: ``"none"``, ``"lz4"`` (LZ4 block with its size prepended) or ``"zstd"`` (one zstd frame).
         ratio: advisory expected ratio, recorded in the manifest; must be 1.0 for ``"none"``.
         level: compression level for zstd (1-22); ignored otherwise.
@@ -57,7 +57,7 @@ class ShardCompression(BaseModel):
 class WriterProfilerConfig(BaseModel):
     """Where ``write_cache`` writes its JSON timing profile, when enabled (dataset-rt's shape).
 
-    Args:
+    Attributes:
         enabled: time every writer stage of every source and write the profile after the call (also after
             a source failed or the call was interrupted).
         path: the JSON file (parent directories are created).
@@ -72,7 +72,7 @@ class WriterProfilerConfig(BaseModel):
 class WriterConfig(BaseModel):
     """Settings of ``DatasetRuntime.write_cache`` and ``from_cache_sources``.
 
-    Args:
+    Attributes:
         num_processes: 0 writes sources on the runtime's threads; n > 0 writes them in n spawned processes
             (sources must then be picklable). With the profiler enabled, sources are written on threads.
         process_timeout_seconds: with processes, the deadline of a child's start and of each source it writes
@@ -107,7 +107,7 @@ class WriterConfig(BaseModel):
 class ReaderConfig(BaseModel):
     """Settings of a loaded ``CachedDataset``.
 
-    Args:
+    Attributes:
         seed: seed of the shuffled order. Any int is a valid setting, as in dataset-rt; loading a dataset needs one
             in ``[0, 2**64)`` (else ``OverflowError``, as dataset-rt raises).
         prefetch_size: samples read ahead per batch gather when iterating sample by sample.

@@ -28,6 +28,7 @@ from torch_drt.cache._format import (
 )
 from torch_drt.cache.backends import CacheBackend, MissingFile
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.describe import described
 
 __all__ = ["CacheLayout", "parse_manifest"]
 
@@ -87,6 +88,12 @@ class CacheLayout:
     def shard_path(self, number: int) -> str:
         """The path of shard ``number`` relative to the cache."""
         return f"{SHARD_DIR}/{self.shards[number][0]}"
+
+    def __repr__(self) -> str:
+        return described(  # sizes, not the per-file checksums
+            self, str(self.path), source_name=self.source_name, cache_id=self.cache_id, samples=self.sample_count,
+            shards=len(self.shards), format_version=self.format_version, compression=self.compression,
+        )
 
 
 class _Manifest:

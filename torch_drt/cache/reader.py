@@ -22,6 +22,7 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import load_index, open_cache, open_layout, open_shards
 from torch_drt.checksums import record_checksums
+from torch_drt.describe import described
 
 __all__ = ["CacheReader"]
 
@@ -241,3 +242,6 @@ class CacheReader:
         """Unmap every file (payloads already returned stay valid: they are copies)."""
         for cache in self._caches:
             cache.close()
+
+    def __repr__(self) -> str:
+        return described(self, caches=len(self.layouts), shards=int(self._offsets[-1]))

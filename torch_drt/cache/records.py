@@ -140,7 +140,11 @@ class CacheWriteSuccess(NamedTuple):
 
 
 class CacheWriteError(NamedTuple):
-    """The cache of ``source_name`` could not be written; nothing was published for it (a named tuple)."""
+    """The cache of ``source_name`` could not be written; nothing was published for it (a named tuple).
+
+    A record, not an exception: ``torch_drt.DatasetRuntime`` raises ``CacheSourcesError``, whose ``results`` hold
+    these; ``torch_drt.compat.dataset_rt`` returns them, as dataset-rt does.
+    """
 
     source_name: str
     message: str

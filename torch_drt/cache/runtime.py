@@ -14,14 +14,8 @@ from torch_drt.cache.backends import CacheBackend
 from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
-from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.records import (
-    CacheSourcesDatasetError,
-    CacheSourcesDatasetSuccess,
-    CacheWriteError,
-    CacheWriteResult,
-    CacheWriteSuccess,
-)
+from torch_drt.cache.errors import CacheSourcesError
+from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.writer import WriteMode, write_source
 from torch_drt.location import Location
@@ -39,6 +33,28 @@ def _as_list(sources: Any) -> list[Any]:
     if hasattr(sources, "name") and hasattr(sources, "__iter__"):
         return [sources]
     return list(sources)
+
+
+def _require_backend(root: Path | str) -> None:
+    """A URL root whose fsspec implementation is not installed (``s3://`` without s3fs) fails before any source."""
+    if isinstance(root, Path):
+        return
+    import fsspec
+
+    scheme = root.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ImportError as e:
+        raise ImportError(f"cannot write caches at {redact(root)}: {e}") from None
+    except ValueError as e:  # an unknown protocol
+        raise ValueError(f"cannot write caches at {redact(root)}: {e}") from None
+
+
+def _successes(results: list[CacheWriteResult]) -> list[CacheWriteSuccess]:
+    """Every result when all are successes; else ``CacheSourcesError`` carrying them all."""
+    if any(isinstance(r, CacheWriteError) for r in results):
+        raise CacheSourcesError(results)
+    return [r for r in results if isinstance(r, CacheWriteSuccess)]
 
 
 def _refuse_duplicates(sources: list[Any], root: Path | str) -> None:
@@ -113,7 +129,7 @@ class DatasetRuntime:
         writer_config: WriterConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
         remote_config: RemoteConfig | None = None,
-    ) -> list[CacheWriteResult]:
+    ) -> list[CacheWriteSuccess]:
         """Write one cache per source under ``root/<source.name>``; existing caches are errors.
 
         Args:
@@ -125,15 +141,19 @@ class DatasetRuntime:
             remote_config: remote settings for a URL root.
 
         Returns:
-            One ``CacheWriteSuccess`` / ``CacheWriteError`` per source, in input order. A failing source
-            never stops the others.
+            One ``CacheWriteSuccess(source_name, path)`` per source, in input order.
 
         Raises:
-            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+            ValueError: when two sources have one name, before anything is written.
+            ImportError: when the URL's fsspec implementation is missing (``pip install 'torch_drt[s3]'``),
+                before anything is written.
+            CacheSourcesError: when a source could not be written, after every source was tried (a failing
+                source never stops the others); its ``results`` has each source's outcome.
         """
-        return self._write(
-            _as_list(sources), _root(root), writer_config or WriterConfig(), "create", storage_options, remote_config
-        )
+        root = _root(root)
+        _require_backend(root)
+        config = writer_config or WriterConfig()
+        return _successes(self._write(_as_list(sources), root, config, "create", storage_options, remote_config))
 
     def cached_dataset(
         self,
@@ -181,8 +201,8 @@ class DatasetRuntime:
         writer_config: WriterConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
         remote_config: RemoteConfig | None = None,
-    ) -> CacheSourcesDatasetSuccess | CacheSourcesDatasetError:
-        """Reuse complete caches under ``root/<name>``, write the missing ones and load the successes.
+    ) -> CachedDataset:
+        """Reuse complete caches under ``root/<name>``, write the missing ones and load them all as one dataset.
 
         A directory there that is not a complete cache (a bare directory, or one a killed writer of another
         tool left) is moved aside, kept, and the cache is rebuilt. Two processes building the same cache at
@@ -190,28 +210,26 @@ class DatasetRuntime:
         ``storage_options`` and ``remote_config``): a cache without its manifest there is cleaned up and written.
 
         Returns:
-            ``CacheSourcesDatasetSuccess(dataset, results)`` when at least one source has a cache (check
-            ``results`` for the others), else ``CacheSourcesDatasetError(results, message)``.
+            The ``CachedDataset`` of every source's cache, in input order.
 
         Raises:
-            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+            ValueError: when no source is given or two sources have one name (before anything is written), or
+                when the caches do not share one schema.
+            ImportError: when the URL's fsspec implementation is missing, before anything is written.
+            CacheSourcesError: when a source has no cache, after every source was tried; its ``results`` has
+                each source's outcome (the caches that were written stay, and are reused by the next call).
+            CacheCorruptError: when a written or reused cache fails validation while loading.
         """
         reader_config.check_seed()
-        results = self._write(
-            _as_list(sources), _root(root), writer_config or WriterConfig(), "reuse", storage_options, remote_config
+        sources, root = _as_list(sources), _root(root)
+        if not sources:
+            raise ValueError("from_cache_sources needs at least one source")
+        _require_backend(root)
+        results = self._write(sources, root, writer_config or WriterConfig(), "reuse", storage_options, remote_config)
+        paths = [r.path for r in _successes(results)]
+        return self.cached_dataset(
+            paths, reader_config=reader_config, storage_options=storage_options, remote_config=remote_config
         )
-        paths = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
-        failures = [r for r in results if isinstance(r, CacheWriteError)]
-        if not paths:
-            detail = "; ".join(f"{r.source_name}: {r.message}" for r in failures) or "no sources given"
-            return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
-        try:
-            dataset = self.cached_dataset(
-                paths, reader_config=reader_config, storage_options=storage_options, remote_config=remote_config
-            )
-        except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
-            return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
-        return CacheSourcesDatasetSuccess(dataset, results)
 
     def __repr__(self) -> str:
         return f"DatasetRuntime(num_workers={self.num_workers})"

@@ -5,15 +5,23 @@ Everything is torch_drt's own class except two thin subclasses whose datasets re
 ``DataFrame`` (dataset-rt's table type) by default (``get_metadata(backend="arrow")`` still gives pyarrow), whose
 ``shuffle=True`` keeps dataset-rt's meaning (draws by weight with replacement: ``sampling="weighted"``) and whose
 ``to_torch_dataloader`` keeps dataset-rt's defaults (shuffled with a random seed, verbose, spawned workers).
+
+Failures come back as values here, exactly as dataset-rt answers: ``write_cache`` returns a ``CacheWriteSuccess`` /
+``CacheWriteError`` per source, ``from_cache_sources`` a ``CacheSourcesDatasetSuccess`` / ``CacheSourcesDatasetError``
+and ``update_manifests`` an ``Ok`` / ``Err``. torch_drt's own ``DatasetRuntime`` raises instead.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
 
 from torch_drt.cache import CachedDataset as _CachedDataset
 from torch_drt.cache import DatasetRuntime as _DatasetRuntime
+from torch_drt.cache._format import MANIFEST_FILE
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
+from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.records import (
     AbsentManifestTarget,
     CachedSample,
@@ -33,6 +41,8 @@ from torch_drt.cache.records import (
     Result,
     SizedTorchIterableDataset,
 )
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.runtime import _as_list, _root
 
 __all__ = [
     "AbsentManifestTarget",
@@ -71,8 +81,79 @@ class CachedDataset(_CachedDataset):
     loader_defaults: ClassVar = "dataset-rt"
     sampling_default: ClassVar = "weighted"
 
+    def update_manifests(self, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
+        """dataset-rt's migration of its v2 manifests to v3; here every manifest already stores its cache id.
+
+        Returns:
+            ``Ok(ManifestUpdateReport)`` with one ``"unchanged"`` entry per cache for ``version == 3`` (nothing
+            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers.
+        """
+        if type(version) is not int or version != 3:
+            reason = AbsentManifestTarget("unsupported migration request")
+            return Err(ManifestUpdateError(reason, "unsupported manifest migration target; expected integer 3"))
+        entries = tuple(
+            ManifestUpdateEntry((Path(layout.path) / MANIFEST_FILE).resolve(), layout.cache_id, "unchanged")
+            for layout in self.layouts
+        )
+        return Ok(ManifestUpdateReport(entries))
+
 
 class DatasetRuntime(_DatasetRuntime):
-    """``torch_drt.DatasetRuntime`` whose datasets are this module's ``CachedDataset``."""
+    """``torch_drt.DatasetRuntime`` whose datasets are this module's ``CachedDataset`` and whose writes answer with
+    values, as dataset-rt's do."""
 
     dataset_class: type[_CachedDataset] = CachedDataset
+
+    def write_cache(  # type: ignore[override]  # dataset-rt's answer is a value per source, not an exception
+        self,
+        sources: Any,
+        root: str | Path,
+        *,
+        writer_config: WriterConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> list[CacheWriteResult]:
+        """One ``CacheWriteSuccess`` / ``CacheWriteError`` per source, in input order (see
+        ``torch_drt.DatasetRuntime.write_cache``, which raises instead).
+
+        Raises:
+            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+        """
+        config = writer_config or WriterConfig()
+        return self._write(_as_list(sources), _root(root), config, "create", storage_options, remote_config)
+
+    def from_cache_sources(  # type: ignore[override]  # dataset-rt's answer is a value, not an exception
+        self,
+        sources: Any,
+        root: str | Path,
+        *,
+        reader_config: ReaderConfig,
+        writer_config: WriterConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        remote_config: RemoteConfig | None = None,
+    ) -> CacheSourcesDatasetResult:
+        """Reuse or write every source's cache (see ``torch_drt.DatasetRuntime.from_cache_sources``) and answer
+        as dataset-rt does.
+
+        Returns:
+            ``CacheSourcesDatasetSuccess(dataset, results)`` when at least one source has a cache (check
+            ``results`` for the others), else ``CacheSourcesDatasetError(results, message)``.
+
+        Raises:
+            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+        """
+        reader_config.check_seed()
+        config = writer_config or WriterConfig()
+        results = self._write(_as_list(sources), _root(root), config, "reuse", storage_options, remote_config)
+        paths = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
+        if not paths:
+            failures = [r for r in results if isinstance(r, CacheWriteError)]
+            detail = "; ".join(f"{r.source_name}: {r.message}" for r in failures) or "no sources given"
+            return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
+        try:
+            dataset = self.cached_dataset(
+                paths, reader_config=reader_config, storage_options=storage_options, remote_config=remote_config
+            )
+        except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
+            return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
+        return CacheSourcesDatasetSuccess(dataset, results)

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 
 __all__ = ["ArraySource"]
@@ -45,3 +46,6 @@ class ArraySource(TokenSource):
     def read(self, doc: int, start: int, n: int) -> np.ndarray:
         begin = int(self.offsets[doc]) + start
         return self.tokens[begin : begin + n]
+
+    def __repr__(self) -> str:
+        return described(self, documents=len(self.offsets) - 1, tokens=len(self.tokens), dtype=str(self.dtype))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 from torch_drt.storage.document import DocumentStorage
 
@@ -81,3 +82,6 @@ class DocumentSource(TokenSource):
             found.update(zip(missing, self._fetch(missing)))
         self._last = (docs[-1], found[docs[-1]])  # the piece most likely continued by the next sequence
         return [found[plan[i]][plan[i + 1] : plan[i + 1] + plan[i + 2]] for i in range(0, len(plan), 3)]
+
+    def __repr__(self) -> str:
+        return described(self, self.storage)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes.samplers.stop_criteria import StopCriteria
 
+from torch_drt.describe import described
 from torch_drt.lm._rank_share import RankShareNode
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.sampling import WeightedDraws
@@ -157,6 +158,12 @@ class MixerNode(RankShareNode):
 
     def _skip(self) -> int:
         return self._pull(read=False)
+
+    def __repr__(self) -> str:
+        return described(
+            self, weights=self.weights, seed=self.seed, stop_criteria=self.stop_criteria, rank=self.rank,
+            world_size=self.world_size,
+        )
 
 
 def source_tokens(state: Mapping[str, Any]) -> dict[str, int]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_drt.describe import described
 from torch_drt.lm._rank_share import RankShareNode
 from torch_drt.lm.document_source import DocumentSource
 from torch_drt.lm.packed import PackedSequence
@@ -127,3 +128,9 @@ class PackerNode(RankShareNode):
 
     def _skip(self) -> int:
         return self._count(self.planner.next_plan())
+
+    def __repr__(self) -> str:
+        return described(
+            self, self.source, sequence_length=self.sequence_length, method=self._settings["method"],
+            shuffle=self._settings["shuffle"], seed=self._settings["seed"], rank=self.rank, world_size=self.world_size,
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 from torch_drt.storage.token_stream import TokenStreamStorage
 
@@ -41,3 +42,6 @@ class TokenStreamSource(TokenSource):
 
     def read(self, doc: int, start: int, n: int) -> np.ndarray:
         return self.storage.window(doc * self.window + start, n)
+
+    def __repr__(self) -> str:
+        return described(self, self.storage, window=self.window)

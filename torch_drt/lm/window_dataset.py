@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_drt.describe import described
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.lm.token_stream_source import TokenStreamSource
 from torch_drt.storage.token_stream import TokenStreamStorage
@@ -45,3 +46,6 @@ class PackedWindows:
             n = min(length, total - index * length)
             out.append(PackedSequence.from_pieces([read(index, 0, n)], length, self.pad_id, dtype))
         return out
+
+    def __repr__(self) -> str:
+        return described(self, self.source.storage, sequence_length=self.sequence_length, pad_id=self.pad_id)

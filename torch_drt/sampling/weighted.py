@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_drt.describe import described
 from torch_drt.sampling._counter import derive_key, uniform
 
 __all__ = ["WeightedDraws", "drawable_weights"]
@@ -72,3 +73,6 @@ class WeightedDraws:
         u = uniform(self._key, start, count) * self._total
         rows = np.searchsorted(self._cum, u, side="right")
         return np.minimum(rows, len(self._cum) - 1).astype(np.int64)
+
+    def __repr__(self) -> str:
+        return described(self, rows=len(self._cum), seed=self.seed, stream=self.stream)

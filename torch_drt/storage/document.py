@@ -16,6 +16,7 @@ from torch_drt.cache.records import CacheInput, CacheWriteError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
+from torch_drt.describe import described
 from torch_drt.location import Location
 
 __all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
@@ -100,6 +101,9 @@ class DocumentStorageWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        return described(self, dtype=None if self.dtype is None else str(self.dtype))
 
 
 class DocumentStorage:
@@ -194,6 +198,9 @@ class DocumentStorage:
         data = self.reader.read_many(pos, ids - self._starts[pos])
         dtypes = self._dtypes
         return [d if dtypes[p] is None else np.frombuffer(d, dtype=dtypes[p]) for d, p in zip(data, pos.tolist())]
+
+    def __repr__(self) -> str:
+        return described(self, caches=len(self.reader.layouts), documents=int(self._counts.sum()))
 
 
 DocumentDataset = DocumentStorage

@@ -21,6 +21,7 @@ from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.remote_publish import publish_directory
 from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.checksums import sha256_file
+from torch_drt.describe import described
 from torch_drt.location import is_url
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
@@ -143,6 +144,9 @@ class TokenStreamWriter:
             if self._store is not None:
                 shutil.rmtree(self.root, ignore_errors=True)
 
+    def __repr__(self) -> str:
+        return described(self, str(self.root), self.name, dtype=str(self.dtype))
+
 
 class TokenStreamStorage:
     """A published token stream, memory-mapped read-only (or, at a URL, read through the node cache: each shard
@@ -235,6 +239,9 @@ class TokenStreamStorage:
             shard, local = shard + 1, 0
         return np.concatenate(parts)
 
+    def __repr__(self) -> str:
+        return described(self, str(self.path), dtype=str(self.dtype), elements=self.total_elements)
+
 
 def _reopen(path: str, options: dict[str, Any], config: RemoteConfig | None) -> TokenStreamStorage:
     return TokenStreamStorage(path, storage_options=options, remote_config=config)
@@ -268,3 +275,6 @@ class TokenStreamDataset:
             bad = next(i for i in indices if not 0 <= i < n)
             raise IndexError(f"index {bad} is out of range for {n} sequences")
         return [window(i * length, length) for i in indices]
+
+    def __repr__(self) -> str:
+        return described(self, self.storage, sequence_length=self.sequence_length)
