@@ -77,7 +77,9 @@ def add_formats(sub: Any) -> None:
 
     group = sub.add_parser(
         "formats", help="inspect and verify WebDataset, MDS, LitData, Parquet and Arrow datasets where they lie"
-    ).add_subparsers(dest="formats_command", metavar="COMMAND", required=True)
+    ).add_subparsers(
+        dest="formats_command", metavar="COMMAND", required=True, help="what to do with the dataset"
+    )
     info = group.add_parser("info", help="print a dataset's format, samples, shards and fields")
     info.add_argument("location", help="a directory, file, brace pattern or URL")
     info.add_argument("--json", action="store_true", help="print the summary as JSON")
