@@ -29,6 +29,7 @@ from typing import Any, cast
 import numpy as np
 
 from torch_drt.compat.dataloader_rs.datasets import check_dataset, is_async
+from torch_drt.loader._arguments import check_workers
 from torch_drt.sampling.permutation import KeyedPermutation
 
 __all__ = ["PyDataloader", "PyDataloaderIter"]
@@ -133,7 +134,8 @@ class PyDataloader:
         items_in_parallel: dataloader-rs 0.2's name of ``item_concurrency`` (a ``DeprecationWarning``).
 
     Raises:
-        ValueError: ``batch_size``, ``prefetch_depth`` or ``item_concurrency`` below 1, ``shuffle`` with a
+        ValueError: ``batch_size``, ``prefetch_depth`` or ``item_concurrency`` below 1, ``num_workers`` outside
+            ``[0, 1024]`` (each is a thread; dataloader-rs fails to start them), ``shuffle`` with a
             ``sampler``, a ``seed`` without ``shuffle``, ``runtime_threads`` out of range or with a
             synchronous dataset.
         TypeError: a non-iterable sampler, arguments of the wrong type, or a dataset dataloader-rs refuses.
@@ -163,7 +165,7 @@ class PyDataloader:
             item_concurrency = items_in_parallel
         self.batch_size = _count("batch_size", batch_size, 1)
         self.prefetch_depth = _count("prefetch_depth", prefetch_depth, 1)
-        self.num_workers = _count("num_workers", num_workers, 0)
+        self.num_workers = check_workers(_count("num_workers", num_workers, 0))  # threads: at most MAX_WORKERS
         self.item_concurrency = _count("item_concurrency", item_concurrency, 1)
         self.shuffle, self.drop_last = _flag("shuffle", shuffle), _flag("drop_last", drop_last)
         self.return_indices = _flag("return_indices", return_indices)
@@ -255,12 +257,15 @@ class PyDataloaderIter:
 
     An exception from the dataset, ``transform`` or ``collate_fn`` reaches the caller with its own type and the
     next ``next()`` continues with the following batch. A second thread calling ``next()`` while another is
-    advancing it gets ``RuntimeError``.
+    advancing it gets ``RuntimeError``, and so does a forked child that continues an epoch with threads (workers,
+    ``item_concurrency`` or an async dataset) started before ``fork()``: a new ``iter()`` there works.
     """
 
     def __init__(self, owner: PyDataloader, inner: _Inner | None, batches: int) -> None:
         self._owner, self._inner, self._left = owner, inner, batches
         self._iterator = iter(inner.loader) if inner is not None else None
+        # threads (workers, item fetchers, an async dataset's event loop) do not survive fork()
+        self._pid = os.getpid() if owner.num_workers or owner.item_concurrency > 1 or is_async(owner.dataset) else None
 
     def __iter__(self) -> PyDataloaderIter:
         return self
@@ -271,6 +276,8 @@ class PyDataloaderIter:
     def __next__(self) -> Any:
         if self._iterator is None:
             raise StopIteration
+        if self._pid is not None and self._pid != os.getpid():
+            raise RuntimeError("this epoch was started before fork(); start a new one in this process (iter())")
         try:
             batch = next(self._iterator)
         except StopIteration:
@@ -289,7 +296,7 @@ class PyDataloaderIter:
 
     def _release(self) -> None:
         inner, self._inner, self._iterator, self._left = self._inner, None, None, 0
-        if inner is not None:
+        if inner is not None and inner.pid == os.getpid():
             self._owner._give_back(inner)
 
     def close(self) -> None:
