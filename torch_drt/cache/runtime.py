@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,11 +40,19 @@ def _as_list(sources: Any) -> list[Any]:
     return list(sources)
 
 
+def _duplicate(sources: list[Any], fold: Callable[[str], str]) -> str | None:
+    """The first source name, as it is spelt, whose ``fold`` an earlier source's name has."""
+    seen: set[str] = set()
+    for source in sources:
+        if isinstance(name := getattr(source, "name", None), str):
+            if fold(name) in seen:
+                return name
+            seen.add(fold(name))
+    return None
+
+
 def _refuse_duplicates(sources: list[Any], root: Path | str) -> None:
-    names = Counter(name for s in sources if isinstance(name := getattr(s, "name", None), str))
-    duplicated = [name for name, count in names.items() if count > 1]
-    if duplicated:
-        name = duplicated[0]
+    if (name := _duplicate(sources, str)) is not None:
         path = root / name if isinstance(root, Path) else f"{redact(root)}/{name}"
         raise ValueError(f"duplicate generated cache path: {path} (two sources named {name!r})")
 
@@ -84,11 +91,16 @@ class DatasetRuntime:
         options: Mapping[str, Any] | None = None,
         remote: RemoteConfig | None = None,
     ) -> list[CacheWriteResult]:
+        in_processes = config.num_processes > 0 and not config.profiler.enabled  # a profile is taken on threads,
+        # as in dataset-rt, whose writer processes fail every source when two names differ at most in case
+        if in_processes and (name := _duplicate(sources, str.casefold)) is not None:
+            message = f"duplicate generated cache path: {name}"
+            return [CacheWriteError(str(getattr(s, "name", None)), message) for s in sources]
         _refuse_duplicates(sources, root)
         profile = WriterProfile(config.profiler) if config.profiler.enabled else None
         where = {"storage_options": options, "remote_config": remote}
         try:
-            if config.num_processes > 0 and profile is None:  # a profile is taken on threads, as in dataset-rt
+            if in_processes:
                 return write_in_processes(sources, root, config, mode, **where)
             futures = [
                 self.pool.submit(write_source, source, root, config, mode=mode, position=pos, profile=profile, **where)
@@ -129,7 +141,10 @@ class DatasetRuntime:
             never stops the others.
 
         Raises:
-            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+            ValueError: when two sources have one name, before anything is written (as in dataset-rt). With
+                ``writer_config.num_processes > 0``, two names equal but for case (``"Ab"``, ``"ab"``) make every
+                source a ``CacheWriteError`` instead, nothing written, as dataset-rt's writer processes do.
+            KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
         return self._write(
             _as_list(sources), _root(root), writer_config or WriterConfig(), "create", storage_options, remote_config
@@ -194,7 +209,8 @@ class DatasetRuntime:
             ``results`` for the others), else ``CacheSourcesDatasetError(results, message)``.
 
         Raises:
-            ValueError: when two sources have one name, before anything is written (as in dataset-rt).
+            ValueError: when two sources have one name, as ``write_cache`` does.
+            KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
         reader_config.check_seed()
         results = self._write(

@@ -1,0 +1,87 @@
+"""The last differences between ``torch_drt.compat.dataset_rt`` and dataset-rt 0.4.8 (issue 23). Each program runs
+on ``torch_drt.compat.dataset_rt`` and, when it is installed, on dataset-rt itself, with the same assertions."""
+
+from __future__ import annotations
+
+import pytest
+
+import torch_drt.compat.dataset_rt as drt
+
+try:
+    import dataset_rt
+except ImportError:  # the side-by-side half is skipped
+    dataset_rt = None
+
+APIS = [
+    pytest.param("ours", id="torch_drt"),
+    pytest.param("theirs", id="dataset_rt", marks=pytest.mark.skipif(dataset_rt is None, reason="no dataset-rt")),
+]
+
+
+def api_of(which: str):
+    return drt if which == "ours" else dataset_rt
+
+
+class Numbers:
+    """A source as dataset-rt's docs write them; ``raise_at`` raises ``error`` there. Pickles into writer processes."""
+
+    def __init__(self, name: str, n: int, which: str = "ours", raise_at: int | None = None, error=None) -> None:
+        self.name, self.n, self.which, self.raise_at, self.error = name, n, which, raise_at, error
+
+    def __iter__(self):
+        api = api_of(self.which)
+        for i in range(self.n):
+            if i == self.raise_at:
+                raise self.error
+            yield api.CacheInput(data=bytes([i % 256]) * (i % 5 + 1), metadata={"label": i % 3})
+
+
+def write(which: str, names: list[str], root, processes: int, **sources):
+    api = api_of(which)
+    config = api.WriterConfig(show_progress=False, num_processes=processes)
+    made = [Numbers(name, 4, which, **sources.get(name, {})) for name in names]
+    return api.DatasetRuntime(num_workers=2).write_cache(made, root, writer_config=config)
+
+
+def rows(results) -> list[tuple[str, str, str]]:
+    return [(type(r).__name__, r.source_name, r.message if hasattr(r, "message") else "") for r in results]
+
+
+@pytest.mark.parametrize("which", APIS)
+@pytest.mark.parametrize(
+    ("names", "reported"),
+    [(["a", "b", "a"], "a"), (["Ab", "ab", "c"], "ab"), (["b", "AB", "Ab", "ab", "a", "a"], "Ab"), (["K", "k"], "k")],
+)
+def test_duplicate_names_in_writer_processes_fail_every_source(which, names, reported, tmp_path):
+    results = write(which, names, tmp_path / "c", processes=1)
+    message = f"duplicate generated cache path: {reported}"
+    assert rows(results) == [("CacheWriteError", name, message) for name in names]
+    assert not (tmp_path / "c").exists() or not [p for p in (tmp_path / "c").iterdir() if p.name in names]
+
+
+@pytest.mark.parametrize("which", APIS)
+def test_duplicate_names_without_writer_processes_raise_before_writing(which, tmp_path):
+    with pytest.raises(ValueError, match="duplicate generated cache path"):
+        write(which, ["a", "b", "a"], tmp_path / "c", processes=0)
+    assert not (tmp_path / "c" / "b").exists()
+    assert [r[0] for r in rows(write(which, ["Ab", "ab"], tmp_path / "d", processes=0))] == ["CacheWriteSuccess"] * 2
+
+
+@pytest.mark.parametrize("which", APIS)
+@pytest.mark.parametrize("processes", [0, 1, 2])
+@pytest.mark.parametrize("error", [KeyboardInterrupt("stop"), SystemExit(3)], ids=["KeyboardInterrupt", "SystemExit"])
+def test_a_source_raising_keyboard_interrupt_or_system_exit_re_raises(which, processes, error, tmp_path):
+    with pytest.raises(type(error)) as raised:
+        write(which, ["ok", "k", "later"], tmp_path / "c", processes, k={"raise_at": 2, "error": error})
+    assert str(error.args[0]) in str(raised.value)
+    assert not (tmp_path / "c" / "k").exists()
+
+
+@pytest.mark.parametrize("which", APIS)
+@pytest.mark.parametrize("processes", [0, 1])
+def test_a_source_raising_generator_exit_is_its_error_row(which, processes, tmp_path):
+    results = write(which, ["ok", "k", "later"], tmp_path / "c", processes, k={"raise_at": 2, "error": GeneratorExit()})
+    assert [(kind, name) for kind, name, _ in rows(results)] == [
+        ("CacheWriteSuccess", "ok"), ("CacheWriteError", "k"), ("CacheWriteSuccess", "later")
+    ]
+    assert "GeneratorExit" in results[1].message
