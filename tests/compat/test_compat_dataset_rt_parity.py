@@ -85,3 +85,45 @@ def test_a_source_raising_generator_exit_is_its_error_row(which, processes, tmp_
         ("CacheWriteSuccess", "ok"), ("CacheWriteError", "k"), ("CacheWriteSuccess", "later")
     ]
     assert "GeneratorExit" in results[1].message
+
+
+def _labels(batch) -> list[int]:
+    return [int.from_bytes(sample.data, "little") for sample in batch]
+
+
+class Counting:
+    """``n`` samples whose payload is their number."""
+
+    def __init__(self, name: str, n: int, which: str) -> None:
+        self.name, self.n, self.which = name, n, which
+
+    def __iter__(self):
+        api = api_of(self.which)
+        for i in range(self.n):
+            yield api.CacheInput(data=i.to_bytes(2, "little"), metadata={"label": i % 3})
+
+
+@pytest.mark.parametrize("which", APIS)
+def test_a_pass_left_early_then_a_new_iterator(which, tmp_path):
+    """Different, because a checkpoint is (pass, batches done): torch_drt's new iterator reads the next pass as an
+    uninterrupted run does; dataset-rt's continues its stream where the last iterator stopped."""
+    api = api_of(which)
+    runtime = api.DatasetRuntime(num_workers=2)
+    runtime.write_cache([Counting("a", 20, which)], tmp_path, writer_config=api.WriterConfig(show_progress=False))
+
+    def loader():
+        dataset = runtime.cached_dataset([tmp_path / "a"], reader_config=api.ReaderConfig(seed=5))
+        return dataset.to_torch_dataloader(batch_size=2, seed=7, num_workers=0, collate_fn=_labels, verbose=False)
+
+    uninterrupted = loader()
+    first, second = ([x for batch in uninterrupted for x in batch] for _ in range(2))
+    interrupted = loader()
+    iterator = iter(interrupted)
+    left = next(iterator) + next(iterator)
+    del iterator
+    after = [x for batch in interrupted for x in batch]
+    assert left == first[:4] and len(after) == 20 and first != second
+    if which == "ours":
+        assert after == second
+    else:
+        assert after == first[4:] + second[:4]
