@@ -3,6 +3,10 @@ on ``torch_drt.compat.dataset_rt`` and, when it is installed, on dataset-rt itse
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 import torch_drt.compat.dataset_rt as drt
@@ -127,3 +131,47 @@ def test_a_pass_left_early_then_a_new_iterator(which, tmp_path):
         assert after == second
     else:
         assert after == first[4:] + second[:4]
+
+
+def _two_caches(which: str, root):
+    api = api_of(which)
+    runtime = api.DatasetRuntime(num_workers=2)
+    runtime.write_cache([Counting("a", 5, which), Counting("b", 4, which)], root,
+                        writer_config=api.WriterConfig(show_progress=False))
+    return runtime, runtime.cached_dataset([root / "a", root / "b"], reader_config=api.ReaderConfig(seed=1))
+
+
+def _rewrite_manifest(path, change) -> None:
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest, indent=2))
+
+
+@pytest.mark.parametrize("which", APIS)
+@pytest.mark.parametrize(
+    "damage",
+    ["sample_count", "new_key", "rewritten", "removed", "not_json"],
+)
+def test_update_manifests_reports_a_loaded_caches_manifest_changed_on_disk(which, damage, tmp_path):
+    api = api_of(which)
+    runtime, dataset = _two_caches(which, tmp_path)
+    manifest = tmp_path / "b" / "manifest.json"
+    _rewrite_manifest(tmp_path / "a" / "manifest.json", lambda m: None)  # reformatted, same content: unchanged
+    assert isinstance(dataset.update_manifests(3), api.Ok)
+    if damage == "sample_count":
+        _rewrite_manifest(manifest, lambda m: m.update(sample_count=3))
+    elif damage == "new_key":
+        _rewrite_manifest(manifest, lambda m: m.update(note="edited"))
+    elif damage == "rewritten":  # the same source name written again, with other samples
+        shutil.rmtree(tmp_path / "b")
+        runtime.write_cache([Counting("b", 6, which)], tmp_path, writer_config=api.WriterConfig(show_progress=False))
+    elif damage == "removed":
+        manifest.unlink()
+    else:
+        manifest.write_text("garbage")
+    result = dataset.update_manifests(3)
+    assert isinstance(result, api.Err), result
+    error = result.error
+    assert isinstance(error, api.ManifestUpdateError) and Path(error.path).resolve() == manifest.resolve()
+    if damage in ("sample_count", "new_key", "rewritten"):
+        assert error.message == "manifest changed since dataset construction"
