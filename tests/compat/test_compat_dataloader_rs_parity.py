@@ -4,8 +4,10 @@ side by side against the real package: fork after an epoch started, Ctrl-C, out-
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
+from script_runner import interrupt_script
 
 from torch_drt.compat.dataloader_rs import PyDataloader, PyDataset
 
@@ -76,3 +78,53 @@ def test_an_epoch_without_threads_continues_in_a_forked_child():
     assert next(iterator) == [0, 1]
     assert _child_status(lambda: [i for b in iterator for i in b] == [2, 3, 4, 5] or 1 / 0) == (0, "")
     assert next(iterator) == [2, 3]
+
+
+BUSY = """
+import itertools, os, signal
+from torch_drt.compat.dataloader_rs import PyDataloader
+
+class Busy:
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, index):
+        if index >= 2:
+            print("READY", flush=True)
+            time.sleep(120)  # a worker busy in user code, as a slow decode or a network read
+        return index
+
+loader = PyDataloader(Busy(), batch_size=2, {options})
+try:
+    for batch in loader:
+        pass
+except KeyboardInterrupt:
+    _interrupted.append(time.monotonic())
+    raise
+"""
+
+
+def report(case: str, outcome: dict) -> None:
+    """The measurement the 1 s goal is checked on (shown with ``pytest -rP``)."""
+    print(f"{case}: Ctrl-C to exit {outcome['exit_s']:.2f} s (torch's own interpreter exit included), "
+          f"torch_drt's exit hooks {outcome['hooks_s']} s, join time-outs granted {outcome['granted']}")
+
+
+@pytest.mark.parametrize("options", ["num_workers=2", "item_concurrency=2"])
+def test_ctrl_c_ends_a_busy_loader_without_waiting_for_its_workers(options):
+    outcome = interrupt_script(BUSY.format(options=options))
+    report(options, outcome)
+    assert outcome["returncode"] == -signal.SIGINT and "KeyboardInterrupt" in outcome["stderr"]
+    assert outcome["hooks_s"] is not None
+    # the exit hook gave the busy threads a short grace, not the 2 s of a normal exit
+    assert all(timeout is not None and timeout <= 0.2 for timeout in outcome["granted"]), outcome["granted"]
+
+
+@pytest.mark.parametrize("sampler", ["itertools.count()", "(i % 100 for i in itertools.count())"])
+def test_ctrl_c_interrupts_reading_an_endless_sampler(sampler):
+    body = BUSY.format(options=f"sampler=itertools.chain(ready(), {sampler})").replace(
+        "loader = PyDataloader", "def ready():\n    print('READY', flush=True)\n    yield 0\n\nloader = PyDataloader"
+    )
+    outcome = interrupt_script(body)
+    report(sampler, outcome)
+    assert outcome["returncode"] == -signal.SIGINT and "KeyboardInterrupt" in outcome["stderr"]

@@ -18,7 +18,6 @@ permutation of (len(dataset), seed, e)): reproducible with ``seed``, new every e
 
 from __future__ import annotations
 
-import operator
 import os
 import secrets
 import threading
@@ -28,6 +27,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from torch_drt.compat.dataloader_rs._arguments import checked_indices, count, flag, read_whole
 from torch_drt.compat.dataloader_rs.datasets import check_dataset, is_async
 from torch_drt.loader._arguments import check_workers
 from torch_drt.sampling.permutation import KeyedPermutation
@@ -35,41 +35,6 @@ from torch_drt.sampling.permutation import KeyedPermutation
 __all__ = ["PyDataloader", "PyDataloaderIter"]
 
 MAX_RUNTIME_THREADS = 1024
-
-
-def _count(name: str, value: Any, low: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})") from None
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
-    return bool(value)
-
-
-def _checked_indices(items: list[Any], n: int) -> np.ndarray:
-    """A sampler's items as int64 indices, each an int in ``[0, n)``."""
-    values = np.asarray(items) if items else np.empty(0, dtype=np.int64)
-    if values.ndim != 1 or values.dtype.kind not in "iu":  # mixed, bools or not ints: item by item
-        for position, item in enumerate(items):
-            try:
-                operator.index(item)
-            except TypeError:
-                raise TypeError(
-                    f"sampler item {position} is {item!r} ({type(item).__name__}): samplers must yield ints"
-                ) from None
-        values = np.asarray([operator.index(v) for v in items], dtype=object)
-    bad = (values < 0) | (values >= n)
-    if bad.any():
-        position = int(np.argmax(bad))
-        raise ValueError(f"sampler item {position} is {items[position]!r}: indices must be in [0, {n})")
-    return values.astype(np.int64)
 
 
 class _EpochIndices:
@@ -163,17 +128,17 @@ class PyDataloader:
         if items_in_parallel is not None:
             warnings.warn("items_in_parallel is deprecated: use item_concurrency", DeprecationWarning, stacklevel=2)
             item_concurrency = items_in_parallel
-        self.batch_size = _count("batch_size", batch_size, 1)
-        self.prefetch_depth = _count("prefetch_depth", prefetch_depth, 1)
-        self.num_workers = check_workers(_count("num_workers", num_workers, 0))  # threads: at most MAX_WORKERS
-        self.item_concurrency = _count("item_concurrency", item_concurrency, 1)
-        self.shuffle, self.drop_last = _flag("shuffle", shuffle), _flag("drop_last", drop_last)
-        self.return_indices = _flag("return_indices", return_indices)
+        self.batch_size = count("batch_size", batch_size, 1)
+        self.prefetch_depth = count("prefetch_depth", prefetch_depth, 1)
+        self.num_workers = check_workers(count("num_workers", num_workers, 0))  # threads: at most MAX_WORKERS
+        self.item_concurrency = count("item_concurrency", item_concurrency, 1)
+        self.shuffle, self.drop_last = flag("shuffle", shuffle), flag("drop_last", drop_last)
+        self.return_indices = flag("return_indices", return_indices)
         if self.shuffle and sampler is not None:
             raise ValueError("sampler and shuffle are mutually exclusive")
         if seed is not None and not self.shuffle:
             raise ValueError("seed only applies when shuffle=True")
-        if seed is not None and not 0 <= _count("seed", seed, 0) < 1 << 64:
+        if seed is not None and not 0 <= count("seed", seed, 0) < 1 << 64:
             raise ValueError(f"seed must be < 2**64, got {seed}")
         if sampler is not None and not hasattr(sampler, "__iter__"):
             raise TypeError(f"'{type(sampler).__name__}' object is not iterable: sampler must yield int indices")
@@ -183,7 +148,7 @@ class PyDataloader:
         if runtime_threads is not None:
             if not is_async(dataset):
                 raise ValueError("runtime_threads applies to async and source datasets only, not to a PyDataset")
-            if not 1 <= _count("runtime_threads", runtime_threads, 1) <= MAX_RUNTIME_THREADS:
+            if not 1 <= count("runtime_threads", runtime_threads, 1) <= MAX_RUNTIME_THREADS:
                 raise ValueError(f"runtime_threads must be in [1, {MAX_RUNTIME_THREADS}], got {runtime_threads}")
         self.dataset, self.sampler, self.collate_fn, self.transform = dataset, sampler, collate_fn, transform
         self.seed = int(seed) if seed is not None else secrets.randbits(63) if self.shuffle else None
@@ -206,7 +171,7 @@ class PyDataloader:
     def _epoch_indices(self, epoch: int, n: int) -> np.ndarray | None:
         """The epoch's indices (None: ``0 .. n-1`` in order)."""
         if self.sampler is not None:
-            return _checked_indices(list(iter(self.sampler)), n)
+            return checked_indices(read_whole(self.sampler), n)
         if self.shuffle:
             return KeyedPermutation(n, cast(int, self.seed), epoch)(np.arange(n, dtype=np.int64)) if n else np.arange(0)
         return None
