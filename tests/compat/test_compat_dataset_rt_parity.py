@@ -175,3 +175,47 @@ def test_update_manifests_reports_a_loaded_caches_manifest_changed_on_disk(which
     assert isinstance(error, api.ManifestUpdateError) and Path(error.path).resolve() == manifest.resolve()
     if damage in ("sample_count", "new_key", "rewritten"):
         assert error.message == "manifest changed since dataset construction"
+
+
+METADATA_CALLS = {
+    "get_metadata": lambda dataset: dataset.get_metadata(),
+    "samples_metadata": lambda dataset: dataset.samples_metadata(),
+    "update_metadata": lambda dataset: dataset.update_metadata(dataset.active.table if hasattr(dataset, "active")
+                                                               else dataset.get_metadata()),
+    "to_torch_dataloader": lambda dataset: dataset.to_torch_dataloader(batch_size=2, num_workers=0, verbose=False,
+                                                                       collate_fn=len),
+}
+
+
+@pytest.mark.parametrize("which", APIS)
+@pytest.mark.parametrize(("damage", "error"), [("truncated", RuntimeError), ("removed", RuntimeError),
+                                               ("another_caches", ValueError)])
+@pytest.mark.parametrize("call", sorted(METADATA_CALLS))
+def test_metadata_damaged_after_opening_is_noticed_where_dataset_rt_notices_it(which, damage, error, call, tmp_path):
+    _, dataset = _two_caches(which, tmp_path)
+    metadata = tmp_path / "a" / "metadata.arrow"
+    if damage == "truncated":
+        metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+    elif damage == "removed":
+        metadata.unlink()
+    else:
+        shutil.copy(tmp_path / "b" / "metadata.arrow", metadata)
+    with pytest.raises(error) as raised:
+        METADATA_CALLS[call](dataset)
+    if which == "ours":
+        assert "metadata.arrow" in str(raised.value) and str(tmp_path / "a") in str(raised.value)
+    # reading samples does not need the file, in either package
+    assert len(dataset) == 9 and sum(1 for _ in dataset) == 9
+    cache_id = next(iter(dataset)).cache_id
+    assert dataset.get_item(cache_id, 0).cache_id == cache_id
+
+
+@pytest.mark.parametrize("which", APIS)
+def test_metadata_rewritten_with_the_same_bytes_is_not_damage(which, tmp_path):
+    _, dataset = _two_caches(which, tmp_path)
+    metadata = tmp_path / "a" / "metadata.arrow"
+    data = metadata.read_bytes()
+    metadata.unlink()
+    metadata.write_bytes(data)  # another file (inode, time), the same content
+    for call in sorted(METADATA_CALLS):
+        METADATA_CALLS[call](dataset)
