@@ -3,8 +3,10 @@
 Each child is started once and writes one source after another (sent pickled; the payloads stay in the child).
 The parent waits on the children's result pipes. A child that does not start, or a source that does not finish
 (its unpickling included), within the deadline, or a child that dies, stops every child: the sources not
-finished then are ``CacheWriteError``s and nothing is retried, as in dataset-rt. A stopped child's staging
-directory is removed (its lock died with it), so the next write of that name starts clean.
+finished then are ``CacheWriteError``s and nothing is retried, as in dataset-rt. A source that raises
+``KeyboardInterrupt`` or ``SystemExit`` stops every child too, and the parent re-raises it, as dataset-rt does.
+A stopped child's staging directory is removed (its lock died with it), so the next write of that name starts
+clean.
 """
 
 from __future__ import annotations
@@ -44,8 +46,19 @@ def _child(conn: Connection, root: Path | str, config: WriterConfig, mode: Write
         except Exception as e:
             result: CacheWriteResult = CacheWriteError(name, f"source unpickling failed: {e!r}")
         else:
-            result = write_source(source, root, config, mode=mode, position=position, **where)
+            try:
+                result = write_source(source, root, config, mode=mode, position=position, **where)
+            except (KeyboardInterrupt, SystemExit) as e:  # the parent re-raises it
+                result = _portable(e)
         conn.send((index, result))
+
+
+def _portable(error: KeyboardInterrupt | SystemExit) -> BaseException:
+    """``error`` if it pickles, else an exception of its base type with its message."""
+    try:
+        return pickle.loads(pickle.dumps(error))
+    except Exception:
+        return (KeyboardInterrupt if isinstance(error, KeyboardInterrupt) else SystemExit)(str(error))
 
 
 @dataclass
@@ -139,8 +152,10 @@ def _collect(children: list[_Child], results: dict[int, CacheWriteResult], timeo
                     child.ready, child.deadline = True, float("inf")
                 else:
                     index, result = message
-                    results[index] = result
                     child.job, child.deadline = None, float("inf")
+                    if isinstance(result, BaseException):  # a source's KeyboardInterrupt or SystemExit
+                        raise result
+                    results[index] = result
         except (EOFError, OSError):  # a child that died; is_alive below says so
             pass
         if child.job is None and child.ready:

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from torch_drt.cache._dataset_position import DatasetPosition, Order, Window
 from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
+from torch_drt.cache._metadata_files import MetadataFiles
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.read_ahead import ReadAhead
@@ -66,6 +67,7 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         self._cache_index = {layout.cache_id: i for i, layout in enumerate(layouts)}
         self._lock = threading.Lock()
         self._stored_tables = list(tables) if tables is not None else [read_metadata(lay) for lay in self.layouts]
+        self._metadata_files = MetadataFiles(self.layouts)
         self._active = build_table(self.layouts, self._stored_tables)
         self._epoch_len = len(self._active)
         self._position = 0  # the stream position after every window reserved so far
@@ -110,7 +112,12 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         Args:
             backend: ``"arrow"`` (a ``pyarrow.Table``) or ``"polars"`` (a ``polars.DataFrame``, as dataset-rt
                 returns); default ``metadata_backend`` (``"arrow"``; ``"polars"`` via ``torch_drt.compat``).
+
+        Raises:
+            CacheCorruptError: naming a cache's ``metadata.arrow`` that was removed or damaged since the dataset
+                was opened, as dataset-rt, which reads it again here, fails.
         """
+        self._metadata_files.check()
         return as_backend(self._active.table, backend or self.metadata_backend)
 
     def update_metadata(self, table: Any) -> None:
@@ -126,7 +133,9 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         Raises:
             ValueError: naming the column and row at fault.
             TypeError: when ``table`` is not a table.
+            CacheCorruptError: naming a cache's ``metadata.arrow`` removed or damaged since the dataset was opened.
         """
+        self._metadata_files.check()
         active = validate_table(table, self.layouts, self._stored, self._cache_index)
         with self._lock:
             self._active = active
@@ -225,9 +234,11 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         Raises:
             ValueError: for invalid arguments or ``dataloader_kwargs``.
             TypeError: for a transform or collate function that cannot be pickled for loading processes.
+            CacheCorruptError: naming a cache's ``metadata.arrow`` removed or damaged since the dataset was opened.
         """
         from torch_drt.cache.torch_loader import to_torch_dataloader
 
+        self._metadata_files.check()
         return to_torch_dataloader(self, **kwargs)
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:

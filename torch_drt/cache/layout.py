@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from torch_drt.cache.backends import CacheBackend, MissingFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.describe import described
 
-__all__ = ["CacheLayout", "parse_manifest"]
+__all__ = ["CacheLayout", "manifest_digest", "parse_manifest", "read_manifest"]
 
 _READABLE = (1, FORMAT_VERSION)
 _LZ4_MAX_RATIO = 256  # an LZ4 block never decompresses to more than ~255x its size
@@ -57,6 +59,8 @@ class CacheLayout:
         cache_uid: the random identity of this write (format 2), also stored in ``metadata.arrow``'s schema
             metadata, so files of two caches with the same contents are still told apart.
         backend: where the cache's bytes come from.
+        manifest_digest: the SHA-256 of the manifest's JSON object as it was read (``manifest_digest``), to tell
+            whether the one there changed since (a reformatted file with the same content has the same digest).
     """
 
     path: Path | str
@@ -74,6 +78,7 @@ class CacheLayout:
     max_record_bytes: int = 0
     cache_uid: str = ""
     backend: CacheBackend | None = field(default=None, compare=False, repr=False)
+    manifest_digest: str = field(default="", compare=False, repr=False)
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -182,13 +187,12 @@ def _shards(m: _Manifest) -> tuple[list[tuple[str, int]], dict[str, str], str, i
     return shards, checksums, algo, raw_max
 
 
-def parse_manifest(backend: CacheBackend) -> CacheLayout:
-    """Read and parse a cache's manifest strictly.
+def read_manifest(backend: CacheBackend) -> dict[str, Any]:
+    """A cache's manifest as its JSON object, not yet checked.
 
     Raises:
         CacheCorruptError: naming the manifest: missing, not a regular file, too large, not JSON, a duplicated
-            key, a field missing or of the wrong type or range, an unsupported format.
-        ValueError: for a cache whose stored columns clash with the table's own (``cache_id``, ...).
+            key, not an object.
     """
     where = backend.where(MANIFEST_FILE)
     try:
@@ -201,6 +205,25 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
         raise CacheCorruptError(where, f"manifest is not valid JSON: {e}") from None
     if not isinstance(manifest, dict):
         raise CacheCorruptError(where, "manifest is not a JSON object")
+    return manifest
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """The SHA-256 of a manifest's JSON object, whatever its formatting and key order."""
+    canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def parse_manifest(backend: CacheBackend) -> CacheLayout:
+    """Read and parse a cache's manifest strictly.
+
+    Raises:
+        CacheCorruptError: naming the manifest: missing, not a regular file, too large, not JSON, a duplicated
+            key, a field missing or of the wrong type or range, an unsupported format.
+        ValueError: for a cache whose stored columns clash with the table's own (``cache_id``, ...).
+    """
+    manifest = read_manifest(backend)
+    where = backend.where(MANIFEST_FILE)
     m = _Manifest(manifest, where)
     version, legacy = _version(m)
     count = m.get(manifest, "sample_count", int, low=1)
@@ -245,4 +268,5 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
         max_record_bytes=bound,
         cache_uid=uid,
         backend=backend,
+        manifest_digest=manifest_digest(manifest),
     )

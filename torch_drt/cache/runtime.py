@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -57,11 +56,19 @@ def _successes(results: list[CacheWriteResult]) -> list[CacheWriteSuccess]:
     return [r for r in results if isinstance(r, CacheWriteSuccess)]
 
 
+def _duplicate(sources: list[Any], fold: Callable[[str], str]) -> str | None:
+    """The first source name, as it is spelt, whose ``fold`` an earlier source's name has."""
+    seen: set[str] = set()
+    for source in sources:
+        if isinstance(name := getattr(source, "name", None), str):
+            if fold(name) in seen:
+                return name
+            seen.add(fold(name))
+    return None
+
+
 def _refuse_duplicates(sources: list[Any], root: Path | str) -> None:
-    names = Counter(name for s in sources if isinstance(name := getattr(s, "name", None), str))
-    duplicated = [name for name, count in names.items() if count > 1]
-    if duplicated:
-        name = duplicated[0]
+    if (name := _duplicate(sources, str)) is not None:
         path = root / name if isinstance(root, Path) else f"{redact(root)}/{name}"
         raise ValueError(f"duplicate generated cache path: {path} (two sources named {name!r})")
 
@@ -100,11 +107,16 @@ class DatasetRuntime:
         options: Mapping[str, Any] | None = None,
         remote: RemoteConfig | None = None,
     ) -> list[CacheWriteResult]:
+        in_processes = config.num_processes > 0 and not config.profiler.enabled  # a profile is taken on threads,
+        # as in dataset-rt, whose writer processes fail every source when two names differ at most in case
+        if in_processes and (name := _duplicate(sources, str.casefold)) is not None:
+            message = f"duplicate generated cache path: {name}"
+            return [CacheWriteError(str(getattr(s, "name", None)), message) for s in sources]
         _refuse_duplicates(sources, root)
         profile = WriterProfile(config.profiler) if config.profiler.enabled else None
         where = {"storage_options": options, "remote_config": remote}
         try:
-            if config.num_processes > 0 and profile is None:  # a profile is taken on threads, as in dataset-rt
+            if in_processes:
                 return write_in_processes(sources, root, config, mode, **where)
             futures = [
                 self.pool.submit(write_source, source, root, config, mode=mode, position=pos, profile=profile, **where)
@@ -148,7 +160,10 @@ class DatasetRuntime:
             ImportError: when the URL's fsspec implementation is missing (``pip install 'torch_drt[s3]'``),
                 before anything is written.
             CacheSourcesError: when a source could not be written, after every source was tried (a failing
-                source never stops the others); its ``results`` has each source's outcome.
+                source never stops the others); its ``results`` has each source's outcome. With
+                ``writer_config.num_processes > 0``, two names equal but for case (``"Ab"``, ``"ab"``) fail every
+                source, nothing written, as dataset-rt's writer processes do.
+            KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
         root = _root(root)
         _require_backend(root)
@@ -219,6 +234,7 @@ class DatasetRuntime:
             CacheSourcesError: when a source has no cache, after every source was tried; its ``results`` has
                 each source's outcome (the caches that were written stay, and are reused by the next call).
             CacheCorruptError: when a written or reused cache fails validation while loading.
+            KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
         reader_config.check_seed()
         sources, root = _as_list(sources), _root(root)

@@ -238,6 +238,6 @@ def write_source(
                 return _publish(staging, mode, config.validate_cache)
     except BadInput as e:
         return CacheWriteError(name, str(e))
-    except Exception as e:  # a source that raises, a full disk: the source fails, the others go on
+    except (Exception, GeneratorExit) as e:  # a source that raises, a full disk: the source fails, the others go on
         logger.error("writing the cache of source %r failed", name, exc_info=True)
         return CacheWriteError(name, _describe(e))

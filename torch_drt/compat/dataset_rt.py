@@ -22,6 +22,7 @@ from torch_drt.cache import DatasetRuntime as _DatasetRuntime
 from torch_drt.cache._format import MANIFEST_FILE
 from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
 from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.layout import manifest_digest, read_manifest
 from torch_drt.cache.records import (
     AbsentManifestTarget,
     CachedSample,
@@ -86,16 +87,26 @@ class CachedDataset(_CachedDataset):
 
         Returns:
             ``Ok(ManifestUpdateReport)`` with one ``"unchanged"`` entry per cache for ``version == 3`` (nothing
-            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers.
+            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers: for another version, or naming
+            the first cache whose manifest is no longer the one the dataset was opened with (changed, removed,
+            unreadable), with the entries of the caches before it.
         """
         if type(version) is not int or version != 3:
             reason = AbsentManifestTarget("unsupported migration request")
             return Err(ManifestUpdateError(reason, "unsupported manifest migration target; expected integer 3"))
-        entries = tuple(
-            ManifestUpdateEntry((Path(layout.path) / MANIFEST_FILE).resolve(), layout.cache_id, "unchanged")
-            for layout in self.layouts
-        )
-        return Ok(ManifestUpdateReport(entries))
+        entries: list[ManifestUpdateEntry] = []
+        for layout in self.layouts:
+            path = (Path(layout.path) / MANIFEST_FILE).resolve()
+            try:
+                changed = layout.backend is not None and (
+                    manifest_digest(read_manifest(layout.backend)) != layout.manifest_digest
+                )
+            except CacheCorruptError as e:  # removed, unreadable, not JSON
+                return Err(ManifestUpdateError(path, e.reason, tuple(entries)))
+            if changed:
+                return Err(ManifestUpdateError(path, "manifest changed since dataset construction", tuple(entries)))
+            entries.append(ManifestUpdateEntry(path, layout.cache_id, "unchanged"))
+        return Ok(ManifestUpdateReport(tuple(entries)))
 
 
 class DatasetRuntime(_DatasetRuntime):

@@ -5,7 +5,9 @@ finishes, exits instead of taking more work. Threads hold the task queue only (n
 between tasks), so a pool whose owner is garbage-collected is collected too, and its ``__del__`` stops the threads.
 Pools still open when the interpreter exits are closed and their idle threads joined by threading's exit hooks
 (before ``atexit`` callbacks and finalization): a daemon thread still alive at finalization is torn down with
-``pthread_exit``, which aborts the process if the thread sits in C++ code.
+``pthread_exit``, which aborts the process if the thread sits in C++ code. The join is short when the interpreter
+exits on an uncaught ``KeyboardInterrupt`` (Ctrl-C): a user's ``__getitem__`` busy for seconds then does not hold
+the exit up (a torch call of a few milliseconds still finishes in time).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -27,17 +30,20 @@ __all__ = ["ThreadPool"]
 logger = logging.getLogger("torch_drt.loader")
 
 _EXIT_JOIN_S = 2.0  # how long interpreter exit waits, in all, for threads to finish their current task
+_INTERRUPT_JOIN_S = 0.2  # the same after Ctrl-C
 _open_pools: weakref.WeakSet[ThreadPool] = weakref.WeakSet()
 _exit_hook_lock = threading.Lock()
 _exit_hook_registered = False
 
 
 def _stop_open_pools() -> None:
-    """threading's exit hook: close every open pool, then join its threads within ``_EXIT_JOIN_S`` in all."""
+    """threading's exit hook: close every open pool, then join its threads within ``_EXIT_JOIN_S`` in all
+    (``_INTERRUPT_JOIN_S`` after an uncaught ``KeyboardInterrupt``)."""
     pools = list(_open_pools)
     for pool in pools:
         pool.close()
-    deadline = time.monotonic() + _EXIT_JOIN_S
+    interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)  # set when it was printed
+    deadline = time.monotonic() + (_INTERRUPT_JOIN_S if interrupted else _EXIT_JOIN_S)
     for pool in pools:
         for thread in pool._thread_list:
             thread.join(max(0.0, deadline - time.monotonic()))

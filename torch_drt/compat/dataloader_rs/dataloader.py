@@ -18,7 +18,6 @@ permutation of (len(dataset), seed, e)): reproducible with ``seed``, new every e
 
 from __future__ import annotations
 
-import operator
 import os
 import secrets
 import threading
@@ -28,47 +27,14 @@ from typing import Any, cast
 
 import numpy as np
 
+from torch_drt.compat.dataloader_rs._arguments import checked_indices, count, flag, read_whole
 from torch_drt.compat.dataloader_rs.datasets import check_dataset, is_async
+from torch_drt.loader._arguments import check_workers
 from torch_drt.sampling.permutation import KeyedPermutation
 
 __all__ = ["PyDataloader", "PyDataloaderIter"]
 
 MAX_RUNTIME_THREADS = 1024
-
-
-def _count(name: str, value: Any, low: int) -> int:
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} ({value!r})") from None
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return value
-
-
-def _flag(name: str, value: Any) -> bool:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__} ({value!r})")
-    return bool(value)
-
-
-def _checked_indices(items: list[Any], n: int) -> np.ndarray:
-    """A sampler's items as int64 indices, each an int in ``[0, n)``."""
-    values = np.asarray(items) if items else np.empty(0, dtype=np.int64)
-    if values.ndim != 1 or values.dtype.kind not in "iu":  # mixed, bools or not ints: item by item
-        for position, item in enumerate(items):
-            try:
-                operator.index(item)
-            except TypeError:
-                raise TypeError(
-                    f"sampler item {position} is {item!r} ({type(item).__name__}): samplers must yield ints"
-                ) from None
-        values = np.asarray([operator.index(v) for v in items], dtype=object)
-    bad = (values < 0) | (values >= n)
-    if bad.any():
-        position = int(np.argmax(bad))
-        raise ValueError(f"sampler item {position} is {items[position]!r}: indices must be in [0, {n})")
-    return values.astype(np.int64)
 
 
 class _EpochIndices:
@@ -133,7 +99,8 @@ class PyDataloader:
         items_in_parallel: dataloader-rs 0.2's name of ``item_concurrency`` (a ``DeprecationWarning``).
 
     Raises:
-        ValueError: ``batch_size``, ``prefetch_depth`` or ``item_concurrency`` below 1, ``shuffle`` with a
+        ValueError: ``batch_size``, ``prefetch_depth`` or ``item_concurrency`` below 1, ``num_workers`` outside
+            ``[0, 1024]`` (each is a thread; dataloader-rs fails to start them), ``shuffle`` with a
             ``sampler``, a ``seed`` without ``shuffle``, ``runtime_threads`` out of range or with a
             synchronous dataset.
         TypeError: a non-iterable sampler, arguments of the wrong type, or a dataset dataloader-rs refuses.
@@ -161,17 +128,17 @@ class PyDataloader:
         if items_in_parallel is not None:
             warnings.warn("items_in_parallel is deprecated: use item_concurrency", DeprecationWarning, stacklevel=2)
             item_concurrency = items_in_parallel
-        self.batch_size = _count("batch_size", batch_size, 1)
-        self.prefetch_depth = _count("prefetch_depth", prefetch_depth, 1)
-        self.num_workers = _count("num_workers", num_workers, 0)
-        self.item_concurrency = _count("item_concurrency", item_concurrency, 1)
-        self.shuffle, self.drop_last = _flag("shuffle", shuffle), _flag("drop_last", drop_last)
-        self.return_indices = _flag("return_indices", return_indices)
+        self.batch_size = count("batch_size", batch_size, 1)
+        self.prefetch_depth = count("prefetch_depth", prefetch_depth, 1)
+        self.num_workers = check_workers(count("num_workers", num_workers, 0))  # threads: at most MAX_WORKERS
+        self.item_concurrency = count("item_concurrency", item_concurrency, 1)
+        self.shuffle, self.drop_last = flag("shuffle", shuffle), flag("drop_last", drop_last)
+        self.return_indices = flag("return_indices", return_indices)
         if self.shuffle and sampler is not None:
             raise ValueError("sampler and shuffle are mutually exclusive")
         if seed is not None and not self.shuffle:
             raise ValueError("seed only applies when shuffle=True")
-        if seed is not None and not 0 <= _count("seed", seed, 0) < 1 << 64:
+        if seed is not None and not 0 <= count("seed", seed, 0) < 1 << 64:
             raise ValueError(f"seed must be < 2**64, got {seed}")
         if sampler is not None and not hasattr(sampler, "__iter__"):
             raise TypeError(f"'{type(sampler).__name__}' object is not iterable: sampler must yield int indices")
@@ -181,7 +148,7 @@ class PyDataloader:
         if runtime_threads is not None:
             if not is_async(dataset):
                 raise ValueError("runtime_threads applies to async and source datasets only, not to a PyDataset")
-            if not 1 <= _count("runtime_threads", runtime_threads, 1) <= MAX_RUNTIME_THREADS:
+            if not 1 <= count("runtime_threads", runtime_threads, 1) <= MAX_RUNTIME_THREADS:
                 raise ValueError(f"runtime_threads must be in [1, {MAX_RUNTIME_THREADS}], got {runtime_threads}")
         self.dataset, self.sampler, self.collate_fn, self.transform = dataset, sampler, collate_fn, transform
         self.seed = int(seed) if seed is not None else secrets.randbits(63) if self.shuffle else None
@@ -204,7 +171,7 @@ class PyDataloader:
     def _epoch_indices(self, epoch: int, n: int) -> np.ndarray | None:
         """The epoch's indices (None: ``0 .. n-1`` in order)."""
         if self.sampler is not None:
-            return _checked_indices(list(iter(self.sampler)), n)
+            return checked_indices(read_whole(self.sampler), n)
         if self.shuffle:
             return KeyedPermutation(n, cast(int, self.seed), epoch)(np.arange(n, dtype=np.int64)) if n else np.arange(0)
         return None
@@ -255,12 +222,15 @@ class PyDataloaderIter:
 
     An exception from the dataset, ``transform`` or ``collate_fn`` reaches the caller with its own type and the
     next ``next()`` continues with the following batch. A second thread calling ``next()`` while another is
-    advancing it gets ``RuntimeError``.
+    advancing it gets ``RuntimeError``, and so does a forked child that continues an epoch with threads (workers,
+    ``item_concurrency`` or an async dataset) started before ``fork()``: a new ``iter()`` there works.
     """
 
     def __init__(self, owner: PyDataloader, inner: _Inner | None, batches: int) -> None:
         self._owner, self._inner, self._left = owner, inner, batches
         self._iterator = iter(inner.loader) if inner is not None else None
+        # threads (workers, item fetchers, an async dataset's event loop) do not survive fork()
+        self._pid = os.getpid() if owner.num_workers or owner.item_concurrency > 1 or is_async(owner.dataset) else None
 
     def __iter__(self) -> PyDataloaderIter:
         return self
@@ -271,6 +241,8 @@ class PyDataloaderIter:
     def __next__(self) -> Any:
         if self._iterator is None:
             raise StopIteration
+        if self._pid is not None and self._pid != os.getpid():
+            raise RuntimeError("this epoch was started before fork(); start a new one in this process (iter())")
         try:
             batch = next(self._iterator)
         except StopIteration:
@@ -289,7 +261,7 @@ class PyDataloaderIter:
 
     def _release(self) -> None:
         inner, self._inner, self._iterator, self._left = self._inner, None, None, 0
-        if inner is not None:
+        if inner is not None and inner.pid == os.getpid():
             self._owner._give_back(inner)
 
     def close(self) -> None:
