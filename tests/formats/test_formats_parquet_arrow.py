@@ -161,3 +161,23 @@ def test_damaged_files_are_format_errors_never_crashes(tmp_path, kind, rel):
     allowed = {"FormatError", "ok"} if kind == "parquet" else {"FormatError", "ok", "wrong"}
     assert set(found.values()) <= allowed, {k: v for k, v in found.items() if v not in allowed}
     assert "FormatError" in found.values()
+
+
+def test_a_parquet_file_truncated_under_a_reader_is_an_error_not_sigbus(tmp_path):
+    """The file is mapped: reading a row group past a truncation would kill the process (SIGBUS)."""
+    from conftest import run_isolated
+
+    write_parquet(tmp_path / "a.parquet", 2000, row_group=500)
+    proc = run_isolated(f"""
+        import os
+        from torch_drt.cache.errors import CacheCorruptError
+        from torch_drt.formats import ParquetDataset
+        ds = ParquetDataset({str(tmp_path / "a.parquet")!r}, cache_shards=1)
+        ds[0]
+        os.truncate({str(tmp_path / "a.parquet")!r}, 100)
+        try:
+            ds[1999]
+        except CacheCorruptError as e:
+            print("refused:", e)
+    """)
+    assert proc.returncode == 0 and "refused:" in proc.stdout and "truncated" in proc.stdout, proc
