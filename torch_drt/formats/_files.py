@@ -7,6 +7,7 @@ decides whether a location is a URL: ``backend_for`` does.
 
 from __future__ import annotations
 
+import fnmatch
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -87,14 +88,22 @@ class Files:
         return sorted(p.name for p in root.iterdir() if p.is_file())
 
     def expand(self, locations: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
-        """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``.
+        """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``, a
+        name with ``*``, ``?`` or ``[...]`` as the files of its directory it matches (``data/train-*.arrow``); each
+        sorted by name.
 
         Raises:
-            FileNotFoundError: when a directory holds no such file, or nothing is given.
+            FileNotFoundError: when a directory or pattern matches no such file, or nothing is given.
         """
         out: list[tuple[str, str]] = []
         for location in many(locations):
-            if self.is_dir(location):
+            directory, name = split_location(location)
+            if any(c in name for c in "*?["):
+                names = [n for n in self.list(directory) if fnmatch.fnmatchcase(n, name)]
+                if not names:
+                    raise FileNotFoundError(f"no file matches {self.where(directory, name)}")
+                out.extend((directory, n) for n in names)
+            elif self.is_dir(location):
                 directory = location.rstrip("/")
                 names = [n for n in self.list(directory) if n.endswith(suffixes)]
                 if not names:
