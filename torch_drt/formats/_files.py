@@ -76,7 +76,7 @@ class Files:
             size = backend.size(rel)
         return backend.open(rel, size, ranges_ok=True)
 
-    def list(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> list[str]:
         """The names of the files directly in ``directory``, sorted."""
         backend = self.backend(directory)
         store = getattr(backend, "store", None)
@@ -99,13 +99,13 @@ class Files:
         for location in many(locations):
             directory, name = split_location(location)
             if any(c in name for c in "*?["):
-                names = [n for n in self.list(directory) if fnmatch.fnmatchcase(n, name)]
+                names = [n for n in self.names(directory) if fnmatch.fnmatchcase(n, name)]
                 if not names:
                     raise FileNotFoundError(f"no file matches {self.where(directory, name)}")
                 out.extend((directory, n) for n in names)
             elif self.is_dir(location):
                 directory = location.rstrip("/")
-                names = [n for n in self.list(directory) if n.endswith(suffixes)]
+                names = [n for n in self.names(directory) if n.endswith(suffixes)]
                 if not names:
                     raise FileNotFoundError(f"no {'/'.join(suffixes)} file in {self.where(directory, '')}")
                 out.extend((directory, n) for n in names)
@@ -120,7 +120,7 @@ class Files:
         if is_url(location):
             if location.endswith("/"):
                 return True
-            store = self.backend(location).store  # a RemoteBackend: backend_for decided it is a URL
+            store = getattr(self.backend(location), "store")  # noqa: B009 - a RemoteBackend: backend_for decided
             return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
         return Path(location.removeprefix("file://")).is_dir()
 

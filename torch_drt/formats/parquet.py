@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,9 @@ class ParquetDataset(ShardSet):
         counts, names = [], []
         for f, (directory, rel) in enumerate(self.files):
             where = self._files.where(directory, rel)
-            meta = self._parquet(f).metadata
-            schema = decoding(where, "schema", lambda f=f: self._parquet(f).schema_arrow).remove_metadata()
+            pf = self._parquet(f)
+            meta = pf.metadata
+            schema = decoding(where, "schema", partial(getattr, pf, "schema_arrow")).remove_metadata()
             if self.schema is None:
                 self.schema = schema
             elif not schema.equals(self.schema):
