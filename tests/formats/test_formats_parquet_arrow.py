@@ -80,6 +80,18 @@ def test_arrow_file_and_stream_rows_equal_pyarrows_reader(tmp_path):
     assert ArrowDataset(tmp_path / "ipc" / "b.arrow", columns=["i"])[0] == {"i": 20}
 
 
+def test_a_name_pattern_picks_the_files_of_one_split(tmp_path):
+    """A ``datasets`` cache directory holds every split's files side by side: a pattern reads one split."""
+    for split, n in (("train", 7), ("test", 3)):
+        for k in range(2):
+            write_ipc(tmp_path / f"wikitext-{split}-{k:05d}-of-00002.arrow", n, start=100 * k, stream=True)
+    ds = ArrowDataset(str(tmp_path / "wikitext-train-*.arrow"))
+    assert len(ds) == 14 and ds[7]["i"] == 100
+    assert len(ArrowDataset(tmp_path)) == 20
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        ArrowDataset(str(tmp_path / "wikitext-val-*.arrow"))
+
+
 def test_a_save_to_disk_directory_reads_its_state_files(tmp_path):
     """``datasets.Dataset.save_to_disk`` writes stream-format ``data-*.arrow`` files listed in state.json."""
     root = tmp_path / "saved"
@@ -132,6 +144,7 @@ def test_remote_parquet_and_arrow_on_s3(tmp_path, s3):
     assert [ds[i] for i in range(len(ds))] == pq_rows
     one = ParquetDataset("s3://bucket/formats/pq/b.parquet", storage_options=s3, remote_config=config)
     assert one[0] == pq_rows[30]
+    assert ParquetDataset("s3://bucket/formats/pq/b*", storage_options=s3)[0] == pq_rows[30]
     few = ParquetDataset("s3://bucket/formats/pq", storage_options=s3, remote_config=config, cache_shards=1)
     threads = drt.StatefulDataLoader(few, batch_size=3, shuffle=True, num_workers=4, worker_method="thread",
                                      collate_fn=list)  # threads share one footer reader per file
@@ -161,3 +174,23 @@ def test_damaged_files_are_format_errors_never_crashes(tmp_path, kind, rel):
     allowed = {"FormatError", "ok"} if kind == "parquet" else {"FormatError", "ok", "wrong"}
     assert set(found.values()) <= allowed, {k: v for k, v in found.items() if v not in allowed}
     assert "FormatError" in found.values()
+
+
+def test_a_parquet_file_truncated_under_a_reader_is_an_error_not_sigbus(tmp_path):
+    """The file is mapped: reading a row group past a truncation would kill the process (SIGBUS)."""
+    from conftest import run_isolated
+
+    write_parquet(tmp_path / "a.parquet", 2000, row_group=500)
+    proc = run_isolated(f"""
+        import os
+        from torch_drt.cache.errors import CacheCorruptError
+        from torch_drt.formats import ParquetDataset
+        ds = ParquetDataset({str(tmp_path / "a.parquet")!r}, cache_shards=1)
+        ds[0]
+        os.truncate({str(tmp_path / "a.parquet")!r}, 100)
+        try:
+            ds[1999]
+        except CacheCorruptError as e:
+            print("refused:", e)
+    """)
+    assert proc.returncode == 0 and "refused:" in proc.stdout and "truncated" in proc.stdout, proc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +51,7 @@ def batched_rows(names: Sequence[str], loaded: dict[int, Any], places: list[tupl
     for k, (s, _) in enumerate(places):
         by_shard.setdefault(s, []).append(k)
     for s, ks in by_shard.items():
-        rows = decoding(names[s], "rows", lambda s=s, ks=ks: rows_of(loaded[s], [places[k][1] for k in ks]))
+        rows = decoding(names[s], "rows", partial(rows_of, loaded[s], [places[k][1] for k in ks]))
         for k, row in zip(ks, rows):
             out[k] = row
     return out

@@ -7,6 +7,7 @@ decides whether a location is a URL: ``backend_for`` does.
 
 from __future__ import annotations
 
+import fnmatch
 import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -75,7 +76,7 @@ class Files:
             size = backend.size(rel)
         return backend.open(rel, size, ranges_ok=True)
 
-    def list(self, directory: str) -> list[str]:
+    def names(self, directory: str) -> list[str]:
         """The names of the files directly in ``directory``, sorted."""
         backend = self.backend(directory)
         store = getattr(backend, "store", None)
@@ -87,16 +88,24 @@ class Files:
         return sorted(p.name for p in root.iterdir() if p.is_file())
 
     def expand(self, locations: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
-        """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``.
+        """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``, a
+        name with ``*``, ``?`` or ``[...]`` as the files of its directory it matches (``data/train-*.arrow``); each
+        sorted by name.
 
         Raises:
-            FileNotFoundError: when a directory holds no such file, or nothing is given.
+            FileNotFoundError: when a directory or pattern matches no such file, or nothing is given.
         """
         out: list[tuple[str, str]] = []
         for location in many(locations):
-            if self.is_dir(location):
+            directory, name = split_location(location)
+            if any(c in name for c in "*?["):
+                names = [n for n in self.names(directory) if fnmatch.fnmatchcase(n, name)]
+                if not names:
+                    raise FileNotFoundError(f"no file matches {self.where(directory, name)}")
+                out.extend((directory, n) for n in names)
+            elif self.is_dir(location):
                 directory = location.rstrip("/")
-                names = [n for n in self.list(directory) if n.endswith(suffixes)]
+                names = [n for n in self.names(directory) if n.endswith(suffixes)]
                 if not names:
                     raise FileNotFoundError(f"no {'/'.join(suffixes)} file in {self.where(directory, '')}")
                 out.extend((directory, n) for n in names)
@@ -111,7 +120,7 @@ class Files:
         if is_url(location):
             if location.endswith("/"):
                 return True
-            store = self.backend(location).store  # a RemoteBackend: backend_for decided it is a URL
+            store = getattr(self.backend(location), "store")  # noqa: B009 - a RemoteBackend: backend_for decided
             return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
         return Location.parse(location).path.is_dir()
 

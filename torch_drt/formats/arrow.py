@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ class ArrowDataset(ShardSet):
         for f, (directory, rel) in enumerate(self.files):
             file = self._files.open(directory, rel)
             try:
-                schema, found = decoding(file.where, "messages", lambda file=file: self._index(file))
+                schema, found = decoding(file.where, "messages", partial(self._index, file))
             finally:
                 file.close()
             schema = schema.remove_metadata()
@@ -84,7 +85,7 @@ class ArrowDataset(ShardSet):
         locations = many(location)
         if len(locations) == 1 and self._files.is_dir(locations[0]):
             directory = locations[0].rstrip("/")
-            if "state.json" in self._files.list(directory):
+            if "state.json" in self._files.names(directory):
                 where = self._files.where(directory, "state.json")
                 try:
                     state = json.loads(self._files.read(directory, "state.json", _STATE_LIMIT))

@@ -39,7 +39,7 @@ def detect_format(
             return fmt
     files = Files(storage_options, remote_config)
     directory = first.rstrip("/")
-    names = files.list(directory)
+    names = files.names(directory)
     if "index.json" in names:
         try:
             index = json.loads(files.read(directory, "index.json", 256 << 20))
@@ -77,7 +77,7 @@ def open_dataset(
         first = many(location)[0]
         if len(many(location)) == 1 and "{" not in first and not first.endswith(".tar"):
             directory = first.rstrip("/")
-            names = [n for n in Files(options, config).list(directory) if n.endswith(".tar")]
+            names = [n for n in Files(options, config).names(directory) if n.endswith(".tar")]
             location = [f"{directory}/{n}" for n in names]
         return formats.WebDatasetShards(location, **kwargs)
     cls = {"arrow": formats.ArrowDataset, "litdata": formats.LitDataset, "mds": formats.MDSDataset,

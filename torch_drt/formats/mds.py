@@ -91,10 +91,10 @@ class _Shard:
             self.compression = entry.get("compression")
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise FormatError(where, f"a shard entry: {type(e).__name__}: {e}") from None
-        for name, e in zip(self.names, encodings):
-            if e in enc.UNSAFE and not allow_pickle:
-                raise UnsafeEncodingError(where, f"column {name!r} is encoded with {e!r}, which runs code when read; "
-                                                 "pass allow_pickle=True for data you trust")
+        for name, encoding in zip(self.names, encodings):
+            if encoding in enc.UNSAFE and not allow_pickle:
+                raise UnsafeEncodingError(where, f"column {name!r} is encoded with {encoding!r}, which runs code when "
+                                                 "read; pass allow_pickle=True for data you trust")
         self.encodings, self.decode_images = encodings, decode_images
         try:
             expected = [enc.fixed_size(e) for e in encodings]

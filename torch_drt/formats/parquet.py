@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import FormatError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, rows_of
@@ -48,14 +50,15 @@ class ParquetDataset(ShardSet):
         self._files = Files(storage_options, remote_config)
         self.files = self._files.expand(location, (".parquet", ".pq"))
         self.columns = None if columns is None else list(columns)
-        self._open: dict[int, pq.ParquetFile] = {}
+        self._open: dict[int, tuple[StoredFile, pq.ParquetFile]] = {}
         self.schema: pa.Schema | None = None
         self._groups: list[tuple[int, int]] = []
         counts, names = [], []
         for f, (directory, rel) in enumerate(self.files):
             where = self._files.where(directory, rel)
-            meta = self._parquet(f).metadata
-            schema = decoding(where, "schema", lambda f=f: self._parquet(f).schema_arrow).remove_metadata()
+            pf = self._parquet(f)
+            meta = pf.metadata
+            schema = decoding(where, "schema", partial(getattr, pf, "schema_arrow")).remove_metadata()
             if self.schema is None:
                 self.schema = schema
             elif not schema.equals(self.schema):
@@ -74,14 +77,17 @@ class ParquetDataset(ShardSet):
         return {**super().__getstate__(), "_open": {}}
 
     def _parquet(self, f: int) -> pq.ParquetFile:
-        pf = self._open.get(f)
-        if pf is None:
+        """File ``f``'s reader (opened once per process), its file checked first: a local map that shrank would
+        kill the process on access (SIGBUS), so a truncated file is a ``CacheCorruptError`` instead."""
+        opened = self._open.get(f)
+        if opened is None:
             directory, rel = self.files[f]
             file = self._files.open(directory, rel)
             source = arrow_source(file)
             pf = decoding(file.where, "footer", lambda: pq.ParquetFile(source, page_checksum_verification=True))
-            self._open[f] = pf
-        return pf
+            opened = self._open[f] = (file, pf)
+        opened[0].check()
+        return opened[1]
 
     def _load(self, shard: int) -> pa.Table:
         f, g = self._groups[shard]

@@ -3,36 +3,28 @@ webdataset groups them, each sample read by the byte ranges of its files.
 
 Opening indexes each tar once (its headers, read through the backend: a local map, or range reads of
 ``block`` bytes that skip the files' bodies); the index travels with the dataset to worker processes, so no
-worker reads a header again. A read gathers the byte ranges of the samples asked for (coalesced into few requests
-for a URL).
+worker reads a header again, and the index of a remote tar is kept in the node cache (keyed by the object's
+URL, size and ETag), so a later run on the node opens it without reading the tar. A read gathers the byte
+ranges of the samples asked for (coalesced into few requests for a URL).
 """
 
 from __future__ import annotations
 
-import re
-import tarfile
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from torch_drt.cache.backends import StoredFile
-from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats._braces import expand_braces
-from torch_drt.formats._files import Files, RangeReader, many, split_location
+from torch_drt.formats._files import Files, many, split_location
+from torch_drt.formats._tar_index import TarIndex, index_tar, kept_index
 from torch_drt.formats.shard_set import ShardSet
 
 __all__ = ["WebDatasetShards"]
 
-_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
-_SKIP = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
-_TAIL_LIMIT = 1 << 20  # bytes after the last header that may be read to check they are the end-of-archive zeros
 
-# one shard's index: per sample its key and first field; per field its extension, start and end
-_Index = tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray]
 
 
 class WebDatasetShards(ShardSet):
@@ -67,16 +59,17 @@ class WebDatasetShards(ShardSet):
         self.urls = [name for url in many(urls) for name in expand_braces(url)]
         self._block = block
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
-            self._index: list[_Index] = list(pool.map(self._build, self.urls))
+            self._index: list[TarIndex] = list(pool.map(self._build, self.urls))
         super().__init__([len(ix[0]) for ix in self._index], self.urls, cache_shards=8)
 
     def _open(self, url: str) -> StoredFile:
         return self._files.open(*split_location(url))
 
-    def _build(self, url: str) -> _Index:
+    def _build(self, url: str) -> TarIndex:
+        directory, rel = split_location(url)
         file = self._open(url)
         try:
-            return _index_tar(file, self._block)
+            return kept_index(self._files.backend(directory), rel, file, lambda: index_tar(file, self._block))
         finally:
             file.close()
 
@@ -111,63 +104,3 @@ class WebDatasetShards(ShardSet):
                 at += 1
             out.append(sample)
         return out
-
-
-def _index_tar(file: StoredFile, block: int) -> _Index:
-    """One pass over a tar's headers: samples grouped as webdataset's ``group_by_keys`` groups them."""
-    keys: list[str] = []
-    first: list[int] = []
-    exts: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    current: set[str] | None = None
-    reader = RangeReader(file, block)
-    try:
-        tar = tarfile.open(fileobj=reader, mode="r:")  # noqa: SIM115 - read by hand below
-        while True:
-            member = tar.next()
-            if member is None:
-                break
-            name = member.name
-            if not member.isreg() or ("/" not in name and name.startswith("__") and name.endswith("__")):
-                continue
-            if _SKIP.match(name):
-                continue
-            m = _KEY_EXT.match(name)
-            if not m:
-                continue
-            key, ext = m.group(1), m.group(2).lower()
-            if member.offset_data + member.size > file.size:
-                raise FormatError(file.where, f"member {name!r} of {member.size} bytes runs past the end of the file")
-            if current is None or key != keys[-1]:
-                keys.append(key)
-                first.append(len(exts))
-                current = set()
-            if ext in current:
-                raise FormatError(file.where, f"member {name!r}: extension {ext!r} twice in sample {key!r}")
-            current.add(ext)
-            exts.append(ext)
-            starts.append(member.offset_data)
-            ends.append(member.offset_data + member.size)
-        stop = tar.offset
-    except CacheCorruptError:
-        raise
-    except (tarfile.TarError, OSError, ValueError, UnicodeError, EOFError) as e:
-        raise FormatError(file.where, f"not a readable uncompressed tar: {type(e).__name__}: {e}") from None
-    _check_end(file, stop)
-    first.append(len(exts))
-    return (keys, np.asarray(first, np.int64), exts, np.asarray(starts, np.int64), np.asarray(ends, np.int64))
-
-
-def _check_end(file: StoredFile, stop: int) -> None:
-    """``tarfile`` ends quietly at a damaged or missing header: what follows the last member must be the archive's
-    end (zero blocks), else the shard was cut or damaged."""
-    rest = file.size - stop
-    if rest < tarfile.BLOCKSIZE:
-        raise FormatError(file.where, f"the file ends at byte {file.size} without the end-of-archive block (cut?)")
-    if rest > _TAIL_LIMIT:
-        raise FormatError(file.where, f"an invalid tar header at byte {stop} ({rest} bytes follow it)")
-    file.check()
-    tail = file.gather([stop], [file.size])[0]
-    if any(tail):
-        raise FormatError(file.where, f"an invalid tar header at byte {stop}")
