@@ -14,6 +14,7 @@ from conftest import ListSource
 
 import torch_drt
 import torch_drt as drt
+from torch_drt.location import Location
 
 SECRET = "s3cr3t-T0KEN"
 MAX_REPR = 400
@@ -67,7 +68,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
     document_storage = storage.DocumentStorage(tmp / "docs" / "d")
     packer = lm.PackerNode(document_storage, 8)
     sampler = nodes.CacheSampler(dataset)
-    objects = [
+    objects = [*_foreign_datasets(tmp), Location.parse("s3://bucket/p", storage_options={"secret": SECRET}),
         rt, dataset, layout, CacheReader([layout]), open_cache_set(tmp / "caches" / "set")[0],
         open_cache_set(tmp / "caches" / "set")[0].parts[0], next(iter(dataset)), next(dataset.iter_batches(4)),
         drt.ReaderConfig(seed=0), drt.WriterConfig(), drt.ShardCompression("zstd"), drt.WriterProfilerConfig(),
@@ -87,6 +88,34 @@ def built(tmp_path_factory) -> dict[str, Any]:
         ShapesSource(10), build.RowRange(list(range(10)), 0, 10), build.ColumnsToInput(),
     ]
     return {type(o).__name__: o for o in objects}
+
+
+def _foreign_datasets(tmp) -> list[Any]:
+    """One dataset of every foreign format: Parquet, Arrow and a tar written here, MDS and LitData fixtures."""
+    import io
+    import tarfile
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torch_drt import formats
+
+    table = pa.table({"x": list(range(6))})
+    pq.write_table(table, tmp / "t.parquet", row_group_size=3)
+    with pa.ipc.new_file(tmp / "t.arrow", table.schema) as writer:
+        writer.write_table(table)
+    with tarfile.open(tmp / "s.tar", "w") as tar:
+        for key in ("a", "b"):
+            info = tarfile.TarInfo(f"{key}.txt")
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"z"))
+    fixtures = Path(__file__).parents[1] / "formats" / "fixtures"
+    return [
+        formats.ParquetDataset(str(tmp / "t.parquet")), formats.ArrowDataset(str(tmp / "t.arrow")),
+        formats.WebDatasetShards([str(tmp / "s.tar")]), formats.MDSDataset(str(fixtures / "mds" / "plain")),
+        formats.LitDataset(str(fixtures / "litdata" / "plain")),
+    ]
 
 
 def test_every_public_object_prints_short_informative_and_without_secrets(built):
@@ -123,4 +152,5 @@ KNOWN_UNBUILT = {
     "torch_drt.build.BuildReport", "torch_drt.build.PartOutcome", "torch_drt.nodes.BatchPlanner",
     "torch_drt.lightning.CacheDataModule", "torch_drt.nodes.ItemBatcher", "torch_drt.nodes.OrderedMapper",
     "torch_drt.nodes.WeightedMixer", "torch_drt.storage.DocumentDataset",
+    "torch_drt.formats.ShardSet",  # the base of the foreign formats, each built above
 }
