@@ -214,10 +214,22 @@ class RemoteStore:
                     written = os.pwrite(fd, view, offset)
                     view, offset = view[written:], offset + written
 
-    def upload(self, local: str | os.PathLike, rel: str) -> None:
-        """Copy a local file to ``rel`` (overwriting)."""
+    def upload(self, local: str | os.PathLike, rel: str, *, create: bool = False) -> bool:
+        """Copy a local file to ``rel`` (overwriting, unless ``create`` on a store with conditional writes); False
+        when ``create`` found an object there (nothing was written)."""
         path = self.path(rel)
-        self.run("uploading", rel, lambda: self.fs.put_file(os.fspath(local), path))
+
+        def put() -> bool:
+            if not (create and self.conditional):
+                self.fs.put_file(os.fspath(local), path)
+                return True
+            try:
+                self.fs.put_file(os.fspath(local), path, mode="create")
+            except FileExistsError:
+                return False
+            return True
+
+        return self.run("uploading", rel, put)
 
     def put(self, rel: str, data: bytes) -> None:
         """Write ``data`` to ``rel`` (overwriting)."""
