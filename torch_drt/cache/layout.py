@@ -53,8 +53,9 @@ class CacheLayout:
         fast_checksums: ``index.bin`` and ``metadata.arrow`` -> expected XXH3-128 (format 2; empty before).
         record_checksums: True when every index entry carries the XXH3-64 of its record (format 2).
         max_record_bytes: no payload of this cache decompresses to more bytes than this.
-        cache_uid: the random identity of this write (format 2), also stored in ``metadata.arrow``'s schema
-            metadata, so files of two caches with the same contents are still told apart.
+        cache_uid: the identity of this cache (format 2), derived from its content (``_format.content_uid``;
+            random in caches of earlier releases), also stored in ``metadata.arrow``'s schema metadata, so the
+            files of two caches are told apart.
         backend: where the cache's bytes come from.
     """
 
