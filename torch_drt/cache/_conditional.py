@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
+from torch_drt.cache.remote_store import s3_error_code
+
 if TYPE_CHECKING:
     from torch_drt.cache.remote_store import RemoteStore
 
@@ -28,8 +30,7 @@ def _condition_failed(error: BaseException) -> bool:
     """Whether an S3 request failed because its ``If-Match``/``If-None-Match`` did not hold."""
     if isinstance(error, FileExistsError | FileNotFoundError):
         return True  # If-None-Match on an existing object; If-Match on a missing one
-    response = getattr(error.__cause__, "response", None) or getattr(error, "response", None)
-    return isinstance(response, dict) and response.get("Error", {}).get("Code") in _LOST
+    return s3_error_code(error) in _LOST
 
 
 def _digest(data: bytes) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "LEGACY_FORMAT_VERSION",
     "MANIFEST_FILE",
     "MAX_CACHE_ID",
+    "MAX_FILE_BYTES",
     "MAX_MANIFEST_BYTES",
     "METADATA_FILE",
     "RESERVED_COLUMNS",
@@ -64,6 +65,7 @@ RESERVED_COLUMNS = frozenset({"cache_id", "sample_id", "weight"})
 INTERNAL_PREFIX = "__"  # column names starting with it belong to torch_drt's own snapshots
 KIND_TO_ARROW = {"bool": "bool", "int": "int64", "float": "double", "string": "string"}
 MAX_CACHE_ID = (1 << 64) - 1
+MAX_FILE_BYTES = (1 << 63) - 1  # the largest file size (off_t): no manifest number may ask for more
 UID_KEY = b"torch_drt.cache_uid"  # metadata.arrow schema metadata: the manifest's cache_uid
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")

@@ -22,7 +22,7 @@ from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
 from torch_drt.sources.template import redact
 
-__all__ = ["RemoteFileMissing", "RemoteStore", "is_url"]
+__all__ = ["RemoteFileMissing", "RemoteStore", "is_url", "s3_error_code"]
 
 T = TypeVar("T")
 _CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
@@ -55,6 +55,16 @@ def _check_url(url: str) -> str:
             "pass credentials and endpoints in storage_options"
         )
     return url.rstrip("/")
+
+
+def s3_error_code(error: BaseException) -> str | None:
+    """The S3 error code (``"SlowDown"``, ``"InvalidRange"``, ...) of an s3fs/botocore error, else None."""
+    for e in (error, error.__cause__):
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and isinstance(response.get("Error"), dict):
+            code = response["Error"].get("Code")
+            return str(code) if code is not None else None
+    return None
 
 
 def _http_failure(error: BaseException) -> AttemptError | None:
@@ -172,12 +182,20 @@ class RemoteStore:
         path = self.path(rel)
         if limit is None:
             return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path)))
-        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=0, end=limit + 1)))
+        return self.run("reading", rel, lambda: self._cat(path, 0, limit + 1))
 
     def read_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a file (fewer when the file is shorter: the caller checks)."""
         path = self.path(rel)
-        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=start, end=end)))
+        return self.run("reading", rel, lambda: self._cat(path, start, end))
+
+    def _cat(self, path: str, start: int, end: int) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except OSError as e:  # S3 refuses a range that starts at the end (of an empty object, say): no bytes there
+            if s3_error_code(e) == "InvalidRange":
+                return b""
+            raise
 
     def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Bytes ``[starts[i], ends[i])`` of ``rels[i]`` for each ``i``, up to ``ranges_in_flight`` requests at once;
