@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from torch_drt.cache._client_options import client_options
 from torch_drt.cache._inherited_clients import client_lock, made
+from torch_drt.cache._store_errors import described_failure, s3_error_code
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
+from torch_drt.sources.retry import RetryPolicy
 from torch_drt.sources.template import redact
 
-__all__ = ["RemoteFileMissing", "RemoteStore", "is_url", "s3_error_code"]
+__all__ = ["RemoteFileMissing", "RemoteStore", "is_url"]
 
 T = TypeVar("T")
 _CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
@@ -55,26 +55,6 @@ def _check_url(url: str) -> str:
             "pass credentials and endpoints in storage_options"
         )
     return url.rstrip("/")
-
-
-def s3_error_code(error: BaseException) -> str | None:
-    """The S3 error code (``"SlowDown"``, ``"InvalidRange"``, ...) of an s3fs/botocore error, else None."""
-    for e in (error, error.__cause__):
-        response = getattr(e, "response", None)
-        if isinstance(response, dict) and isinstance(response.get("Error"), dict):
-            code = response["Error"].get("Code")
-            return str(code) if code is not None else None
-    return None
-
-
-def _http_failure(error: BaseException) -> AttemptError | None:
-    """An HTTP status error (fsspec's http client raises aiohttp's) described as a transient or permanent attempt."""
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is None or not isinstance(error, aiohttp.ClientResponseError):
-        return None
-    status = int(error.status)
-    kind: type[Exception] = {404: FileNotFoundError, 401: PermissionError, 403: PermissionError}.get(status, OSError)
-    return AttemptError(f"HTTP {status}", transient=transient_status(status), kind=kind)
 
 
 class RemoteStore:
@@ -162,7 +142,7 @@ class RemoteStore:
             try:
                 return fn()
             except Exception as e:
-                described = _http_failure(e)
+                described = described_failure(e)
                 if described is None:
                     raise
             raise described
