@@ -151,8 +151,8 @@ def _manifest(tmp_path, parts, **changes):
         (lambda b: b["parts"][0].update(sample_count=3), "not the cache the set recorded"),
         (lambda b: b["parts"][0].update(path="missing"), "part missing does not exist"),
         (lambda b: b["parts"][0].update(path="p0\x00x"), "part field 'path' holds a NUL character"),
-        (lambda b: b["parts"][0].update(cache_id=2**64), "is malformed"),
-        (lambda b: b["parts"][0].update(sample_count=2**64), "is malformed"),
+        (lambda b: b["parts"][0].update(cache_id=2**64), "is malformed: field 'cache_id' is 18446744073709551616"),
+        (lambda b: b["parts"][0].update(sample_count=2**64), "malformed: field 'sample_count' is 18446744073709551616"),
     ],
 )
 def test_hostile_set_manifests_raise_cache_corrupt_error(runtime, tmp_path, parts, mutate, message):

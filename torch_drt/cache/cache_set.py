@@ -149,8 +149,9 @@ def _parse_part(entry: object, where: Path) -> CacheSetPart:
         raise bad
     if "\x00" in location:
         raise CacheCorruptError(where, f"part field 'path' holds a NUL character: {location!r:.200}")
-    if not all(type(v) is int and 0 <= v <= high for v, high in ((cache_id, MAX_CACHE_ID), (count, MAX_FILE_BYTES))):
-        raise bad
+    for key, value, high in (("cache_id", cache_id, MAX_CACHE_ID), ("sample_count", count, MAX_FILE_BYTES)):
+        if type(value) is not int or not 0 <= value <= high:
+            raise CacheCorruptError(where, f"{bad.reason}: field {key!r} is {value!r:.40}, not an int in [0, {high}]")
     try:
         schema = tuple((str(c["name"]), str(c["kind"])) for c in entry["metadata_schema"])
     except (KeyError, TypeError):
