@@ -50,8 +50,11 @@ def _writer(name: str, n: int, opts: dict, pause: str) -> str:
                     time.sleep(0.5)
                 return _original(self, rel, *args, **kwargs)
             setattr(RemoteStore, verb, stop_first)
-        from torch_drt.cache import _conditional
-        if hasattr(_conditional, "put_if"):
+        try:
+            from torch_drt.cache import _conditional
+        except ImportError:  # releases before fencing wrote the manifest with put_new
+            _conditional = None
+        if _conditional is not None:
             put_if = _conditional.put_if
             def put_if_stop_first(store, rel, *args, **kwargs):
                 if pause == "manifest" and rel == "manifest.json":
