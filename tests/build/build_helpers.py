@@ -79,10 +79,14 @@ def read_all(path: Path) -> list[tuple]:
 
 
 def set_parts(path: Path) -> list[dict]:
-    """The part entries of a published set's manifest, without the parts' manifest checksums (each cache has a
-    random identity of its own, so two builds of the same samples differ there and only there)."""
-    parts = json.loads((Path(path) / "cacheset.json").read_text())["parts"]
-    return [{k: v for k, v in p.items() if k != "manifest_sha256"} for p in parts]
+    """The part entries of a published set's manifest (paths, cache ids, counts, schemas, manifest checksums)."""
+    return json.loads((Path(path) / "cacheset.json").read_text())["parts"]
+
+
+def tree_bytes(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (relative path -> bytes): two builds are byte-identical when these are equal."""
+    root = Path(path)
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def manifest_inodes(set_dir: Path) -> dict[str, int]:

@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
-from build_helpers import QUIET, BadAt, DropRange, ExtraKeyFrom, make_rows, manifest_inodes, read_all, set_parts
+from build_helpers import (
+    QUIET,
+    BadAt,
+    DropRange,
+    ExtraKeyFrom,
+    make_rows,
+    manifest_inodes,
+    read_all,
+    set_parts,
+    tree_bytes,
+)
 from conftest import ListSource
 
 import torch_drt as drt
@@ -169,3 +179,22 @@ def test_row_ranges_over_a_random_access_source(tmp_path):
     inputs = [RowRange(Squares(), 0, 3), RowRange(Squares(), 3, 6)]
     report = build_cache_set(inputs, tmp_path, "sq", writer_config=QUIET)
     assert report.ok and [d for d, _, _, _ in read_all(tmp_path / "sq")] == [bytes([i * i]) for i in range(6)]
+
+
+def test_the_same_input_and_settings_build_byte_identical_sets_and_caches(tmp_path, runtime):
+    rows = make_rows(37)
+    for where in ("a", "b"):
+        report = build_cache_set(split_rows(rows, rows_per_part=10), tmp_path / where, "s", writer_config=QUIET)
+        assert report.ok
+    first = tree_bytes(tmp_path / "a" / "s")
+    assert {"cacheset.json", "s-00003/manifest.json", "s-00003/metadata.arrow", "s-00003/index.bin"} <= set(first)
+    assert first == tree_bytes(tmp_path / "b" / "s")  # every file, byte for byte
+    config = drt.WriterConfig(show_progress=False, max_shard_bytes=200)
+    for where in ("c", "d"):
+        (written,) = runtime.write_cache(ListSource("one", 50), tmp_path / where, writer_config=config)
+        assert isinstance(written, drt.CacheWriteSuccess)
+    assert tree_bytes(tmp_path / "c" / "one") == tree_bytes(tmp_path / "d" / "one")
+    (other,) = runtime.write_cache(ListSource("one", 51), tmp_path / "e", writer_config=config)
+    assert isinstance(other, drt.CacheWriteSuccess)
+    uids = [json.loads((tmp_path / w / "one" / "manifest.json").read_text())["cache_uid"] for w in "ce"]
+    assert uids[0] != uids[1]  # another content, another identity (the uid binds manifest, index and metadata)

@@ -17,6 +17,7 @@ from build_helpers import (
     manifest_inodes,
     read_all,
     set_parts,
+    tree_bytes,
 )
 
 import torch_drt as drt
@@ -53,6 +54,7 @@ def test_same_parts_and_samples_as_a_single_process_build(tmp_path):
     assert local.ok
     # same cache ids, counts and part manifests (whose checksums cover every byte of every part)
     assert set_parts(tmp_path / "ray" / "s") == set_parts(tmp_path / "local" / "s")
+    assert tree_bytes(tmp_path / "ray" / "s") == tree_bytes(tmp_path / "local" / "s")
     assert read_all(tmp_path / "ray" / "s") == read_all(tmp_path / "local" / "s")
     assert [m["label"] for _, m, _, _ in read_all(tmp_path / "ray" / "s")] == list(range(40))
 

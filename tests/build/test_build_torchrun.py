@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch.multiprocessing as mp
-from build_helpers import QUIET, make_rows, manifest_inodes, read_all, set_parts
+from build_helpers import QUIET, make_rows, manifest_inodes, read_all, set_parts, tree_bytes
 from set_build_job import killed, scenarios
 
 from torch_drt.build import build_cache_set, split_rows
@@ -37,8 +37,9 @@ def test_ranks_build_the_same_set_as_one_process(two_ranks, tmp_path):
     same = ranks[0]["same"]
     assert same["ok"] and [p[1] for p in same["parts"]] == ["written"] * 4
     local = build_cache_set(split_rows(make_rows(40), rows_per_part=10), tmp_path, "same", writer_config=QUIET)
-    assert set_parts(root / "same") == set_parts(local.path)  # same cache ids, counts and schemas
+    assert set_parts(root / "same") == set_parts(local.path)  # same cache ids, counts, schemas and manifests
     assert read_all(root / "same") == read_all(local.path)
+    assert tree_bytes(root / "same") == tree_bytes(local.path)  # byte for byte, every file of every part
 
 
 def test_only_rank_zero_shows_the_one_bar(two_ranks):

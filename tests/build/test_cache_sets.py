@@ -150,6 +150,9 @@ def _manifest(tmp_path, parts, **changes):
         (lambda b: b["parts"][1].update(metadata_schema=[]), "all parts of a set must share one schema"),
         (lambda b: b["parts"][0].update(sample_count=3), "not the cache the set recorded"),
         (lambda b: b["parts"][0].update(path="missing"), "part missing does not exist"),
+        (lambda b: b["parts"][0].update(path="p0\x00x"), "part field 'path' holds a NUL character"),
+        (lambda b: b["parts"][0].update(cache_id=2**64), "is malformed: field 'cache_id' is 18446744073709551616"),
+        (lambda b: b["parts"][0].update(sample_count=2**64), "malformed: field 'sample_count' is 18446744073709551616"),
     ],
 )
 def test_hostile_set_manifests_raise_cache_corrupt_error(runtime, tmp_path, parts, mutate, message):
@@ -169,6 +172,15 @@ def test_unparseable_set_manifests(tmp_path, raw):
     with pytest.raises(CacheCorruptError) as err:
         open_cache_set(tmp_path / "s")
     assert err.value.path == tmp_path / "s" / "cacheset.json"
+
+
+def test_a_set_manifest_with_a_duplicated_key_is_refused_as_a_cache_manifest_is(tmp_path, parts):
+    path, body = _manifest(tmp_path, parts)
+    text = json.dumps(body)
+    path.write_text(text.replace('"format": ', '"name": "other", "format": ', 1))  # "name" twice
+    with pytest.raises(CacheCorruptError, match="duplicated key 'name'") as err:
+        open_cache_set(tmp_path / "s")
+    assert err.value.path == path
 
 
 def test_parts_whose_url_carries_secrets_are_refused_and_file_urls_open(runtime, tmp_path, parts):

@@ -81,8 +81,13 @@ CASES = {
     "missing shard": (_write("shards/000000.bin"), SEQ, "shard file is missing"),
     "tampered shard": (_tamper, VERIFY, "checksum mismatch"),
     "zeroed checksum": (_zero_checksum, VERIFY, "manifest records no usable checksum"),
-    "count beyond index": (
-        _manifest(lambda m: m.update(sample_count=11), "index.bin"),
+    "count beyond index": (  # the manifest contradicts the index size it records itself
+        _manifest(lambda m: m.update(sample_count=11)),
+        SEQ,
+        "manifest field 'sample_count' is 11, but the index it records ('byte_len' 320) holds 10 entries",
+    ),
+    "count and index size beyond index": (  # a consistent manifest: the index file is short
+        _manifest(lambda m: (m.update(sample_count=11), m["files"]["index.bin"].update(byte_len=352)), "index.bin"),
         SEQ,
         "11 samples need 352",
     ),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import QUIET, ListSource, payload
 
 import torch_drt as drt
+from torch_drt.cache import CacheCorruptError
 from torch_drt.cache.validate import open_cache
 
 
@@ -198,3 +200,30 @@ def test_records_larger_than_a_shard_get_a_shard_each(runtime, tmp_path):
     assert [size for _, size in layout.shards] == [25, 26, 27, 28]
     ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert [s.data for s in ds] == [bytes([i]) * (25 + i) for i in range(4)]
+
+
+def test_a_cache_written_with_a_random_uid_still_opens_and_a_foreign_metadata_file_is_refused(make_cache, tmp_path):
+    import uuid
+
+    import pyarrow.ipc as ipc
+    from conftest import rehash_manifest
+
+    def set_uid(path, uid: str) -> None:  # as earlier releases wrote it: a random uid in manifest and metadata
+        table = ipc.open_file(str(path / "metadata.arrow")).read_all()
+        table = table.replace_schema_metadata({b"torch_drt.cache_uid": uid.encode()})
+        with ipc.new_file(str(path / "metadata.arrow"), table.schema) as w:
+            w.write_table(table)
+        manifest = json.loads((path / "manifest.json").read_text())
+        (path / "manifest.json").write_text(json.dumps({**manifest, "cache_uid": uid}))
+        rehash_manifest(path)
+
+    path = make_cache(n=12)
+    set_uid(path, uuid.uuid4().hex)
+    assert open_cache(path, verify=True).sample_count == 12  # a uid is compared, never recomputed
+    other = tmp_path / "other"
+    shutil.copytree(path, other)
+    set_uid(other, uuid.uuid4().hex)
+    shutil.copy(other / "metadata.arrow", path / "metadata.arrow")  # the same columns, another cache's uid
+    rehash_manifest(path)
+    with pytest.raises(CacheCorruptError, match="metadata is of cache"):
+        open_cache(path)

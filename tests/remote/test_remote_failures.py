@@ -119,3 +119,47 @@ def test_http_server_errors_are_retried_and_missing_files_are_cache_errors(runti
     finally:
         front.stop()
         server.stop()
+
+
+def test_throttling_says_the_store_throttled_and_was_retried(runtime, tmp_path, moto_endpoint, proxy, caplog):
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
+    proxy.storm = 100  # every request gets 503 SlowDown
+    with caplog.at_level(logging.INFO, logger="torch_drt.sources"), pytest.raises(OSError) as err:
+        runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
+                               remote_config=remote_config(tmp_path, retries=2))
+    message = str(err.value)
+    assert "after 3 attempt(s)" in message and "throttled" in message and "busy" not in message, message
+    retries = [r.getMessage() for r in caplog.records if "retry in" in r.getMessage()]
+    assert retries and all("throttled" in m for m in retries)
+
+
+_NO_CREDENTIALS = """
+import sys
+import torch_drt as drt
+try:
+    drt.DatasetRuntime(1).cached_dataset(sys.argv[1], reader_config=drt.ReaderConfig(seed=0),
+                                         storage_options={"client_kwargs": {"endpoint_url": sys.argv[2]}},
+                                         remote_config=drt.RemoteConfig(cache_dir=sys.argv[3], retries=5, backoff=0.01))
+except Exception as e:
+    print(type(e).__name__, "|", e)
+"""
+
+
+def test_missing_credentials_are_not_retried_and_say_how_to_supply_them(runtime, tmp_path, moto_endpoint, proxy):
+    import os
+    import subprocess
+    import sys
+
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=20)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_CONFIG_FILE=str(tmp_path / "none"), AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+               AWS_EC2_METADATA_DISABLED="true", AWS_DEFAULT_REGION="us-east-1")
+    proxy.reset()
+    child = subprocess.run([sys.executable, "-c", _NO_CREDENTIALS, url, proxy.url, str(tmp_path / "nc")], env=env,
+                           capture_output=True, text=True, timeout=120)
+    kind, _, message = child.stdout.strip().partition(" | ")
+    assert kind == "PermissionError", child.stdout + child.stderr[-2000:]
+    assert "no credentials" in message and "storage_options" in message and "AWS_ACCESS_KEY_ID" in message
+    assert "after 1 attempt(s)" in message  # not retried: waiting does not bring credentials
+    assert "testing" not in message  # no secret (the parent's key) anywhere
+    assert proxy.requests["GET"] + proxy.requests["HEAD"] == 0  # nothing unsigned was sent

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,11 +95,43 @@ class MetadataColumns:
             values.append(value)
         return data
 
-    def write(self, path: Path, uid: str) -> None:
-        """Write the columns as an Arrow IPC file that names its cache (``uid``) in its schema metadata."""
+    def write(self, path: Path, uid_of: Callable[[str], str]) -> str:
+        """Write the columns as an Arrow IPC file that names its cache in its schema metadata.
+
+        The name is ``uid_of(digest)``, ``digest`` being the SHA-256 of the columns' Arrow IPC stream without it (so
+        a cache's identity can be derived from its content); returns it.
+        """
         assert self.schema is not None
         fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
-        arrow_schema = pa.schema(fields, metadata={UID_KEY: uid.encode()})
         arrays = {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in self._columns}
-        with ipc.new_file(str(path), arrow_schema) as w:
-            w.write_table(pa.table(arrays, schema=arrow_schema))
+        table = pa.table(arrays, schema=pa.schema(fields))
+        digest = _Sha256Sink()
+        with ipc.new_stream(pa.PythonFile(digest, mode="w"), table.schema) as w:
+            w.write_table(table)
+        uid = uid_of(digest.hexdigest())
+        table = table.replace_schema_metadata({UID_KEY: uid.encode()})
+        with ipc.new_file(str(path), table.schema) as w:
+            w.write_table(table)
+        return uid
+
+
+class _Sha256Sink:
+    """A write-only file that keeps only the SHA-256 of what is written to it."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self._hash.update(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()

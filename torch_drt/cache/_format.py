@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,12 +29,14 @@ __all__ = [
     "LEGACY_FORMAT_VERSION",
     "MANIFEST_FILE",
     "MAX_CACHE_ID",
+    "MAX_FILE_BYTES",
     "MAX_MANIFEST_BYTES",
     "METADATA_FILE",
     "RESERVED_COLUMNS",
     "SHARD_DIR",
     "UID_KEY",
     "cache_id_for",
+    "content_uid",
     "is_shard_name",
     "kind_of",
     "loads_strict",
@@ -62,6 +65,7 @@ RESERVED_COLUMNS = frozenset({"cache_id", "sample_id", "weight"})
 INTERNAL_PREFIX = "__"  # column names starting with it belong to torch_drt's own snapshots
 KIND_TO_ARROW = {"bool": "bool", "int": "int64", "float": "double", "string": "string"}
 MAX_CACHE_ID = (1 << 64) - 1
+MAX_FILE_BYTES = (1 << 63) - 1  # the largest file size (off_t): no manifest number may ask for more
 UID_KEY = b"torch_drt.cache_uid"  # metadata.arrow schema metadata: the manifest's cache_uid
 
 _SOURCE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")
@@ -126,6 +130,18 @@ def cache_id_for(source_name: str) -> int:
     """Return the cache id of a source name as dataset-rt computes it: the first 8 bytes of its SHA-256, read
     big-endian, top bit cleared (63 bits)."""
     return int.from_bytes(hashlib.sha256(source_name.encode()).digest()[:8], "big") & ((1 << 63) - 1)
+
+
+def content_uid(manifest: Mapping[str, Any], metadata_digest: str) -> str:
+    """The ``cache_uid`` of a cache written now: 32 hex digits of the SHA-256 of its manifest body (every field but
+    ``cache_uid`` and the metadata file's entry, which hold it: the shards' and index's checksums, counts, schema,
+    settings) and of ``metadata_digest`` (its metadata columns without the uid). The same content written anywhere,
+    however often, gets the same uid; other content another one, so it still binds manifest, index and metadata.
+    Caches written before this rule carry a random uid and open as before: a uid is compared, never recomputed."""
+    body = {k: v for k, v in manifest.items() if k not in ("cache_uid", "files")}
+    body["files"] = {k: v for k, v in manifest.get("files", {}).items() if k != METADATA_FILE}
+    text = json.dumps([body, metadata_digest], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ one dataset; they must share one schema and have distinct cache ids. See ``docs/
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from torch_drt.cache._format import MANIFEST_FILE, MAX_MANIFEST_BYTES, validate_source_name
+from torch_drt.cache._format import (
+    MANIFEST_FILE,
+    MAX_CACHE_ID,
+    MAX_FILE_BYTES,
+    MAX_MANIFEST_BYTES,
+    loads_strict,
+    validate_source_name,
+)
 from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
@@ -141,8 +147,11 @@ def _parse_part(entry: object, where: Path) -> CacheSetPart:
     location, cache_id, count, digest = (entry.get(k) for k in ("path", "cache_id", "sample_count", "manifest_sha256"))
     if not (isinstance(location, str) and location and isinstance(digest, str) and len(digest) == 64):
         raise bad
-    if not all(type(v) is int and v >= 0 for v in (cache_id, count)):
-        raise bad
+    if "\x00" in location:
+        raise CacheCorruptError(where, f"part field 'path' holds a NUL character: {location!r:.200}")
+    for key, value, high in (("cache_id", cache_id, MAX_CACHE_ID), ("sample_count", count, MAX_FILE_BYTES)):
+        if type(value) is not int or not 0 <= value <= high:
+            raise CacheCorruptError(where, f"{bad.reason}: field {key!r} is {value!r:.40}, not an int in [0, {high}]")
     try:
         schema = tuple((str(c["name"]), str(c["kind"])) for c in entry["metadata_schema"])
     except (KeyError, TypeError):
@@ -183,8 +192,8 @@ def read_cache_set(
     mpath = backend.where(SET_MANIFEST_FILE)
     raw = _read_set_manifest(backend)
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        body = loads_strict(raw)  # the cache manifest's rule: a repeated key is refused
+    except ValueError as e:
         raise CacheCorruptError(mpath, f"set manifest is not valid JSON: {e}") from None
     if not isinstance(body, dict) or body.get("format") != SET_FORMAT_NAME:
         raise CacheCorruptError(mpath, f"not a {SET_FORMAT_NAME} manifest")

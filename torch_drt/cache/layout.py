@@ -21,6 +21,7 @@ from torch_drt.cache._format import (
     LEGACY_FORMAT_VERSION,
     MANIFEST_FILE,
     MAX_CACHE_ID,
+    MAX_FILE_BYTES,
     MAX_MANIFEST_BYTES,
     METADATA_FILE,
     RESERVED_COLUMNS,
@@ -56,8 +57,9 @@ class CacheLayout:
         fast_checksums: ``index.bin`` and ``metadata.arrow`` -> expected XXH3-128 (format 2; empty before).
         record_checksums: True when every index entry carries the XXH3-64 of its record (format 2).
         max_record_bytes: no payload of this cache decompresses to more bytes than this.
-        cache_uid: the random identity of this write (format 2), also stored in ``metadata.arrow``'s schema
-            metadata, so files of two caches with the same contents are still told apart.
+        cache_uid: the identity of this cache (format 2), derived from its content (``_format.content_uid``;
+            random in caches of earlier releases), also stored in ``metadata.arrow``'s schema metadata, so the
+            files of two caches are told apart.
         backend: where the cache's bytes come from.
         manifest_digest: the SHA-256 of the manifest's JSON object as it was read (``manifest_digest``), to tell
             whether the one there changed since (a reformatted file with the same content has the same digest).
@@ -110,7 +112,12 @@ class _Manifest:
     def fail(self, reason: str) -> CacheCorruptError:
         return CacheCorruptError(self.where, reason)
 
-    def get(self, obj: dict[str, Any], key: str, kind: type, *, default: Any = ..., low: int | None = None) -> Any:
+    def get(
+        self, obj: dict[str, Any], key: str, kind: type, *, default: Any = ..., low: int | None = None,
+        high: int = MAX_FILE_BYTES,
+    ) -> Any:
+        """``obj[key]``, of type ``kind``; an int also within ``[low, high]`` (by default at most the largest file
+        size, so no number of a manifest can ask for more than a file system can hold)."""
         value = obj.get(key, default)
         if value is ...:
             raise self.fail(f"manifest field {key!r} is missing")
@@ -118,6 +125,8 @@ class _Manifest:
             raise self.fail(f"manifest field {key!r} has the wrong type ({type(value).__name__}: {value!r:.80})")
         if kind is int and low is not None and value < low:
             raise self.fail(f"manifest field {key!r} is {value}, below {low}")
+        if kind is int and value > high:
+            raise self.fail(f"manifest field {key!r} is {value}, above {high}")
         return value
 
     def digest(self, obj: dict[str, Any], key: str) -> str:
@@ -174,7 +183,8 @@ def _shards(m: _Manifest) -> tuple[list[tuple[str, int]], dict[str, str], str, i
         size = m.get(entry, "byte_len", int, low=0)
         compression = m.get(entry, "compression", dict, default={})
         algos.add(m.get(compression, "algo", str, default="none"))
-        raw_max = max(raw_max, m.get(entry, "uncompressed_byte_len", int, default=size * _LZ4_MAX_RATIO, low=0))
+        raw = m.get(entry, "uncompressed_byte_len", int, low=0) if "uncompressed_byte_len" in entry else None
+        raw_max = max(raw_max, size * _LZ4_MAX_RATIO if raw is None else raw)
         shards.append((name, size))
         checksums[f"{SHARD_DIR}/{name}"] = m.digest(entry, "sha256")
     if not shards:
@@ -226,8 +236,9 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
     where = backend.where(MANIFEST_FILE)
     m = _Manifest(manifest, where)
     version, legacy = _version(m)
-    count = m.get(manifest, "sample_count", int, low=1)
-    cache_id = m.get(manifest, "cache_id", int, low=0)
+    entry_bytes = INDEX_DTYPES[version].itemsize
+    count = m.get(manifest, "sample_count", int, low=1, high=MAX_FILE_BYTES // entry_bytes)
+    cache_id = m.get(manifest, "cache_id", int, low=0, high=MAX_CACHE_ID + 1)
     if cache_id > MAX_CACHE_ID:
         raise m.fail(f"manifest field 'cache_id' is {cache_id}, above 2**64 - 1")
     schema = _schema(m, legacy)
@@ -249,6 +260,12 @@ def parse_manifest(backend: CacheBackend) -> CacheLayout:
         for name in (INDEX_FILE, METADATA_FILE):
             entry = m.get(files, name, dict)
             checksums[name] = m.digest(entry, "sha256")
+            recorded = m.get(entry, "byte_len", int, default=None, low=0) if "byte_len" in entry else None
+            if name == INDEX_FILE and recorded is not None and recorded != count * entry_bytes:
+                raise m.fail(
+                    f"manifest field 'sample_count' is {count}, but the index it records ('byte_len' {recorded}) "
+                    f"holds {recorded / entry_bytes:g} entries of {entry_bytes} bytes"
+                )
             if version >= 2:
                 fast[name] = m.digest(entry, "xxh3_128")
         bound = m.get(manifest, "max_record_bytes" if version >= 2 else "payload_bytes", int, low=0)

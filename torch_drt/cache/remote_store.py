@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from torch_drt.cache._client_options import client_options
 from torch_drt.cache._inherited_clients import client_lock, made
+from torch_drt.cache._store_errors import described_failure, s3_error_code
 from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.sources.retry import AttemptError, RetryPolicy, transient_status
+from torch_drt.sources.retry import RetryPolicy
 from torch_drt.sources.template import redact
 
 __all__ = ["RemoteFileMissing", "RemoteStore"]
@@ -50,16 +50,6 @@ def _check_url(url: str) -> str:
             "pass credentials and endpoints in storage_options"
         )
     return url.rstrip("/")
-
-
-def _http_failure(error: BaseException) -> AttemptError | None:
-    """An HTTP status error (fsspec's http client raises aiohttp's) described as a transient or permanent attempt."""
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is None or not isinstance(error, aiohttp.ClientResponseError):
-        return None
-    status = int(error.status)
-    kind: type[Exception] = {404: FileNotFoundError, 401: PermissionError, 403: PermissionError}.get(status, OSError)
-    return AttemptError(f"HTTP {status}", transient=transient_status(status), kind=kind)
 
 
 class RemoteStore:
@@ -147,7 +137,7 @@ class RemoteStore:
             try:
                 return fn()
             except Exception as e:
-                described = _http_failure(e)
+                described = described_failure(e)
                 if described is None:
                     raise
             raise described
@@ -167,12 +157,20 @@ class RemoteStore:
         path = self.path(rel)
         if limit is None:
             return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path)))
-        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=0, end=limit + 1)))
+        return self.run("reading", rel, lambda: self._cat(path, 0, limit + 1))
 
     def read_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of a file (fewer when the file is shorter: the caller checks)."""
         path = self.path(rel)
-        return self.run("reading", rel, lambda: bytes(self.fs.cat_file(path, start=start, end=end)))
+        return self.run("reading", rel, lambda: self._cat(path, start, end))
+
+    def _cat(self, path: str, start: int, end: int) -> bytes:
+        try:
+            return bytes(self.fs.cat_file(path, start=start, end=end))
+        except OSError as e:  # S3 refuses a range that starts at the end (of an empty object, say): no bytes there
+            if s3_error_code(e) == "InvalidRange":
+                return b""
+            raise
 
     def read_ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Bytes ``[starts[i], ends[i])`` of ``rels[i]`` for each ``i``, up to ``ranges_in_flight`` requests at once;
@@ -209,10 +207,22 @@ class RemoteStore:
                     written = os.pwrite(fd, view, offset)
                     view, offset = view[written:], offset + written
 
-    def upload(self, local: str | os.PathLike, rel: str) -> None:
-        """Copy a local file to ``rel`` (overwriting)."""
+    def upload(self, local: str | os.PathLike, rel: str, *, create: bool = False) -> bool:
+        """Copy a local file to ``rel`` (overwriting, unless ``create`` on a store with conditional writes); False
+        when ``create`` found an object there (nothing was written)."""
         path = self.path(rel)
-        self.run("uploading", rel, lambda: self.fs.put_file(os.fspath(local), path))
+
+        def put() -> bool:
+            if not (create and self.conditional):
+                self.fs.put_file(os.fspath(local), path)
+                return True
+            try:
+                self.fs.put_file(os.fspath(local), path, mode="create")
+            except FileExistsError:
+                return False
+            return True
+
+        return self.run("uploading", rel, put)
 
     def put(self, rel: str, data: bytes) -> None:
         """Write ``data`` to ``rel`` (overwriting)."""

@@ -7,7 +7,6 @@ import functools
 import logging
 import os
 import traceback
-import uuid
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -27,6 +26,7 @@ from torch_drt.cache._format import (
     METADATA_FILE,
     SHARD_DIR,
     cache_id_for,
+    content_uid,
     shard_name,
     validate_source_name,
 )
@@ -107,15 +107,12 @@ def _write_records(
     with timed("finish_index"):
         fsync_dir(staging / SHARD_DIR)
         np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
-    uid = uuid.uuid4().hex
-    with timed("finish_metadata"):
-        columns.write(staging / METADATA_FILE, uid)
     compression = {"algo": comp.algo, "ratio": comp.ratio}
-    return {
+    body: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
         "cache_id": cache_id_for(source.name),
-        "cache_uid": uid,
+        "cache_uid": "",
         "source_name": source.name,
         "sample_count": count,
         "payload_bytes": raw_bytes,
@@ -126,8 +123,12 @@ def _write_records(
             {"name": shard_name(i), "byte_len": size, "compression": compression, "sha256": digest}
             for i, (size, digest) in enumerate(zip(shards.sizes, shards.digests))
         ],
-        "files": {name: _file_entry(staging / name) for name in (INDEX_FILE, METADATA_FILE)},
+        "files": {INDEX_FILE: _file_entry(staging / INDEX_FILE)},
     }
+    with timed("finish_metadata"):
+        body["cache_uid"] = columns.write(staging / METADATA_FILE, functools.partial(content_uid, body))
+    body["files"][METADATA_FILE] = _file_entry(staging / METADATA_FILE)
+    return body
 
 
 def _publish(staging: StagingDir, mode: WriteMode, validate: bool) -> CacheWriteResult:
