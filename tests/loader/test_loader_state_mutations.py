@@ -1,0 +1,97 @@
+"""Every single-field mutation of a StatefulDataLoader state is refused at load_state_dict with a ValueError
+naming the field, or resumes the identical stream (issue 22): map-style, IterableDataset (in the loader and in
+process workers) and node-backed (CacheSampler) loaders.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import ListSource
+from state_mutations import check_mutations
+
+import torch_drt as drt
+from torch_drt import StatefulDataLoader
+from torch_drt.nodes import CacheReaderNode, CacheSampler
+
+
+def checkpoint(loader, batches: int = 1) -> dict:
+    it = iter(loader)
+    for _ in range(batches):
+        next(it)
+    return json.loads(json.dumps(loader.state_dict()))
+
+
+def two_epochs(loader) -> list:
+    return list(loader) + list(loader)
+
+
+def map_loader() -> StatefulDataLoader:
+    return StatefulDataLoader(list(range(10)), batch_size=2, shuffle=True, seed=3, collate_fn=list)
+
+
+def test_map_style_loader_states():
+    assert check_mutations(map_loader, checkpoint(map_loader()), two_epochs) > 50
+
+
+def test_map_style_loader_states_out_of_order():
+    def fresh():
+        return StatefulDataLoader(list(range(12)), batch_size=2, collate_fn=list, in_order=False)
+
+    state = checkpoint(fresh(), 2) | {"ahead": [6]}  # a batch delivered ahead of an older one
+    in_order = "without batches delivered ahead, the state is the in-order one at the same offset"
+    check_mutations(fresh, state, two_epochs, other_valid={
+        (("ahead",), what): in_order for what in ("delete", "None", "[]")
+    } | {(("ahead", 0), "delete"): in_order})
+
+
+class Numbers(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(9))
+
+
+def test_iterable_loader_states():
+    def fresh():
+        return StatefulDataLoader(Numbers(), batch_size=2, collate_fn=list)
+
+    check_mutations(fresh, checkpoint(fresh(), 2), two_epochs)
+
+
+def test_iterable_loader_states_of_process_workers():
+    def fresh():
+        return StatefulDataLoader(Numbers(), batch_size=2, collate_fn=list, num_workers=2, worker_method="process",
+                                  multiprocessing_context="fork")
+
+    fresh_stream = "None is the state of a worker whose stream has delivered nothing yet"
+    check_mutations(fresh, checkpoint(fresh(), 3), two_epochs,
+                    other_valid={(("workers", w), "None"): fresh_stream for w in (0, 1)})
+
+
+@pytest.fixture
+def dataset(runtime, tmp_path):
+    return runtime.from_cache_sources(
+        [ListSource("st", 10)], tmp_path, reader_config=drt.ReaderConfig(seed=0),
+        writer_config=drt.WriterConfig(show_progress=False),
+    ).dataset
+
+
+def ids(batch):
+    return [s.sample_id for s in batch]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_cache_sampler_loader_states(dataset, shuffle):
+    def fresh():
+        return StatefulDataLoader(CacheReaderNode(CacheSampler(dataset, shuffle=shuffle), dataset), batch_size=4,
+                                  collate_fn=ids)
+
+    check_mutations(fresh, checkpoint(fresh()), two_epochs)
+
+
+def test_cache_sampler_loader_states_at_an_epoch_end(dataset):
+    def fresh():
+        return StatefulDataLoader(CacheReaderNode(CacheSampler(dataset), dataset), batch_size=5, collate_fn=ids)
+
+    check_mutations(fresh, checkpoint(fresh(), 2), two_epochs)
