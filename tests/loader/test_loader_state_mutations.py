@@ -41,10 +41,10 @@ def test_map_style_loader_states_out_of_order():
         return StatefulDataLoader(list(range(12)), batch_size=2, collate_fn=list, in_order=False)
 
     state = checkpoint(fresh(), 2) | {"ahead": [6]}  # a batch delivered ahead of an older one
-    in_order = "without batches delivered ahead, the state is the in-order one at the same offset"
-    check_mutations(fresh, state, two_epochs, other_valid={
-        (("ahead",), what): in_order for what in ("delete", "None", "[]")
-    } | {(("ahead", 0), "delete"): in_order})
+    def in_order(path, what):  # without the batches delivered ahead: the in-order state at the same offset
+        return path[0] == "ahead" and what in ("delete", "None", "[]")
+
+    check_mutations(fresh, state, two_epochs, other_valid=in_order)
 
 
 class Numbers(torch.utils.data.IterableDataset):
@@ -64,9 +64,13 @@ def test_iterable_loader_states_of_process_workers():
         return StatefulDataLoader(Numbers(), batch_size=2, collate_fn=list, num_workers=2, worker_method="process",
                                   multiprocessing_context="fork")
 
-    fresh_stream = "None is the state of a worker whose stream has delivered nothing yet"
-    check_mutations(fresh, checkpoint(fresh(), 3), two_epochs,
-                    other_valid={(("workers", w), "None"): fresh_stream for w in (0, 1)})
+    def fresh_stream(path, what):  # None: the state of a worker whose stream has delivered nothing yet
+        return path[0] == "workers" and len(path) == 2 and what == "None"
+
+    def the_datasets_own(path):  # its dataset and iterator states: covered by test_iterable_loader_states
+        return "dataset" in path or "iterator" in path
+
+    check_mutations(fresh, checkpoint(fresh(), 3), list, other_valid=fresh_stream, skip=the_datasets_own)
 
 
 @pytest.fixture
