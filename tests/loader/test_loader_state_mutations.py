@@ -14,7 +14,7 @@ from state_mutations import check_mutations
 
 import torch_drt as drt
 from torch_drt import StatefulDataLoader
-from torch_drt.nodes import CacheReaderNode, CacheSampler
+from torch_drt.nodes import CacheReaderNode, CacheSampler, WeightedMixer
 
 
 def checkpoint(loader, batches: int = 1) -> dict:
@@ -99,3 +99,15 @@ def test_cache_sampler_loader_states_at_an_epoch_end(dataset):
         return StatefulDataLoader(CacheReaderNode(CacheSampler(dataset), dataset), batch_size=5, collate_fn=ids)
 
     check_mutations(fresh, checkpoint(fresh(), 2), two_epochs)
+
+
+def test_weighted_mixer_loader_states(dataset):
+    def fresh():
+        mix = WeightedMixer({"a": CacheSampler(dataset, shuffle=True, seed=1), "b": CacheSampler(dataset)},
+                            {"a": 2.0, "b": 1.0}, seed=4)
+        return StatefulDataLoader(mix, batch_size=3, collate_fn=list)
+
+    def exhausted_flag(path, what):  # True: another valid state (that source ended once in this epoch)
+        return "exhausted" in path and what == "True"
+
+    check_mutations(fresh, checkpoint(fresh(), 2), two_epochs, other_valid=exhausted_flag)
