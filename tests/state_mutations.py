@@ -113,6 +113,9 @@ def check_mutations(
         except Exception as e:
             failures.append(f"{where}: load_state_dict raised {type(e).__name__}: {e}")
             continue
+        if path[-1] == "version" and what != DELETE:  # a state without a version is an older one; others: refused
+            failures.append(f"{where}: an unknown version was accepted")
+            continue
         try:
             got = stream(target)
         except Exception as e:

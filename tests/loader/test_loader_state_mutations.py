@@ -111,3 +111,11 @@ def test_weighted_mixer_loader_states(dataset):
         return "exhausted" in path and what == "True"
 
     check_mutations(fresh, checkpoint(fresh(), 2), two_epochs, other_valid=exhausted_flag)
+
+
+def test_a_versioned_state_without_num_samples_is_refused():
+    state = checkpoint(map_loader())
+    del state["num_samples"]
+    bigger = StatefulDataLoader(list(range(12)), batch_size=2, shuffle=True, seed=3, collate_fn=list)
+    with pytest.raises(ValueError, match=r"state\['num_samples'\] is missing"):
+        bigger.load_state_dict(state)
