@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from torch_drt._state_fields import StateFields
 from torch_drt.cache._table import ActiveTable
 from torch_drt.cache.shard_order import EpochPermutations, ShardWindowOrder, check_equal_weights, shard_window_order
-from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class DatasetPosition:
     State keys are class constants; ``state_dict`` counts what the most recent iterator delivered.
     """
 
-    STATE_VERSION = 1
+    STATE_VERSION = 2  # 2: with ``remaining``; 1 (without it) was always taken at an epoch's start
     MODE_KEY = "mode"
     POSITION_KEY = "position"
     REMAINING_KEY = "remaining"
@@ -148,11 +148,16 @@ class DatasetPosition:
         Raises:
             ValueError: when the state was taken on another table, mode or seed, or is not a dataset state.
         """
-        state = require_mapping(state, "CachedDataset", (self.POSITION_KEY, self.EPOCH_LEN_KEY))
+        fields = StateFields(state, "CachedDataset", keys=(self.POSITION_KEY, self.EPOCH_LEN_KEY))
+        version = fields.version(self.VERSION_KEY, self.STATE_VERSION, 1)
+        if version is not None:  # a versioned state holds every key its version writes
+            fields.require(self.MODE_KEY, self.SEED_KEY, self.FINGERPRINT_KEY)
+            if version >= 2:
+                fields.require(self.REMAINING_KEY)
         mode = self._mode()
         if state.get(self.FINGERPRINT_KEY) != self._active.fingerprint:
             raise ValueError(
-                "state was taken on a different metadata table (fingerprint "
+                f"state was taken on a different metadata table ({self.FINGERPRINT_KEY} "
                 f"{state.get(self.FINGERPRINT_KEY)!r} != {self._active.fingerprint!r}); apply the same "
                 "update_metadata() before load_state_dict()"
             )
@@ -167,8 +172,8 @@ class DatasetPosition:
                 f"state was taken with mode={state.get(self.MODE_KEY)!r} seed={state.get(self.SEED_KEY)!r}, "
                 f"this dataset reads with mode={mode!r} seed={self.reader_config.seed!r}"
             )
-        position = state_int(state, self.POSITION_KEY, what="CachedDataset")
-        epoch_len = state_int(state, self.EPOCH_LEN_KEY, low=1, what="CachedDataset")
-        remaining = None if state.get(self.REMAINING_KEY) is None else state_int(state, self.REMAINING_KEY, low=1)
+        position = fields.int(self.POSITION_KEY)
+        epoch_len = fields.int(self.EPOCH_LEN_KEY, low=1)
+        remaining = fields.optional_int(self.REMAINING_KEY, low=1, default=None)
         with self._lock:
             self._position, self._epoch_len, self._resume_len, self._latest = position, epoch_len, remaining, None

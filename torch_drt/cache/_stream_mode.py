@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.cache._consumer import RowFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
-from torch_drt.loader.state import require_mapping, state_int, state_seed
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.stream_plan import StreamBatch, StreamPlanner
 from torch_drt.nodes.transport import SharedMemoryTransport
@@ -158,9 +158,8 @@ class StreamMode(LoaderMode):
 
     def _check_streams(self, state: Mapping[str, Any]) -> None:
         """Refuse a state whose streams are laid out otherwise (per worker, of another worker count)."""
-        theirs, workers = state[self.STREAMS_KEY], state_int(state, self.WORKERS_KEY, what="cache loader")
-        if theirs not in (PER_RANK, PER_WORKER):
-            raise ValueError(f"invalid cache loader state: streams={theirs!r} is not {PER_RANK!r} or {PER_WORKER!r}")
+        fields = StateFields(state, "cache loader")
+        theirs, workers = fields.choice(self.STREAMS_KEY, (PER_RANK, PER_WORKER)), fields.int(self.WORKERS_KEY)
         theirs = PER_RANK if workers <= 1 else theirs  # at most one process: its stream is the rank's
         ours = PER_RANK if self.num_workers <= 1 else self.streams
         if theirs == ours == PER_RANK or (theirs == ours and workers == self.num_workers):
@@ -188,10 +187,11 @@ class StreamMode(LoaderMode):
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
         keys = (self.VERSION_KEY, self.EPOCH_KEY, self.DONE_KEY, self.WORKERS_KEY, self.STREAMS_KEY, *self.SETTINGS,
                 self.SEED_KEY, self.FINGERPRINT_KEY)
-        state = require_mapping(self._upgraded(state), "cache loader", keys)
-        state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION, what="cache loader")
-        epoch = state_int(state, self.EPOCH_KEY, what="cache loader")
-        done = state_int(state, self.DONE_KEY, high=self.planner.total, what="cache loader")
+        StateFields(state, "cache loader", keys=(self.VERSION_KEY,)).version(self.VERSION_KEY, self.VERSION)
+        fields = StateFields(self._upgraded(state), "cache loader", keys=keys)
+        state = fields.state
+        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        done = fields.int(self.DONE_KEY, high=self.planner.total)
         self._check_streams(state)
         if state[self.SAMPLING_KEY] == "weighted" and self.settings[self.SAMPLING_KEY] == "permutation":
             raise ValueError(
@@ -201,15 +201,17 @@ class StreamMode(LoaderMode):
             )
         for key, ours in self.settings.items():
             if isinstance(ours, int) and not isinstance(ours, bool):
-                state_int(state, key, what="cache loader")
+                fields.int(key, high=MAX_EPOCH)
             if state[key] != ours or type(state[key]) is not type(ours):
                 raise ValueError(
                     f"the state was saved with {key}={state[key]!r}, this loader has {key}={ours!r}: "
                     "the consumers' streams differ, so it cannot resume there"
                 )
         if state[self.FINGERPRINT_KEY] != self.fingerprint:
-            raise ValueError("the state was taken on a different metadata table; apply the same update_metadata()")
-        seed = state_seed(state, self.SEED_KEY, what="cache loader")
+            raise fields.error(
+                self.FINGERPRINT_KEY, "was taken on a different metadata table: apply the same update_metadata()"
+            )
+        seed = fields.seed(self.SEED_KEY)
         if seed != self.seed:
             if self.seed_given or seed is None:
                 raise ValueError(f"the state was saved with seed={seed!r}, this loader has seed={self.seed!r}")

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.sampling.topology import resolve_topology
 
@@ -55,6 +56,10 @@ class RankShareNode(BaseNode[PackedSequence]):
     def _stream_state(self) -> dict[str, Any]:
         raise NotImplementedError
 
+    def _check_stream(self, fields: StateFields) -> None:
+        """Refuse a ``_stream_state()`` that is not this node's (a ValueError naming the field)."""
+        raise NotImplementedError
+
     def _take(self) -> PackedSequence:
         raise NotImplementedError
 
@@ -86,12 +91,27 @@ class RankShareNode(BaseNode[PackedSequence]):
             self._position, self._ended, self._started = 0, False, False
             self._restart(self._epoch, None)
         else:
-            self._epoch = int(initial_state[self.EPOCH_KEY])
-            self._position = int(initial_state[self.POSITION_KEY])
-            self._ended = bool(initial_state[self.ENDED_KEY])
-            self._started = bool(initial_state[self.STARTED_KEY])
+            self.check_state(initial_state)
+            self._epoch = initial_state[self.EPOCH_KEY]
+            self._position = initial_state[self.POSITION_KEY]
+            self._ended = initial_state[self.ENDED_KEY]
+            self._started = initial_state[self.STARTED_KEY]
             self._restart(self._epoch, initial_state[self.STREAM_KEY])
         self._failed = None
+
+    def check_state(self, state: Any, path: str = "state") -> None:
+        """Refuse a state that is not this node's (its sources' states included).
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
+        keys = (self.EPOCH_KEY, self.POSITION_KEY, self.ENDED_KEY, self.STARTED_KEY, self.STREAM_KEY)
+        fields = StateFields(state, type(self).__name__, path, keys)
+        fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        fields.int(self.POSITION_KEY)
+        fields.bool(self.ENDED_KEY)
+        fields.bool(self.STARTED_KEY)
+        self._check_stream(fields.child(self.STREAM_KEY))
 
     def next(self) -> PackedSequence:
         if self._failed:

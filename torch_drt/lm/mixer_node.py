@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes.samplers.stop_criteria import StopCriteria
 
+from torch_drt._state_fields import StateFields
 from torch_drt.describe import described
 from torch_drt.lm._rank_share import RankShareNode
 from torch_drt.lm.packed import PackedSequence
@@ -116,11 +117,9 @@ class MixerNode(RankShareNode):
         return sum(self.source_tokens.values())
 
     def _restart(self, epoch: int, state: dict[str, Any] | None) -> None:
-        if state is not None and sorted(state[self.SOURCES_KEY]) != self.names:
-            raise ValueError(f"the checkpoint mixes {sorted(state[self.SOURCES_KEY])}, this mixer {self.names}")
         for name in self.names:
             self.sources[name].reset(None if state is None else state[self.SOURCES_KEY][name])
-        self._draws = 0 if state is None else int(state[self.DRAWS_KEY])
+        self._draws = 0 if state is None else state[self.DRAWS_KEY]
         self._choices = np.empty(0, dtype=np.int64)
 
     def _stream_state(self) -> dict[str, Any]:
@@ -130,6 +129,15 @@ class MixerNode(RankShareNode):
             self.SOURCE_TOKENS_KEY: self.source_tokens,
             self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
         }
+
+    def _check_stream(self, fields: StateFields) -> None:
+        fields.int(self.DRAWS_KEY)
+        sources = fields.child(self.SOURCES_KEY)
+        if sorted(sources.state) != self.names:
+            raise fields.error(self.SOURCES_KEY, f"is not this mixer's: the checkpoint mixes "
+                                                 f"{sorted(map(str, sources.state))}, this mixer {self.names}")
+        for name in self.names:
+            self.sources[name].check_state(sources.state[name], sources.where(name))
 
     def _choose(self) -> RankShareNode:
         k = self._draws - self._choices_start

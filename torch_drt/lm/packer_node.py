@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_drt._state_fields import StateFields
 from torch_drt.describe import described
 from torch_drt.lm._rank_share import RankShareNode
 from torch_drt.lm.document_source import DocumentSource
@@ -100,10 +101,20 @@ class PackerNode(RankShareNode):
         if state is None:
             self.planner.start(epoch)
             return
-        if state[self.SETTINGS_KEY] != self._settings:
-            raise ValueError(f"the checkpoint was packed with {state[self.SETTINGS_KEY]}, not {self._settings}")
         self.planner.start(epoch, state[self.PLANNER_KEY])
-        self._tokens, self._sequences = int(state[self.TOKENS_KEY]), int(state[self.SEQUENCES_KEY])
+        self._tokens, self._sequences = state[self.TOKENS_KEY], state[self.SEQUENCES_KEY]
+
+    def _check_stream(self, fields: StateFields) -> None:
+        fields.require(self.SETTINGS_KEY, self.PLANNER_KEY, self.TOKENS_KEY, self.SEQUENCES_KEY)
+        settings = fields.get(self.SETTINGS_KEY)
+        if not isinstance(settings, dict) or settings.keys() != self._settings.keys() or any(
+            type(settings[k]) is not type(v) or settings[k] != v for k, v in self._settings.items()
+        ):
+            raise fields.error(self.SETTINGS_KEY, f"is not this node's: the checkpoint was packed with other "
+                                                  f"settings than {self._settings}")
+        fields.int(self.TOKENS_KEY)
+        fields.int(self.SEQUENCES_KEY)
+        self.planner.check_state(fields.child(self.PLANNER_KEY))
 
     def _stream_state(self) -> dict[str, Any]:
         return {

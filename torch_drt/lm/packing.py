@@ -21,6 +21,8 @@ import heapq
 from collections import deque
 from typing import Any
 
+from torch_drt._state_fields import MAX_COUNT, StateFields
+
 __all__ = ["BEST_FIT", "CONCAT", "FIRST_FIT", "METHODS", "Packer", "make_packer"]
 
 CONCAT = "concat"
@@ -86,20 +88,48 @@ class Packer:
         bins = [[slot, *self._bins[slot]] for slot in self._age]  # type: ignore[misc]
         return {self.BINS_KEY: bins, self.READY_KEY: [list(p) for p in self.ready]}
 
+    def check_state(self, fields: StateFields) -> None:
+        """Refuse a ``state()`` that does not fit this packer: bins of ``[bin, doc, start, n, ...]`` under distinct
+        bin numbers below ``buffer_size``, at most ``L`` tokens each, and plans of ``[doc, start, n, ...]``.
+
+        Raises:
+            ValueError: naming the field.
+        """
+        seen: set[int] = set()
+        for key in (self.BINS_KEY, self.READY_KEY):
+            plans = fields.get(key)
+            bins = key == self.BINS_KEY
+            if not isinstance(plans, list) or not all(isinstance(p, list) for p in plans):
+                raise fields.error(key, "must be a list of lists of ints")
+            for plan in plans:
+                pieces = plan[1:] if bins else plan
+                if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_COUNT for x in plan) or (
+                    len(pieces) % 3 or (not bins and not pieces)
+                ):
+                    raise fields.error(key, f"holds {plan!r}: not [{'bin, ' if bins else ''}doc, start, n, ...]")
+                if bins and (not plan or not 0 <= plan[0] < self.buffer_size or plan[0] in seen):
+                    slot = plan[0] if plan else None
+                    raise fields.error(key, f"holds an invalid bin {slot} for buffer_size={self.buffer_size}")
+                if sum(pieces[2::3]) > self.length:
+                    raise fields.error(key, f"holds a sequence over length={self.length}: {plan!r}")
+                if bins:
+                    seen.add(plan[0])
+
     def restore(self, state: dict[str, Any]) -> None:
-        """Return to ``state`` (from ``state()`` of a packer with the same settings)."""
+        """Return to ``state`` (from ``state()`` of a packer with the same settings).
+
+        Raises:
+            ValueError: for a state that does not fit this packer (``check_state``).
+        """
+        self.check_state(StateFields(state, "packer", keys=(self.BINS_KEY, self.READY_KEY)))
         self._bins = [None] * self.buffer_size
         self._age = []
         for slot, *segments in state[self.BINS_KEY]:
-            if not 0 <= slot < self.buffer_size or self._bins[slot] is not None or len(segments) % 3:
-                raise ValueError(f"packer state has an invalid bin {slot} for buffer_size={self.buffer_size}")
-            self._bins[slot] = [int(x) for x in segments]
+            self._bins[slot] = list(segments)
             self._age.append(slot)
         self._free = [s for s in range(self.buffer_size) if self._bins[s] is None]
-        self.ready = deque([int(x) for x in p] for p in state[self.READY_KEY])
+        self.ready = deque(list(p) for p in state[self.READY_KEY])
         self._rebuild()
-        if any(self._remaining(s) < 0 for s in range(self.buffer_size) if self._bins[s] is not None):
-            raise ValueError(f"packer state has a bin over length={self.length}")
 
 
 class ConcatPacker(Packer):

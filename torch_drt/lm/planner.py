@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_drt._state_fields import StateFields
 from torch_drt.lm.packing import CONCAT, make_packer
 from torch_drt.sampling.permutation import KeyedPermutation
 
@@ -72,29 +73,36 @@ class SourcePlanner:
         self._block_start, self._ids, self._sizes = 0, [], []
 
     def start(self, epoch: int, state: dict[str, Any] | None = None) -> None:
-        """Begin ``epoch`` at its start, or at ``state`` (from ``state()`` in that epoch)."""
+        """Begin ``epoch`` at its start, or at ``state`` (from ``state()`` in that epoch; see ``check_state``)."""
         self.epoch = epoch
         n = len(self.lengths)
         self._order = KeyedPermutation(n, self.seed, epoch) if self.shuffle and n else None
-        self._cursor = 0 if state is None else int(state[self.CURSOR_KEY])
-        if not 0 <= self._cursor <= n:
-            raise ValueError(f"planner cursor {self._cursor} is outside the {n} documents")
+        self._cursor = 0 if state is None else state[self.CURSOR_KEY]
         empty = {self.packer.BINS_KEY: [], self.packer.READY_KEY: []}
         self.packer.restore(state[self.PACKER_KEY] if state else empty)
-        if state is not None:
-            self._check(state[self.PACKER_KEY])
         self._block_start, self._ids, self._sizes = self._cursor, [], []
 
-    def _check(self, packer_state: dict[str, Any]) -> None:
-        """Every piece of a restored state must lie inside its document: a checkpoint is user input."""
-        pieces = [p[1:] for p in packer_state[self.packer.BINS_KEY]] + list(packer_state[self.packer.READY_KEY])
-        flat = np.array([x for p in pieces for x in p], dtype=np.int64).reshape(-1, 3)
-        doc, start, n = flat.T
-        if len(flat) and (
-            doc.min() < 0 or doc.max() >= len(self.lengths) or start.min() < 0 or n.min() < 1
-            or np.any(start + n > self.lengths[np.clip(doc, 0, max(len(self.lengths) - 1, 0))])
-        ):
-            raise ValueError("the checkpoint's open sequences name pieces outside the source's documents")
+    def check_state(self, fields: StateFields) -> None:
+        """Refuse a ``state()`` that does not fit these documents: a checkpoint is user input.
+
+        The cursor lies within the documents, and every piece of an open or queued sequence inside its document.
+
+        Raises:
+            ValueError: naming the field.
+        """
+        fields.int(self.CURSOR_KEY, high=len(self.lengths))
+        packer = fields.child(self.PACKER_KEY)
+        self.packer.check_state(packer)
+        for key in (self.packer.BINS_KEY, self.packer.READY_KEY):
+            plans = packer.state[key]
+            pieces = [p[1:] for p in plans] if key == self.packer.BINS_KEY else plans
+            flat = np.array([x for p in pieces for x in p], dtype=np.int64).reshape(-1, 3)
+            doc, start, n = flat.T
+            if len(flat) and (
+                doc.max() >= len(self.lengths) or n.min() < 1
+                or np.any(start + n > self.lengths[np.clip(doc, 0, max(len(self.lengths) - 1, 0))])
+            ):
+                raise packer.error(key, "names pieces outside the source's documents")
 
     def state(self) -> dict[str, Any]:
         """JSON-serialisable: the cursor and the packer's open bins and queued plans."""

@@ -1,6 +1,6 @@
 """torch_drt's loaders: one pipeline of nodes and stages (``base.PipelineLoader``), its workers and its state.
 
-The public names import torch: they load on first use, so ``torch_drt.loader.state`` stays light.
+The public names import torch: they load on first use.
 """
 
 from __future__ import annotations

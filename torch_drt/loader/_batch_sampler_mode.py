@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from torch_drt._state_fields import MAX_COUNT, MAX_EPOCH, StateFields
 from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
-from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.nodes.batch_sampler_planner import BatchSamplerPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 
@@ -70,25 +70,24 @@ class BatchSamplerMode(LoaderMode):
         }
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
-        state = require_mapping(state, "torch_drt batch_sampler loader", (self.EPOCH_KEY, self.BATCHES_KEY))
-        if self.VERSION_KEY in state:
-            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
-        epoch = state_int(state, self.EPOCH_KEY)
+        fields = StateFields(state, "batch_sampler loader", keys=(self.EPOCH_KEY, self.BATCHES_KEY))
+        if fields.version(self.VERSION_KEY, self.VERSION):  # a versioned state holds every key it writes
+            fields.require(self.ITEMS_KEY, self.NUM_BATCHES_KEY)
+        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
         n = self._length()
-        saved = state.get(self.NUM_BATCHES_KEY)
+        saved = fields.optional_int(self.NUM_BATCHES_KEY, default=None)
         if saved is not None and n is not None and saved != n:
             raise ValueError(
                 f"invalid loader state: num_batches={saved!r} was saved with a batch_sampler of another length; "
                 f"this one has {n} batches"
             )
-        batches = state_int(state, self.BATCHES_KEY, high=n if n is not None else (1 << 62))
-        items = state_int(state, self.ITEMS_KEY, high=1 << 62) if self.ITEMS_KEY in state else 0
+        batches = fields.int(self.BATCHES_KEY, high=n if n is not None else MAX_COUNT)
+        items = fields.int(self.ITEMS_KEY, default=0)
         cursor = {self.EPOCH_KEY: epoch, self.BATCHES_KEY: batches, self.ITEMS_KEY: items}
-        ahead = state.get(self.AHEAD_KEY) or []
-        if not isinstance(ahead, list) or any(
-            isinstance(b, bool) or not isinstance(b, int) or b <= batches or (n is not None and b >= n) for b in ahead
-        ):
-            raise ValueError(f"invalid loader state: {self.AHEAD_KEY}={ahead!r} must list later batch numbers")
+        ahead = [] if fields.get(self.AHEAD_KEY) is None else fields.ints(
+            self.AHEAD_KEY, ok=lambda b: b > batches, high=n - 1 if n is not None else MAX_COUNT,
+            must="of later batch numbers",
+        )
         return epoch, cursor | {self.AHEAD_KEY: ahead} if ahead else cursor
 
     def close(self) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.loader._fetch import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.position import Cursor
-from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.nodes.ordered_map import OrderedMapper
@@ -169,24 +169,24 @@ class WorkerStreamsMode(LoaderMode):
                 f"as one stream; this loader reads one stream per worker process (worker_method='process', "
                 f"num_workers={self.num_workers}), so the items differ: resume with worker_method='thread'"
             )
-        state = require_mapping(state, "torch_drt IterableDataset loader (process workers)", keys)
-        if self.VERSION_KEY in state:
-            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
-        epoch = state_int(state, self.EPOCH_KEY)
-        n = state_int(state, self.NUM_WORKERS_KEY, low=1, high=1 << 20)
+        fields = StateFields(state, "IterableDataset loader (process workers)", keys=keys)
+        if fields.version(self.VERSION_KEY, self.VERSION):
+            fields.require(self.BATCH_SIZE_KEY)
+        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        n = fields.int(self.NUM_WORKERS_KEY, low=1, high=1 << 20)
         if n != self.num_workers:
             raise ValueError(
                 f"this checkpoint holds the streams of num_workers={n} process workers, this loader has "
                 f"{self.num_workers}: an IterableDataset's streams are per worker, resume with num_workers={n}"
             )
-        turn = state_int(state, self.TURN_KEY, high=n - 1)
-        workers, exhausted = state[self.WORKERS_KEY], state[self.EXHAUSTED_KEY]
-        if not isinstance(workers, list) or len(workers) != n or any(
-            s is not None and not isinstance(s, dict) for s in workers
-        ):
-            raise ValueError(f"invalid loader state: {self.WORKERS_KEY} must be a list of {n} stream states or None")
-        if not isinstance(exhausted, list) or any(
-            isinstance(w, bool) or not isinstance(w, int) or not 0 <= w < n for w in exhausted
-        ):
-            raise ValueError(f"invalid loader state: {self.EXHAUSTED_KEY}={exhausted!r} must list workers in [0, {n})")
+        turn = fields.int(self.TURN_KEY, high=n - 1)
+        workers = fields.get(self.WORKERS_KEY)
+        if not isinstance(workers, list) or len(workers) != n:
+            raise fields.error(self.WORKERS_KEY, f"must be a list of {n} stream states or None")
+        for w, worker in enumerate(workers):
+            if worker is not None:
+                self.fetcher.batcher.check_state(worker, f"{fields.where(self.WORKERS_KEY)}[{w}]")
+        exhausted = fields.ints(self.EXHAUSTED_KEY, high=n - 1, must="(workers whose stream ended)")
+        if fields.get(self.BATCH_SIZE_KEY) is not None:
+            fields.int(self.BATCH_SIZE_KEY, low=1)
         return epoch, {self.TURN_KEY: turn, self.EXHAUSTED_KEY: exhausted, self.WORKERS_KEY: workers}

@@ -6,10 +6,10 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
+from torch_drt._state_fields import MAX_COUNT, MAX_EPOCH, StateFields
 from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
-from torch_drt.loader.state import require_mapping, state_int, state_seed
 from torch_drt.nodes.batch_plan import BatchPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
@@ -107,42 +107,44 @@ class MapMode(LoaderMode):
         }
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
-        state = require_mapping(state, "torch_drt loader", (self.EPOCH_KEY, self.OFFSET_KEY))
-        if self.VERSION_KEY in state:
-            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
-        epoch = state_int(state, self.EPOCH_KEY)
+        fields = StateFields(state, "loader", keys=(self.EPOCH_KEY, self.OFFSET_KEY))
+        if fields.version(self.VERSION_KEY, self.VERSION):  # a versioned state holds every key it writes
+            fields.require(self.NUM_SAMPLES_KEY, self.SHUFFLE_KEY, self.SEED_KEY, self.DROP_LAST_KEY,
+                           self.BATCH_SIZE_KEY, self.WORLD_SIZE_KEY)
+        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
         n = self.sampler.n if not isinstance(self.sampler, IndexListSampler) or self.sampler.sized else None
-        if state.get(self.NUM_SAMPLES_KEY) is not None and n is not None:
-            saved = state_int(state, self.NUM_SAMPLES_KEY)
-            if saved != n:
-                raise ValueError(
-                    f"invalid loader state: num_samples={saved} was saved on an epoch of another size; "
-                    f"this loader has {n} positions per epoch"
-                )
-        offset = state_int(state, self.OFFSET_KEY, high=n if n is not None else (1 << 62))
-        seed = state_seed(state, self.SEED_KEY)
+        saved = fields.optional_int(self.NUM_SAMPLES_KEY, default=None)
+        if saved is not None and n is not None and saved != n:
+            raise ValueError(
+                f"invalid loader state: num_samples={saved} was saved on an epoch of another size; "
+                f"this loader has {n} positions per epoch"
+            )
+        offset = fields.int(self.OFFSET_KEY, high=n if n is not None else MAX_COUNT)
+        seed = fields.seed(self.SEED_KEY)
         for key in (self.SHUFFLE_KEY, self.DROP_LAST_KEY):
-            if key in state and not isinstance(state[key], bool):
-                raise ValueError(f"invalid loader state: {key}={state[key]!r} must be a bool")
-        self._adopt(state, seed, epoch, offset)
+            if fields.get(key) is not None:
+                fields.bool(key)
+        for key in (self.BATCH_SIZE_KEY, self.WORLD_SIZE_KEY):
+            fields.int(key, low=1, default=1)
+        ahead = self._parse_ahead(fields, offset, n)
+        self._adopt(state, seed, epoch, offset)  # last: it may take the checkpoint's seed
         cursor = {self.EPOCH_KEY: epoch, self.OFFSET_KEY: offset}
-        ahead = self._parse_ahead(state, offset)
         return epoch, cursor | {self.AHEAD_KEY: ahead} if ahead else cursor
 
-    def _parse_ahead(self, state: Any, offset: int) -> list[int]:
+    def _parse_ahead(self, fields: StateFields, offset: int, n: int | None) -> list[int]:
         """The ``ahead`` offsets of an ``in_order=False`` state: later global batches of this batch geometry."""
-        ahead = state.get(self.AHEAD_KEY) or []
-        size = self.batch_size * self.world_size
-        saved = state.get(self.BATCH_SIZE_KEY, self.batch_size) * state.get(self.WORLD_SIZE_KEY, self.world_size)
+        if fields.get(self.AHEAD_KEY) is None:
+            return []
+        size, high = self.batch_size * self.world_size, n if n is not None else MAX_COUNT
+        ahead = fields.ints(self.AHEAD_KEY, high=high)
+        saved = fields.get(self.BATCH_SIZE_KEY, self.batch_size) * fields.get(self.WORLD_SIZE_KEY, self.world_size)
         if ahead and saved != size:
             raise ValueError(
                 f"this checkpoint was taken with batches delivered out of order (in_order=False) and global batches "
                 f"of {saved} samples: it resumes only with batch_size * world_size == {saved} (this loader: {size})"
             )
-        if not isinstance(ahead, list) or any(
-            isinstance(o, bool) or not isinstance(o, int) or o <= offset or (o - offset) % size for o in ahead
-        ):
-            raise ValueError(f"invalid loader state: {self.AHEAD_KEY}={ahead!r} must list later global batch offsets")
+        fields.ints(self.AHEAD_KEY, ok=lambda o: o > offset and (o - offset) % size == 0, high=high,
+                    must="of later global batches")
         return ahead
 
     def close(self) -> None:

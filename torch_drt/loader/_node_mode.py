@@ -7,11 +7,11 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.loader._fetch import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
-from torch_drt.loader.state import require_mapping, state_int
 from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.ordered_map import OrderedMapper
 
@@ -19,15 +19,16 @@ __all__ = ["NodeMode"]
 
 
 class NodeMode(LoaderMode):
-    """A node's pipeline and checkpoint: ``{version, epoch, node_state, batch_size}``.
+    """A node's pipeline and checkpoint: ``{version, epoch, node_state, position, batch_size}``.
 
     ``node_state`` is the batcher's state after the last delivered batch (the node's own state inside it). At
     the end of an epoch it is the node's state there, marked ``next_epoch``: the next epoch restores it and then
     starts the node's next epoch (``reset(state)``, ``reset(None)``, as torchdata's ``Loader``), so a checkpoint
     taken exactly at an epoch's end resumes the node's own epoch count. None (a fresh loader) starts from the
-    node's own ``reset()``. Items have no dataset index: ``transform`` and ``return_indices`` get their
-    positions in the node's epoch (times ``stride`` plus ``offset``: an IterableDataset numbers them per rank).
-    The node decides order, shuffling and rank striding.
+    node's own ``reset()``. ``position`` repeats the items of the epoch delivered (0 at an epoch's start), so a
+    ``node_state`` of None in a later state is refused (states from before it lack it). Items have no dataset
+    index: ``transform`` and ``return_indices`` get their positions in the node's epoch (times ``stride`` plus
+    ``offset``: an IterableDataset numbers them per rank). The node decides order, shuffling and rank striding.
     """
 
     VERSION = 1
@@ -35,6 +36,7 @@ class NodeMode(LoaderMode):
     EPOCH_KEY = "epoch"
     NODE_KEY = "node_state"
     BATCH_SIZE_KEY = "batch_size"
+    POSITION_KEY = "position"
 
     def __init__(self, loader: Any, node: BaseNode, stride: int = 1, offset: int = 0) -> None:
         self.node, self.batch_size, self.drop_last = node, loader.batch_size, loader.drop_last
@@ -77,6 +79,7 @@ class NodeMode(LoaderMode):
             self.VERSION_KEY: self.VERSION,
             self.EPOCH_KEY: epoch,
             self.NODE_KEY: cursor,
+            self.POSITION_KEY: self._delivered(cursor),
             self.BATCH_SIZE_KEY: self.batch_size,
         }
 
@@ -88,16 +91,33 @@ class NodeMode(LoaderMode):
                 "read as one stream per worker process; this loader reads it as one stream (worker_method='thread' "
                 f"or num_workers=0), so the items differ: resume with worker_method='process' and num_workers={n}"
             )
-        state = require_mapping(state, "torch_drt node loader", (self.EPOCH_KEY, self.NODE_KEY))
-        if self.VERSION_KEY in state:
-            state_int(state, self.VERSION_KEY, low=self.VERSION, high=self.VERSION)
-        epoch = state_int(state, self.EPOCH_KEY)
-        cursor = state[self.NODE_KEY]
-        if cursor is not None:
-            cursor = dict(require_mapping(cursor, "node", (ItemBatcher.SOURCE_KEY, ItemBatcher.POSITION_KEY)))
-            position = state_int(cursor, ItemBatcher.POSITION_KEY, what="node")
-            self._check_ahead(cursor.get(ItemBatcher.AHEAD_KEY), position, state.get(self.BATCH_SIZE_KEY))
+        fields = StateFields(state, "node loader", keys=(self.EPOCH_KEY, self.NODE_KEY))
+        if fields.version(self.VERSION_KEY, self.VERSION):
+            fields.require(self.BATCH_SIZE_KEY)
+        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        cursor = fields.get(self.NODE_KEY)
+        position = fields.int(self.POSITION_KEY) if self.POSITION_KEY in fields else None  # None: an older state
+        if cursor is None:
+            if position:  # only a stream at its epoch's start has no node state
+                raise fields.error(self.NODE_KEY, f"is the start of an epoch, but {self.POSITION_KEY}={position}")
+            return epoch, None
+        self.batcher.check_state(cursor, fields.where(self.NODE_KEY))
+        cursor = dict(cursor)
+        saved = self._delivered(cursor)
+        if position is not None and position != saved:
+            raise fields.error(self.POSITION_KEY, f"must be the node state's position {saved}")
+        if fields.get(self.BATCH_SIZE_KEY) is not None:
+            fields.int(self.BATCH_SIZE_KEY, low=1)
+        self._check_ahead(cursor.get(ItemBatcher.AHEAD_KEY), cursor[ItemBatcher.POSITION_KEY],
+                          fields.get(self.BATCH_SIZE_KEY))
         return epoch, cursor
+
+    @staticmethod
+    def _delivered(cursor: Cursor) -> int:
+        """The items of the epoch delivered at ``cursor`` (0 at an epoch's start)."""
+        if cursor is None or cursor.get(ItemBatcher.NEXT_EPOCH_KEY):
+            return 0
+        return cursor[ItemBatcher.POSITION_KEY]
 
     def _check_ahead(self, ahead: Any, position: int, batch_size: Any) -> None:
         """An ``in_order=False`` state's batches delivered ahead: later batch starts of this batch size."""

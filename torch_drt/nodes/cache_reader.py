@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import StateFields, check_node_state
 from torch_drt.cache.records import CachedSample
 from torch_drt.describe import described
 
@@ -44,7 +45,18 @@ class CacheReaderNode(BaseNode[Any]):
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
+        if initial_state is not None:
+            self.check_state(initial_state)
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
+
+    def check_state(self, state: Any, path: str = "state") -> None:
+        """Refuse a state that is not this node's, its source's state included (where the source can tell).
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
+        fields = StateFields(state, "CacheReaderNode", path, keys=(self.SOURCE_KEY,))
+        check_node_state(self.source, state[self.SOURCE_KEY], fields.where(self.SOURCE_KEY))
 
     def _read(self, rows: list[int]) -> list[CachedSample]:
         return self.dataset.read_rows(np.asarray(rows, dtype=np.int64), self.active).samples()

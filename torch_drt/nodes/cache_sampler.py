@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import StateFields
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.shard_order import EpochPermutations, check_equal_weights
 from torch_drt.describe import described
@@ -106,30 +107,31 @@ class CacheSampler(BaseNode[int]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            if (
-                not isinstance(initial_state, dict)
-                or initial_state.get(self.FINGERPRINT_KEY) != self.active.fingerprint
-            ):
-                raise ValueError("state was taken on a different metadata table; apply the same update_metadata()")
-            saved = initial_state.get(self.SAMPLING_KEY, "weighted" if self.shuffle else None)
-            if saved != self.sampling:
-                raise ValueError(
-                    f"invalid CacheSampler state: it was taken with sampling={saved!r}, this sampler has "
-                    f"sampling={self.sampling!r} (shuffle=True reads a permutation since issue 21): pass "
-                    f"sampling={saved!r} to resume it"
-                )
-            position, yielded = (initial_state.get(key) for key in (self.POSITION_KEY, self.YIELDED_KEY))
-            for key, value, limit in (
-                (self.POSITION_KEY, position, None),
-                (self.YIELDED_KEY, yielded, self.num_samples),
-            ):
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0 or (limit and value > limit):
-                    bound = f" and <= num_samples={limit}" if limit else ""
-                    raise ValueError(f"invalid CacheSampler state: {key}={value!r} must be an int >= 0{bound}")
+            position, yielded = self.check_state(initial_state)
             self._position, self._yielded = position, yielded
         else:
             self._yielded = 0  # a new epoch continues the stream
         self._rows, self._rows_start = np.empty(0, dtype=np.int64), self._position
+
+    def check_state(self, state: Any, path: str = "state") -> tuple[int, int]:
+        """Refuse a state that is not this sampler's; return its ``(position, yielded)``.
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
+        fields = StateFields(state, "CacheSampler", path, keys=(self.POSITION_KEY, self.YIELDED_KEY))
+        if fields.get(self.FINGERPRINT_KEY) != self.active.fingerprint:
+            raise fields.error(
+                self.FINGERPRINT_KEY, "was taken on a different metadata table: apply the same update_metadata() first"
+            )
+        saved = fields.get(self.SAMPLING_KEY, "weighted" if self.shuffle else None)
+        if saved != self.sampling:
+            raise ValueError(
+                f"invalid CacheSampler state: it was taken with sampling={saved!r}, this sampler has "
+                f"sampling={self.sampling!r} (shuffle=True reads a permutation since issue 21): pass "
+                f"sampling={saved!r} to resume it"
+            )
+        return fields.int(self.POSITION_KEY), fields.int(self.YIELDED_KEY, high=self.num_samples)
 
     def _rows_at(self, start: int, count: int) -> np.ndarray:
         """The rows at stream positions ``start .. start+count-1`` (a pure function of them)."""

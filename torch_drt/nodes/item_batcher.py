@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import StateFields, check_node_state
 from torch_drt.describe import described
 
 __all__ = ["ItemBatch", "ItemBatcher"]
@@ -31,13 +32,6 @@ class ItemBatch(NamedTuple):
     def positions(self) -> range:
         """The items' positions in the epoch (a node's items have no other index)."""
         return range(self.start, self.start + len(self.items))
-
-
-def _count(state: dict[str, Any], key: str) -> int:
-    value = state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"invalid node state: {key}={value!r} must be an int >= 0")
-    return value
 
 
 class ItemBatcher(BaseNode[ItemBatch]):
@@ -78,15 +72,27 @@ class ItemBatcher(BaseNode[ItemBatch]):
             self.source.reset(None)
             self._position = 0
             return
-        if not isinstance(initial_state, dict) or self.SOURCE_KEY not in initial_state:
-            raise ValueError(f"invalid node state: {initial_state!r} is not an ItemBatcher state")
-        position = _count(initial_state, self.POSITION_KEY)
+        self.check_state(initial_state)
+        position = initial_state[self.POSITION_KEY]
         self.source.reset(initial_state[self.SOURCE_KEY])
         if initial_state.get(self.NEXT_EPOCH_KEY):
             self.source.reset(None)
             position = 0
         self._position = position
         self._skip = frozenset(initial_state.get(self.AHEAD_KEY, ()))
+
+    def check_state(self, state: Any, path: str = "state") -> None:
+        """Refuse a state that is not this batcher's, its source's state included (where the source can tell).
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
+        fields = StateFields(state, "node", path, keys=(self.SOURCE_KEY, self.POSITION_KEY))
+        position = fields.int(self.POSITION_KEY)
+        fields.bool(self.NEXT_EPOCH_KEY, default=False)
+        if fields.get(self.AHEAD_KEY) is not None:
+            fields.ints(self.AHEAD_KEY, ok=lambda p: p > position, must="(later batch starts)")
+        check_node_state(self.source, state[self.SOURCE_KEY], fields.where(self.SOURCE_KEY))
 
     def next(self) -> ItemBatch:
         before = self.get_state()

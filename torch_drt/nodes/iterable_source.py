@@ -8,6 +8,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import StateFields
 from torch_drt.describe import described
 
 __all__ = ["IterableSource", "is_stateful"]
@@ -16,13 +17,6 @@ __all__ = ["IterableSource", "is_stateful"]
 def is_stateful(obj: Any) -> bool:
     """torchdata's ``Stateful`` protocol: ``obj`` has callable ``state_dict`` and ``load_state_dict``."""
     return callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))
-
-
-def _count(state: dict[str, Any], key: str) -> int:
-    value = state.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"invalid iterable dataset state: {key}={value!r} must be an int >= 0")
-    return value
 
 
 class IterableSource(BaseNode[Any]):
@@ -72,15 +66,21 @@ class IterableSource(BaseNode[Any]):
             self._snapshot = {self.DATASET_KEY: None, self.ITERATOR_KEY: None}
             self._since = 0
             return
-        if not isinstance(initial_state, dict) or self.SINCE_KEY not in initial_state:
-            raise ValueError(f"invalid iterable dataset state: {initial_state!r}")
-        since = _count(initial_state, self.SINCE_KEY)
+        since = self.check_state(initial_state)
         dataset_state = initial_state.get(self.DATASET_KEY)
         if dataset_state is not None and is_stateful(self.dataset):
             self.dataset.load_state_dict(copy.deepcopy(dataset_state))  # type: ignore[attr-defined]
         self._pending = {self.ITERATOR_KEY: initial_state.get(self.ITERATOR_KEY), self.SINCE_KEY: since}
         self._snapshot = {self.DATASET_KEY: dataset_state, self.ITERATOR_KEY: initial_state.get(self.ITERATOR_KEY)}
         self._since = since
+
+    def check_state(self, state: Any, path: str = "state") -> int:
+        """Refuse a state that is not this node's; return its ``since`` (the dataset's own states are its own).
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
+        return StateFields(state, "IterableDataset stream", path, keys=(self.SINCE_KEY,)).int(self.SINCE_KEY)
 
     def _open(self) -> Iterator[Any]:
         iterator = iter(self.dataset)

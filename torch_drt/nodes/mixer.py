@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt._state_fields import MAX_EPOCH, StateFields, check_node_state
 from torch_drt.describe import described
 from torch_drt.sampling import derive_key, uniform
 from torch_drt.sampling.stride import owns
@@ -88,7 +89,7 @@ class WeightedMixer(BaseNode[Any]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            self._check(initial_state)
+            self.check_state(initial_state)
             self._epoch = initial_state[self.EPOCH_KEY]
             self._draws = initial_state[self.DRAWS_KEY]
             self._pulled = dict(initial_state[self.PULLED_KEY])
@@ -106,19 +107,27 @@ class WeightedMixer(BaseNode[Any]):
         self._started = False
         self._choices, self._choices_start = np.empty(0, dtype=np.int64), self._draws
 
-    def _check(self, state: Any) -> None:
-        """Refuse a state that does not describe this mixer (other sources, negative counts)."""
+    def check_state(self, state: Any, path: str = "state") -> None:
+        """Refuse a state that does not describe this mixer (other sources, negative counts), its sources' states
+        included (where they can tell).
+
+        Raises:
+            ValueError: naming the field (``path`` is where the state sits in a checkpoint).
+        """
         keys = (self.EPOCH_KEY, self.DRAWS_KEY, self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY)
-        if not isinstance(state, dict) or any(key not in state for key in keys):
-            raise ValueError(f"invalid WeightedMixer state: needs {keys}")
-        counts = {self.EPOCH_KEY: state[self.EPOCH_KEY], self.DRAWS_KEY: state[self.DRAWS_KEY]}
-        for name in (self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY):
-            if not isinstance(state[name], dict) or set(state[name]) != set(self.names):
-                raise ValueError(f"invalid WeightedMixer state: {name} must have the sources {self.names}")
-        counts.update({f"{self.PULLED_KEY}.{k}": v for k, v in state[self.PULLED_KEY].items()})
-        for key, value in counts.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"invalid WeightedMixer state: {key}={value!r} must be an int >= 0")
+        fields = StateFields(state, "WeightedMixer", path, keys)
+        fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        fields.int(self.DRAWS_KEY)
+        per_source = {}
+        for key in (self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY):
+            per_source[key] = child = fields.child(key)
+            if sorted(map(str, child.state)) != self.names:
+                raise fields.error(key, f"must have the sources {self.names}")
+        sources = per_source[self.SOURCES_KEY]
+        for name in self.names:
+            per_source[self.PULLED_KEY].int(name)
+            per_source[self.EXHAUSTED_KEY].bool(name)
+            check_node_state(self.sources[name], sources.state[name], sources.where(name))
 
     def _choice(self) -> str:
         k = self._draws - self._choices_start
