@@ -17,7 +17,8 @@ ROOT = Path(torch_drt.__file__).parent
 
 # low to high; a module may import its own layer and lower ones
 LAYERS = [
-    {"_threads", "checksums", "describe", "location", "publish", "random", "sampling"},
+    {"_stage_clock", "_state_fields", "_threads", "checksums", "describe", "location", "publish", "random",
+     "sampling"},
     {"sources", "transforms"},
     {"cache"},
     {"formats", "nodes", "storage"},
@@ -30,7 +31,6 @@ LAYERS = [
 KNOWN_UPWARD = {
     ("cache._consumer", "loader"),
     ("cache._consumer", "nodes"),
-    ("cache._dataset_position", "loader"),
     ("cache._loader_log", "nodes"),
     ("cache._loader_options", "loader"),
     ("cache._stream_mode", "loader"),
