@@ -21,6 +21,7 @@ from typing import Any
 from torch_drt import _cli_cache_inputs as inputs
 from torch_drt._cli_bench import add_bench
 from torch_drt._cli_common import CliError, CliParser, non_negative_int, positive_int, report
+from torch_drt._cli_profile import add_profile
 
 __all__ = ["build_parser", "main"]
 
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_cache(sub)
     add_bench(sub)
+    add_profile(sub)
     return parser
 
 

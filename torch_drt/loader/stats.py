@@ -193,6 +193,7 @@ class LoaderStats:
             name = "main" if w.worker == MAIN else str(w.worker)
             out |= {f"worker/{name}/busy_s": w.busy_s, f"worker/{name}/wait_s": w.wait_s,
                     f"worker/{name}/batches": w.batches}
+            out |= {f"worker/{name}/stage/{stage}_s": seconds for stage, seconds in w.stages.items()}
         out |= {f"bytes/{counter}": n for counter, n in self.bytes.items()}
         return out
 
