@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache._snapshot import Snapshot
 from torch_drt.cache._streams import ConsumerStreams, StreamSettings
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
 from torch_drt.loader.iterator import Fetched
-from torch_drt.nodes._stage_clock import BatchTimes
 from torch_drt.nodes.stream_plan import StreamBatch, consumer_batch
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.random import enter_batch, exit_batch, map_items
@@ -219,7 +219,7 @@ class RowFetcher:
             data = [d for chunk in self._pool.map([(cache_pos[p], sample_ids[p]) for p in parts]) for d in chunk]
         return make_samples(data, snap.meta.take(pa.array(rows)), snap.cache_ids[rows], sample_ids)
 
-    records_stages = True  # called as fetcher(batch, times) when statistics are on (torch_drt.nodes._stage_clock)
+    records_stages = True  # called as fetcher(batch, times) when statistics are on (torch_drt._stage_clock)
 
     def __call__(self, batch: StreamBatch, times: BatchTimes | None = None) -> Fetched:
         if self.events is not None:

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
+from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
-from torch_drt.nodes._stage_clock import BatchTimes
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
@@ -232,7 +232,7 @@ class BatchFetcher:
         assert self.event_loop is not None
         return self._transformed(plan, self.event_loop.run(self._gather(plan)))
 
-    records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt.nodes._stage_clock)
+    records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt._stage_clock)
 
     def __call__(self, plan: BatchPlan, times: BatchTimes | None = None) -> Fetched:
         slot = batch_slot()

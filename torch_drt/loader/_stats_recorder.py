@@ -1,5 +1,5 @@
 """StatsRecorder: a loader's running totals, added to by the calling thread only (workers' records come back with
-their batches, ``torch_drt.nodes._stage_clock``). ``LoaderStats.of`` reads them."""
+their batches, ``torch_drt._stage_clock``). ``LoaderStats.of`` reads them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from array import array
 from typing import Any
 
-from torch_drt.nodes._stage_clock import MAIN, BatchTimes
+from torch_drt._stage_clock import MAIN, BatchTimes, claim_bytes
 
 __all__ = ["WAITS_KEPT", "StatsRecorder", "count_items", "stats_enabled"]
 
@@ -143,10 +143,13 @@ class StatsRecorder:
         self.wait_ns += min(self._last_wait * calls, interval)
 
     def flush(self) -> None:
-        """Count the running iterator's batches since its last timed one."""
+        """Count the running iterator's batches since its last timed one, and the bytes this process read outside
+        batches (background prefetch) since the last timed batch."""
         live = self.live() if self.live is not None else None
         if live is not None:
             live.flush_stats()
+        for counter, n in claim_bytes().items():
+            self.bytes[counter] = self.bytes.get(counter, 0) + n
 
 
 def count_items(indices: Any) -> int:

@@ -17,8 +17,8 @@ import dataclasses
 import math
 from typing import Any
 
+from torch_drt._stage_clock import MAIN
 from torch_drt.loader._stats_recorder import StatsRecorder
-from torch_drt.nodes._stage_clock import MAIN
 
 __all__ = ["CONSUMER_BOUND_BELOW", "LoaderStats", "StageStats", "WorkerStats"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from time import perf_counter_ns
 from typing import Any
 
-from torch_drt.nodes._stage_clock import Recorded
+from torch_drt._stage_clock import Recorded
 
 __all__ = ["MapperClock"]
 
@@ -60,6 +60,7 @@ class MapperClock:
         times, result = result
         if times is not None:
             stats.merge(times)
+        if times is not None and times.weight:
             pending = mapper._pending
             stats.queue(len(pending) + 1, 1 + sum(1 for entry in pending if pool.done(entry[2])))
         return result

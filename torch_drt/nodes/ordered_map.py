@@ -11,10 +11,10 @@ from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._stage_clock import Recorded, Timed, WorkerIndex
 from torch_drt.describe import described
 from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes._process_pool import ProcessPool
-from torch_drt.nodes._stage_clock import Recorded, Timed, WorkerIndex
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 
@@ -68,7 +68,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     Attributes:
         stats: a ``StatsRecorder`` (``torch_drt.loader._stats_recorder``) or None, set before the first ``reset()``:
-            every ``stats.every``-th item is then timed on its worker (``torch_drt.nodes._stage_clock``), with the
+            every ``stats.every``-th item is then timed on its worker (``torch_drt._stage_clock``), with the
             source's time, and the transport's and the queue at deliveries in the calling thread.
         record_next: the weight with which to time the next item mapped inline (0: none; set by the caller).
     """

@@ -3,24 +3,27 @@
 ``OrderedMapper`` runs each batch's function inside ``Recorded``: it opens a ``BatchTimes`` on the thread, the
 fetch stage adds its stages' times to it (``current()``; nothing is recorded when no batch is open), and the
 ``BatchTimes`` travels back with the batch's result (a process worker's inside the reply it already sends), where
-the loader's ``StatsRecorder`` adds it up. Bytes read outside any batch (a process's background prefetch) are kept
-here and go back with that process's next batch.
+the loader's ``StatsRecorder`` adds it up. Bytes read outside a timed batch (a process's background prefetch, an
+untimed batch) are kept here and go back with that process's next batch (every batch from a worker; in the calling
+thread, when ``loader.stats()`` is read).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-__all__ = ["MAIN", "BatchTimes", "Recorded", "Timed", "WorkerIndex", "count_bytes", "current"]
+__all__ = ["MAIN", "BatchTimes", "Recorded", "Timed", "WorkerIndex", "claim_bytes", "count_bytes", "current"]
 
 MAIN = -1  # the worker index of batches loaded in the calling thread
 
 _local = threading.local()
 _unclaimed: dict[str, int] = {}  # bytes counted outside a batch in this process
 _unclaimed_lock = threading.Lock()
+os.register_at_fork(after_in_child=_unclaimed.clear)  # a forked worker's bytes are its own
 
 
 class BatchTimes:
@@ -74,6 +77,14 @@ def count_bytes(counter: str, n: int) -> None:
         _unclaimed[counter] = _unclaimed.get(counter, 0) + n
 
 
+def claim_bytes() -> dict[str, int]:
+    """The bytes counted outside any batch in this process so far (taken: counted once)."""
+    with _unclaimed_lock:
+        taken = dict(_unclaimed)
+        _unclaimed.clear()
+    return taken
+
+
 class Timed:
     """``fn`` returning ``(seconds, result)``: what ``OrderedMapper``'s adaptive path measures."""
 
@@ -112,9 +123,14 @@ class Recorded:
 
     def __call__(self, job: tuple[int, Any]) -> tuple[BatchTimes | None, Any]:
         weight, item = job
-        if not weight:
-            return None, self.fn(item)
-        return self.record(item, weight)
+        if weight:
+            return self.record(item, weight)
+        result = self.fn(item)
+        if not _unclaimed:
+            return None, result
+        times = BatchTimes(getattr(_local, "worker", MAIN), 0)  # bytes only: they go back with every batch
+        times.bytes = claim_bytes()
+        return times, result
 
     def record(self, item: Any, weight: int) -> tuple[BatchTimes, Any]:
         """``fn(item)`` timed: ``(its BatchTimes, its result)``."""
@@ -126,8 +142,6 @@ class Recorded:
             times.busy_ns = perf_counter_ns() - t0
             _local.times = None
         if _unclaimed:
-            with _unclaimed_lock:
-                for counter, n in _unclaimed.items():
-                    times.bytes[counter] = times.bytes.get(counter, 0) + n
-                _unclaimed.clear()
+            for counter, n in claim_bytes().items():
+                times.bytes[counter] = times.bytes.get(counter, 0) + n
         return times, result
