@@ -50,8 +50,8 @@ class StatsRecorder:
     """
 
     EXACT_NS = 2_000_000  # batches slower than this are all timed
-    BUDGET_NS = 20_000_000  # faster ones: one timed per this much time (a timed batch costs some 10-50 us)
-    MAX_EVERY = 1024
+    BUDGET_NS = 50_000_000  # faster ones: one timed per this much time (a timed batch costs some 10-50 us)
+    MAX_EVERY = 4096
 
     def __init__(self) -> None:
         self.every = 1
