@@ -22,6 +22,7 @@ from torch_drt import _cli_cache_inputs as inputs
 from torch_drt._cli_bench import add_bench
 from torch_drt._cli_common import CliError, CliParser, non_negative_int, positive_int, report
 from torch_drt._cli_formats import add_formats
+from torch_drt._cli_profile import add_profile
 
 __all__ = ["build_parser", "main"]
 
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(sub)
     add_bench(sub)
     add_formats(sub)
+    add_profile(sub)
     return parser
 
 

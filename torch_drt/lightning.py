@@ -23,7 +23,9 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise ImportError("torch_drt.lightning needs Lightning: pip install 'torch_drt[lightning]'") from e
 
-__all__ = ["CacheDataModule"]
+from torch_drt.lightning_stats import LoaderStatsCallback
+
+__all__ = ["CacheDataModule", "LoaderStatsCallback"]
 
 _VAL_VALUES = ("val", "valid", "validation")
 

@@ -13,11 +13,13 @@ import functools
 import itertools
 import os
 from collections.abc import Callable, Sequence
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache._snapshot import Snapshot
 from torch_drt.cache._streams import ConsumerStreams, StreamSettings
 from torch_drt.cache.read_ahead import ReadAhead
@@ -217,7 +219,9 @@ class RowFetcher:
             data = [d for chunk in self._pool.map([(cache_pos[p], sample_ids[p]) for p in parts]) for d in chunk]
         return make_samples(data, snap.meta.take(pa.array(rows)), snap.cache_ids[rows], sample_ids)
 
-    def __call__(self, batch: StreamBatch) -> Fetched:
+    records_stages = True  # called as fetcher(batch, times) when statistics are on (torch_drt._stage_clock)
+
+    def __call__(self, batch: StreamBatch, times: BatchTimes | None = None) -> Fetched:
         if self.events is not None:
             self.events.on_batch(batch, self.stream(batch))
         rows = self.rows(batch)
@@ -226,9 +230,16 @@ class RowFetcher:
         indices = rows.tolist()
         token = enter_batch(self.seed, batch.epoch, indices, batch.positions)
         try:
+            t0 = perf_counter_ns() if times is not None else 0
             samples = self.read(rows)
+            if times is not None:
+                t0 = _lap(times, "dataset", t0, len(samples))
             items = samples if self.transform is None else map_items(self.transform, indices, samples, batch.positions)
+            if times is not None and self.transform is not None:
+                t0 = _lap(times, "transform", t0, len(items))
             out = self.collate_fn(items)
+            if times is not None:
+                _lap(times, "collate", t0, len(items))
         finally:
             exit_batch(token)
         if self.pin:
@@ -236,3 +247,10 @@ class RowFetcher:
 
             out = pin_memory(out)
         return Fetched(out, indices, batch.last)
+
+
+def _lap(times: BatchTimes, stage: str, start_ns: int, items: int) -> int:
+    """Add the time since ``start_ns`` to ``stage``; the time now."""
+    now = perf_counter_ns()
+    times.add(stage, now - start_ns, items)
+    return now

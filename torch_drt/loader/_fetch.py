@@ -10,8 +10,10 @@ import asyncio
 import inspect
 import os
 from collections.abc import Callable
+from time import perf_counter_ns
 from typing import Any
 
+from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
 from torch_drt.loader.iterator import Fetched
@@ -178,19 +180,27 @@ class BatchFetcher:
             exit_batch(token)
 
     def _items(self, plan: BatchPlan) -> list[Any]:
+        items, transformed = self._raw_items(plan)
+        return items if transformed else self._transformed(plan, items)
+
+    def _transformed(self, plan: BatchPlan, items: list[Any]) -> list[Any]:
+        return items if self.transform is None else map_items(self.transform, plan.indices, items, plan.positions)
+
+    def _raw_items(self, plan: BatchPlan) -> tuple[list[Any], bool]:
+        """The plan's items, and whether they are transformed already (item threads transform each item)."""
         indices = plan.indices
         if self._getitems is not None:
             items = list(self._getitems(indices))
             if len(items) != len(indices):
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         elif self.item_concurrency > 1 and len(indices) > 1:
-            return self._pool().map([(plan.epoch, i, p) for i, p in zip(indices, plan.positions)])
+            return self._pool().map([(plan.epoch, i, p) for i, p in zip(indices, plan.positions)]), True
         else:
             items = list(map(self._getitem, indices))
             if not self._checked:
                 _no_coroutines(self.dataset, items)
                 self._checked = bool(items)
-        return items if self.transform is None else map_items(self.transform, indices, items, plan.positions)
+        return items, False
 
     async def _gather(self, plan: BatchPlan) -> list[Any]:
         token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)  # tasks below copy this context
@@ -220,19 +230,22 @@ class BatchFetcher:
 
     def _async_items(self, plan: BatchPlan) -> list[Any]:
         assert self.event_loop is not None
-        items = self.event_loop.run(self._gather(plan))
-        return items if self.transform is None else map_items(self.transform, plan.indices, items, plan.positions)
+        return self._transformed(plan, self.event_loop.run(self._gather(plan)))
 
-    def __call__(self, plan: BatchPlan) -> Fetched:
+    records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt._stage_clock)
+
+    def __call__(self, plan: BatchPlan, times: BatchTimes | None = None) -> Fetched:
         slot = batch_slot()
         if slot is None:  # inside a user's batch_scope: a scope of our own
             token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
             try:
-                return self._load(plan)
+                return self._load(plan) if times is None else self._timed_load(plan, times)
             finally:
                 exit_batch(token)
         slot.batch = [self.seed, plan.epoch, plan.indices, plan.positions]
         try:
+            if times is not None:
+                return self._timed_load(plan, times)
             if self._checked and self._plain:  # the common case, inline: this costs a few attribute reads
                 batch = self.collate_fn(list(map(self._getitem, plan.indices)))
             else:
@@ -245,6 +258,28 @@ class BatchFetcher:
         items = self._async_items(plan) if self.is_async else self._items(plan)
         batch = self.collate_fn(items)
         return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+
+    def _timed_load(self, plan: BatchPlan, times: BatchTimes) -> Fetched:
+        """``_load``, each stage's time added to ``times``."""
+        t0 = perf_counter_ns()
+        if self.is_async:
+            items, transformed = self.event_loop.run(self._gather(plan)), False  # type: ignore[union-attr]
+        else:
+            items, transformed = self._raw_items(plan)
+        t1 = perf_counter_ns()
+        n = len(items)
+        times.add("dataset", t1 - t0, n)
+        if self.transform is not None and not transformed:
+            items = self._transformed(plan, items)
+            t0, t1 = t1, perf_counter_ns()
+            times.add("transform", t1 - t0, n)
+        batch = self.collate_fn(items)
+        t0, t1 = t1, perf_counter_ns()
+        times.add("collate", t1 - t0, n)
+        if self.pin:
+            batch = pin_batch(batch)
+            times.add("pin", perf_counter_ns() - t1, n)
+        return _fetched(Fetched, (batch, plan.indices, plan.last))
 
 
 _fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per batch

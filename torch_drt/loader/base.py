@@ -15,15 +15,19 @@ and the checkpoint format; the rest is shared::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.describe import described
 from torch_drt.loader._sampler_view import LoaderShards
+from torch_drt.loader._stats_recorder import StatsRecorder, stats_enabled
 from torch_drt.loader.iterator import LoaderIterator
 from torch_drt.loader.position import Cursor, LoaderPosition
 from torch_drt.nodes.ordered_map import OrderedMapper
+
+if TYPE_CHECKING:
+    from torch_drt.loader.stats import LoaderStats
 
 __all__ = ["LoaderMode", "PipelineLoader"]
 
@@ -105,8 +109,9 @@ class PipelineLoader(_TorchdataLoader):
     in_order: bool = True
     _device: Any = None
 
-    def _setup_pipeline(self, mode: LoaderMode) -> None:
+    def _setup_pipeline(self, mode: LoaderMode, stats: bool | None = None) -> None:
         self._mode = mode
+        self._stats = StatsRecorder() if stats_enabled(stats) else None
         self._position = LoaderPosition(self._read_cursor, self._carry)
         self._generation = 0
         self.batch_sampler = None
@@ -144,12 +149,26 @@ class PipelineLoader(_TorchdataLoader):
         mode = self._mode
 
         def start(epoch: int, cursor: Cursor) -> None:
+            mode.mapper.stats = self._stats  # (a mode built anew for another topology records too)
             self._start_workers(epoch)
             mode.mapper.reset(mode.start_state(epoch, cursor))
 
         self._position.begin(mode.at_end, start)
         self._generation += 1
         return LoaderIterator(self, self._generation)
+
+    def stats(self) -> LoaderStats:
+        """Where the time went so far: per stage and worker, the caller's waits, bytes read, and a ``verdict()``
+        (``torch_drt.loader.stats.LoaderStats``; kept across epochs, resumes and worker restarts).
+
+        Raises:
+            RuntimeError: when the loader records no statistics (``stats=False`` or ``TORCH_DRT_STATS=0``).
+        """
+        if self._stats is None:
+            raise RuntimeError("this loader records no statistics (stats=False, or TORCH_DRT_STATS=0)")
+        from torch_drt.loader.stats import LoaderStats
+
+        return LoaderStats.of(self._stats, getattr(self, "num_workers", 0) or 0, self._mode.mapper.method)
 
     def state_dict(self) -> dict[str, Any]:
         """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded)."""

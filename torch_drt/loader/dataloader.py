@@ -101,6 +101,8 @@ class StatefulDataLoader(SplitLoader):
         rank: this rank; giving it (or ``world_size``) splits by rank (the other from torch.distributed).
         world_size: number of ranks; giving it (or ``rank``) splits by rank.
         device: copy batches to this device (non-blocking after pinning).
+        stats: record where the time goes (``loader.stats()``: per stage and worker, the caller's waits, a
+            verdict); None: on unless the environment variable ``TORCH_DRT_STATS`` is ``0``.
     """
 
     VERSION = MapMode.VERSION
@@ -146,6 +148,7 @@ class StatefulDataLoader(SplitLoader):
         rank: int | None = None,
         world_size: int | None = None,
         device: str | torch.device | None = None,
+        stats: bool | None = None,
     ) -> None:
         check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
         check_workers(num_workers)
@@ -211,7 +214,7 @@ class StatefulDataLoader(SplitLoader):
                 raise TypeError(
                     f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
                 ) from e
-        self._setup_pipeline(mode)
+        self._setup_pipeline(mode, stats)
         self._batch_sampler = batch_sampler  # (the base class resets it)
 
     def _forks(self) -> bool:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
+import weakref
+from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from torch_drt.loader._stats_recorder import count_items
 from torch_drt.loader.device import move_to_device
 
 if TYPE_CHECKING:
@@ -44,6 +47,13 @@ class LoaderIterator:
         self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
         self._device, self._with_indices = loader._device, loader.return_indices
         self._in_order = loader.in_order  # out of order, the batch marked last may come before others
+        self._stats = loader._stats  # a StatsRecorder, or None; it times one call in `_period` (see _timed_next)
+        self._period = self._countdown = 1
+        self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
+        self._started = False
+        if self._stats is not None:
+            self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
+            self._stats.live = weakref.ref(self)
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -65,23 +75,86 @@ class LoaderIterator:
                 raise StopIteration
             if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
+            if self._stats is not None:
+                self._countdown -= 1
+                if self._countdown <= 0:
+                    return self._timed_next()
             try:
                 batch, indices, last = self._next()
             except StopIteration:
                 self._finish()
+                if self._stats is not None:
+                    self._countdown += 1  # (this call delivered nothing)
+                    self.flush_stats(perf_counter_ns())
+                raise
+            except BaseException:
+                if self._stats is not None:
+                    self._countdown += 1  # (this call delivered nothing)
                 raise
             if last and self._in_order:  # roll over now, so a checkpoint taken after this batch starts the next epoch
                 self._finish()
+                if self._stats is not None:  # an epoch's last batch may be short: count it exactly
+                    self._stats.counted(1, count_items(indices))
+                    self._exact += 1
+                    self.flush_stats(perf_counter_ns())
             if self._device is not None:
                 batch = move_to_device(batch, self._device)
             return (batch, indices) if self._with_indices else batch
         finally:
             self._lock.release()
 
+    def _timed_next(self) -> Any:
+        """``__next__``'s body, timed; it stands for the ``_period`` calls since the previous timed one."""
+        stats, weight, first = self._stats, self._period, not self._started
+        mapper = getattr(self._loader._mode, "mapper", None)
+        if mapper is not None:
+            mapper.record_next = weight  # an inline fetch is timed with this call
+        items, last = None, False
+        t0 = perf_counter_ns()
+        try:
+            try:
+                batch, indices, last = self._next()
+            except StopIteration:
+                self._finish()
+                raise
+            if last and self._in_order:
+                self._finish()
+            if self._device is not None:
+                t1 = perf_counter_ns()
+                batch = move_to_device(batch, self._device)
+                stats.add("device", perf_counter_ns() - t1, 0, weight)
+            items = count_items(indices)
+            return (batch, indices) if self._with_indices else batch
+        finally:
+            t1 = perf_counter_ns()
+            untimed = weight - 1 - self._exact  # the batches before this one since the last timed call
+            stats.counted(untimed, untimed * (self._size or items or 0))
+            stats.timed(t0, t1, items, weight, first)
+            self._started = True
+            if items is not None and not last:  # an epoch's last batch may be short: not the usual size
+                self._size = items
+            self._period = self._countdown = stats.every
+            self._exact = 0
+
+    def flush_stats(self, end_ns: int | None = None) -> None:
+        """Count the batches delivered since the last timed call (``loader.stats()`` calls it); at an epoch's end
+        (``end_ns``), their time too."""
+        calls = self._period - self._countdown
+        untimed = calls - self._exact
+        if self._stats is not None and untimed > 0:
+            self._stats.counted(untimed, untimed * self._size)
+        if self._stats is not None and end_ns is not None and calls > 0:
+            self._stats.elapsed(end_ns, calls)
+        self._period, self._exact = self._countdown, 0
+
     def _finish(self) -> None:
         self._done = True
         self._loader._position.finish_epoch()
         self._loader._end_epoch()
+
+    def __del__(self) -> None:
+        if self.__dict__.get("_stats") is not None:
+            self.flush_stats()
 
     def close(self) -> None:
         """End this iterator; batches in flight are discarded and the loader keeps the delivered position."""

@@ -11,7 +11,9 @@ from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._stage_clock import Recorded, Timed, WorkerIndex
 from torch_drt.describe import described
+from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
@@ -23,18 +25,6 @@ R = TypeVar("R")
 
 _POLL_S = 0.1  # a waiting next() wakes this often, so Ctrl-C interrupts it promptly
 _NOTHING = object()
-
-
-class _Timed:
-    """``fn`` returning ``(seconds, result)``: what the adaptive path measures."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, item: Any) -> tuple[float, Any]:
-        t0 = time.perf_counter()
-        result = self.fn(item)
-        return time.perf_counter() - t0, result
 
 
 class OrderedMapper(BaseNode[R], Generic[T, R]):
@@ -75,6 +65,12 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         in_order: False delivers whichever item in flight is ready first (torch's ``in_order=False``). The state
             stays exact: the source's state before the oldest undelivered item plus the items delivered ahead of
             it, which a resume skips (``source.state_before(item, ahead)``).
+
+    Attributes:
+        stats: a ``StatsRecorder`` (``torch_drt.loader._stats_recorder``) or None, set before the first ``reset()``:
+            every ``stats.every``-th item is then timed on its worker (``torch_drt._stage_clock``), with the
+            source's time, and the transport's and the queue at deliveries in the calling thread.
+        record_next: the weight with which to time the next item mapped inline (0: none; set by the caller).
     """
 
     SOURCE_KEY = "source"
@@ -129,18 +125,21 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._inline = num_workers == 0
         self._mean: float | None = None
         self._samples = 0
+        self.stats: Any = None
+        self.record_next = 0
+        self._clock: MapperClock | None = None
 
     def __repr__(self) -> str:
         return described(self, self.source, self.map_fn, num_workers=self.num_workers, method=self.method,
                          in_flight=self.in_flight, in_order=None if self.in_order else False)
 
     def _make_pool(self) -> ThreadPool | ProcessPool:
+        fn, init = self.map_fn, self.worker_init
+        if self.stats is not None:  # jobs are (weight, item): see _submit
+            fn, init = Recorded(fn), WorkerIndex(init)
         if self.method == "thread":
-            fn = _Timed(self.map_fn) if self.adaptive else self.map_fn
-            return ThreadPool(fn, self.num_workers, initializer=self.worker_init)
-        return ProcessPool(
-            self.map_fn, self.num_workers, self.multiprocessing_context, self.transport, self.worker_init
-        )
+            return ThreadPool(Timed(fn) if self.adaptive else fn, self.num_workers, initializer=init)
+        return ProcessPool(fn, self.num_workers, self.multiprocessing_context, self.transport, init)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -150,6 +149,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._held = _NOTHING
         self._exhausted = False
         self._turn = 0
+        if self.stats is not None and (self._clock is None or self._clock.stats is not self.stats):
+            self._clock = MapperClock(self.stats)
         if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
 
@@ -181,23 +182,30 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     def _submit(self) -> None:
         assert self._pool is not None
+        clock = self._clock
         while not self._exhausted and len(self._pending) < self.in_flight:
+            weight = clock.draw() if clock is not None else 0
             try:
-                item = self.source.next()
+                item = clock.source(self.source, weight) if weight else self.source.next()
             except StopIteration:
                 self._exhausted = True
                 return
-            task = self._pool.submit(item, self._affinity(item))
+            task = self._pool.submit(item if clock is None else (weight, item), self._affinity(item))
             self._seq += 1
             self._pending.append((self._seq, self.source.state_dict(), task, item))
 
     def _next_inline(self) -> R:
         item = self._held
-        if item is _NOTHING:
-            item = self._held = self.source.next()  # reset() initialised the source: skip BaseNode.__next__'s check
+        weight, self.record_next = self.record_next if self._clock is not None else 0, 0
+        if item is _NOTHING:  # reset() initialised the source: skip BaseNode.__next__'s check
+            item = self._held = self._clock.source(self.source, weight) if weight else self.source.next()
             self._delivered = None  # nothing in flight: the source's own state is the delivered one
         try:
-            if not self.adaptive:
+            if weight:
+                seconds, result = self._clock.inline(self.map_fn, item, weight)
+                if self.adaptive:
+                    self._observe(seconds)
+            elif not self.adaptive:
                 result = self.map_fn(item)
             else:
                 t0 = time.perf_counter()
@@ -246,7 +254,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     def next(self) -> R:
         if self._inline and not self._pending:
-            if self.adaptive or self._held is not _NOTHING:
+            if self.adaptive or self._held is not _NOTHING or self.record_next:
                 return self._next_inline()
             item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
             self._delivered = None
@@ -271,6 +279,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             )
         if not self._inline:
             self._submit()
+        if self._clock is not None:
+            self.record_next = 0
+            return self._clock.deliver(self, task)
         result = self._pool.result(task)
         if self.adaptive:
             seconds, result = result

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from torch_drt._stage_clock import count_bytes
 from torch_drt.cache.backends._ranges import coalesce
 from torch_drt.cache.backends._remote_file import RemoteFile, keep_mapped_only, verify_download
 from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
@@ -181,12 +182,14 @@ class RemoteBackend(CacheBackend):
         """Write a remote file's bytes into ``fd`` (for the node cache)."""
         try:
             self._run(lambda: self.store.download(rel, fd, size), rel)
+            count_bytes("download", size)
         except EOFError:
             error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest records")
             raise error from None
 
     def _ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         data = self._run(lambda: self.store.read_ranges(rels, starts, ends), rels[0] if rels else "")
+        count_bytes("range_read", sum(len(d) for d in data))
         for rel, a, b, d in zip(rels, starts, ends, data):
             if len(d) != b - a:
                 raise CacheCorruptError(self.where(rel), f"file ends before byte {b} (shorter than the manifest says)")
@@ -214,6 +217,7 @@ class RemoteBackend(CacheBackend):
             got = file.slices(a, b, wait=False)
             if got is not None:
                 _place(out, rows, got)
+                count_bytes("node_cache_hit", sum(len(g) for g in got))
             elif not file.ranges_ok or self.node.downloading(file.key) or self._mostly(file, a, b):
                 waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
             else:
@@ -227,6 +231,7 @@ class RemoteBackend(CacheBackend):
             got = file.slices([starts[i] for i in rows], [ends[i] for i in rows], wait=True)
             assert got is not None
             _place(out, rows, got)
+            count_bytes("node_cache_hit", sum(len(g) for g in got))
         return out
 
     def _mostly(self, file: RemoteFile, starts: Sequence[int], ends: Sequence[int]) -> bool:
