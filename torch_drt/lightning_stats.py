@@ -49,6 +49,12 @@ class LoaderStatsCallback(pl.Callback):
         self.every_n_steps, self.prefix, self.log_verdict = every_n_steps, prefix, log_verdict
         self._last_step = -1
 
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(every_n_steps={self.every_n_steps}, prefix={self.prefix!r}, "
+            f"log_verdict={self.log_verdict})"
+        )
+
     def _metrics(self, trainer: pl.Trainer) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for name, loader in _loaders(trainer.train_dataloader):

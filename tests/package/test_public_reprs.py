@@ -85,9 +85,17 @@ def built(tmp_path_factory) -> dict[str, Any]:
         lm.DocumentSource(document_storage), lm.TokenStreamSource(tokens, 8), lm.PackedWindows(tokens, 8),
         document_storage, docs, stream, tokens, storage.TokenStreamDataset(tokens, 8),
         sampling.WeightedDraws(np.ones(5), 0), publish.StagingDir(tmp, "s"), random.BatchSlot(),
-        ShapesSource(10), build.RowRange(list(range(10)), 0, 10), build.ColumnsToInput(),
+        ShapesSource(10), build.RowRange(list(range(10)), 0, 10), build.ColumnsToInput(), *_lightning_callbacks(),
     ]
     return {type(o).__name__: o for o in objects}
+
+
+def _lightning_callbacks() -> list[Any]:
+    try:
+        from torch_drt.lightning import LoaderStatsCallback
+    except ImportError:  # lightning is an optional dependency
+        return []
+    return [LoaderStatsCallback(10)]
 
 
 def _foreign_datasets(tmp) -> list[Any]:
