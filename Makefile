@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 TEST_STAMP := $(VENV)/.installed-test
 TORCH_PINS := torch==2.14.1 torchvision==0.29.1
+# a path entry (.pth) for the source tree rather than an import hook, so type checkers (mypy) see torch_drt too
+EDITABLE := --config-settings editable_mode=compat
 
 .PHONY: demo test lint bench venv
 
@@ -17,12 +19,12 @@ $(RUNTIME_STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PINS)
-	$(BIN)/python -m pip install --quiet -e . $(TORCH_PINS)
+	$(BIN)/python -m pip install --quiet -e . $(EDITABLE) $(TORCH_PINS)
 	touch $(RUNTIME_STAMP)
 
 # the test extras on top (pytest, the peers the suite compares with, moto, mkdocs, mypy, Ray, ...), installed once
 $(TEST_STAMP): $(RUNTIME_STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[test]' $(TORCH_PINS)
+	$(BIN)/python -m pip install --quiet -e '.[test]' $(EDITABLE) $(TORCH_PINS)
 	touch $(TEST_STAMP)
 
 demo: $(RUNTIME_STAMP)

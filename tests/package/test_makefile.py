@@ -46,5 +46,6 @@ def test_make_test_after_make_demo_installs_only_the_extras(venv):
     (venv / ".installed-runtime").touch()  # what `make demo` left
     plan = _plan("test", venv)
     assert [line for line in plan if "pip install" in line] == [
-        f"{venv}/bin/python -m pip install --quiet -e '.[test]' torch==2.14.1 torchvision==0.29.1"
+        f"{venv}/bin/python -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat "
+        "torch==2.14.1 torchvision==0.29.1"
     ], plan
