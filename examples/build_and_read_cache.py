@@ -23,10 +23,11 @@ class TrainingRecords:
 
     def __iter__(self) -> Iterator[drt.CacheInput]:
         for index in range(32):
-            record = {"features": [index / 32, 1.0], "target": index % 2}
+            target = index % 2
+            record = {"features": [index / 32, 1.0], "target": target}
             yield drt.CacheInput(
                 data=pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL),
-                metadata={"target": record["target"], "group": "even" if index % 4 < 2 else "odd"},
+                metadata={"target": target, "group": "even" if index % 4 < 2 else "odd"},
             )
 
 

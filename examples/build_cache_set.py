@@ -13,6 +13,7 @@ import io
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import ray
 from PIL import Image
@@ -21,7 +22,7 @@ import torch_drt as drt
 from torch_drt.ray import build_cache_set
 
 
-def to_image(row: dict) -> drt.CacheInput:
+def to_image(row: dict[str, Any]) -> drt.CacheInput:
     """Draw, resize and encode one image (runs on the Ray workers)."""
     seed = row["id"]
     image = Image.new("RGB", (48 + seed % 16, 40), (seed * 7 % 256, seed * 13 % 256, 128))
@@ -36,7 +37,7 @@ class BrokenAt:
     def __init__(self, bad: int) -> None:
         self.bad = bad
 
-    def __call__(self, row: dict) -> drt.CacheInput:
+    def __call__(self, row: dict[str, Any]) -> drt.CacheInput:
         if row["id"] == self.bad:
             raise ValueError("truncated JPEG")
         return to_image(row)

@@ -14,6 +14,7 @@ import argparse
 import json
 import pickle
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ class Points:
 
     name = "points_v1"
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[drt.CacheInput]:
         g = torch.Generator().manual_seed(0)
         for i in range(120):
             x = float(torch.rand((), generator=g))
@@ -43,7 +44,7 @@ def decode(sample: drt.CachedSample) -> tuple[float, float, int]:
     return record["x"], record["y"], sample.sample_id
 
 
-def collate(items):
+def collate(items: list[tuple[float, float, int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     xs, ys, ids = zip(*items)
     return torch.tensor(xs).unsqueeze(1), torch.tensor(ys).unsqueeze(1), torch.tensor(ids)
 
@@ -55,12 +56,12 @@ def build_cache(workdir: Path) -> Path:
         reader_config=drt.ReaderConfig(seed=0),
         writer_config=drt.WriterConfig(show_progress=False),
     )
-    return dataset.cache_paths[0]
+    return Path(dataset.cache_paths[0])
 
 
 def fit(workdir: Path, cache: Path, phase: str, devices: int) -> None:
     import lightning.pytorch as pl
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
     from torch_drt.lightning import CacheDataModule
 
@@ -71,18 +72,18 @@ def fit(workdir: Path, cache: Path, phase: str, devices: int) -> None:
             self.net = nn.Linear(1, 1)
             self.seen: list[list[int]] = []
 
-        def training_step(self, batch, _):
+        def training_step(self, batch: tuple[torch.Tensor, ...], _: int) -> torch.Tensor:
             x, y, ids = batch
             self.seen.append(ids.tolist())
             loss = nn.functional.mse_loss(self.net(x), y)
             self.log("train_loss", loss)
             return loss
 
-        def validation_step(self, batch, _):
+        def validation_step(self, batch: tuple[torch.Tensor, ...], _: int) -> None:
             x, y, _ids = batch
             self.log("val_loss", nn.functional.mse_loss(self.net(x), y), sync_dist=True)
 
-        def configure_optimizers(self):
+        def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     datamodule = CacheDataModule(
@@ -94,7 +95,7 @@ def fit(workdir: Path, cache: Path, phase: str, devices: int) -> None:
         collate_fn=collate,
         split_column="split",
     )
-    callbacks = [ModelCheckpoint(dirpath=workdir / "ckpt", every_n_train_steps=STOP, save_top_k=-1)]
+    callbacks: list[Callback] = [ModelCheckpoint(dirpath=workdir / "ckpt", every_n_train_steps=STOP, save_top_k=-1)]
     trainer = pl.Trainer(
         max_steps=STOP if phase == "part" else STEPS,
         accelerator="cpu",

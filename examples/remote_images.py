@@ -42,7 +42,7 @@ def start_tile_server() -> str:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     loop.run_until_complete(site.start())
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    return f"http://127.0.0.1:{runner.addresses[0][1]}"
 
 
 def main() -> None:
@@ -68,7 +68,7 @@ def main() -> None:
     )
     checked = 0
     for batch, indices in loader:
-        x = torch.from_dlpack(batch)  # (16, 3, 32, 32), no copy
+        x = torch.utils.dlpack.from_dlpack(batch)  # (16, 3, 32, 32), no copy
         red = ((x[:, 0, 0, 0] * 0.5 + 0.5) * 255).round().long()
         assert red.tolist() == (coords[indices, 0] % 256).tolist()  # each tile is where its index says
         checked += len(indices)

@@ -13,8 +13,9 @@ import os
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ def to_example(sample: drt.CachedSample) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.from_numpy(np.frombuffer(sample.data, dtype=np.float32).copy()), torch.tensor(sample.metadata["label"])
 
 
-def start_s3() -> tuple[object, dict]:
+def start_s3() -> tuple[Any, dict[str, Any]]:
     """moto's S3 server on a free local port, with a bucket; returns it and the fsspec options that reach it."""
     from moto.server import ThreadedMotoServer
 
@@ -60,12 +61,14 @@ def start_s3() -> tuple[object, dict]:
     return server, options
 
 
-def train(batches, model, optimizer) -> float:
+def train(
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]], model: torch.nn.Module, optimizer: torch.optim.Optimizer
+) -> float:
     loss = torch.tensor(0.0)
     for x, y in batches:
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+        torch.autograd.backward(loss)
         optimizer.step()
     return loss.item()
 

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["EventLoopThread", "is_async_dataset"]
 
 logger = logging.getLogger("torch_drt.loader")
+
+_RUNNING: weakref.WeakSet[EventLoopThread] = weakref.WeakSet()  # loops to close when the interpreter exits
+
+
+@atexit.register
+def _close_running_loops() -> None:
+    """At exit, await each running loop's ``aclose`` (a dataset's client sessions), so that a loader still alive then
+    leaves no unclosed session or connector behind (aiohttp's ResourceWarnings)."""
+    for thread in list(_RUNNING):
+        thread.stop(thread.aclose)
 
 
 def is_async_dataset(dataset: Any) -> bool:
@@ -31,17 +43,22 @@ class EventLoopThread:
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.aclose: Callable[[], Any] | None = None  # awaited when the interpreter exits with the loop running
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
-    def start(self) -> None:
-        """Start the loop thread if it is not running (called from a loader's ``iter()``)."""
+    def start(self, aclose: Callable[[], Any] | None = None) -> None:
+        """Start the loop thread if it is not running (called from a loader's ``iter()``); ``aclose`` (the dataset's)
+        is awaited on the loop by ``stop()`` at the latest when the interpreter exits."""
+        if aclose is not None:
+            self.aclose = aclose
         if self._pid == os.getpid() and self._thread is not None and self._thread.is_alive():
             return
         self._pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="torch_drt-event-loop", daemon=True)
         self._thread.start()
+        _RUNNING.add(self)
 
     def run(self, coro: Any) -> Any:
         """Run ``coro`` on the loop and wait for its result (from any other thread)."""
@@ -64,3 +81,4 @@ class EventLoopThread:
         if not self._thread.is_alive():
             self.loop.close()
         self.loop, self._thread = None, None
+        _RUNNING.discard(self)

@@ -152,7 +152,7 @@ class BatchFetcher:
     def start(self, method: str) -> None:
         """Before an epoch: start the event loop of an async dataset (thread workers; processes make their own)."""
         if self.event_loop is not None and method == "thread":
-            self.event_loop.start()
+            self.event_loop.start(getattr(self.dataset, "aclose", None))
 
     def close(self) -> None:
         """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""

@@ -162,6 +162,7 @@ class HttpDataset(LocatedDataset):
         session = self._sessions.pop(id(asyncio.get_running_loop()), None)
         if session is not None:
             await session.close()
+            await asyncio.sleep(0)  # the closed connections' transports finish closing on the next loop turn
 
     def __getitem__(self, index: int) -> bytes:
         """Fetch item ``index``, blocking (a private event loop and session for this call)."""
