@@ -16,6 +16,7 @@ no shard copy.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,6 +34,7 @@ __all__ = ["RemoteBackend", "RemoteFile"]
 
 _MANIFESTS = frozenset({"manifest.json", "cacheset.json"})
 _INDEX = "index.bin"
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")  # botocore's endpoint settings
 
 
 class RemoteBackend(CacheBackend):
@@ -136,11 +138,19 @@ class RemoteBackend(CacheBackend):
     def _fetch_whole(self, rel: str, limit: int) -> bytes:
         return self._run(lambda: self.store.read(rel, limit), rel)
 
+    def _small_name(self, rel: str) -> str:
+        """The node cache's name for the copy of manifest ``rel``: a digest of where it is read from (its URL,
+        the storage options, endpoint and credentials included, and the endpoint set by the environment), so that
+        one URL at two endpoints is two objects; nothing of it can be read back from the name."""
+        env = {k: os.environ.get(k) for k in _ENDPOINT_ENV} if self.store.scheme in ("s3", "s3a") else {}
+        where = json.dumps([self.where(rel), self.storage_options, env], sort_keys=True, default=repr)
+        return hashlib.sha256(where.encode()).hexdigest()[:40]
+
     def _small(self, rel: str, limit: int) -> bytes:
         """A manifest: read by one process of the node, reused by the others for ``manifest_ttl`` seconds."""
-        name = hashlib.sha256(self.where(rel).encode()).hexdigest()[:40]
         if rel not in _MANIFESTS:
             return self._fetch_whole(rel, limit)
+        name = self._small_name(rel)
         data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit))
         if data is None:
             raise self._missing(rel)
@@ -148,7 +158,7 @@ class RemoteBackend(CacheBackend):
 
     def forget(self, rel: str) -> None:
         """Drop the node's copy of a manifest (after publishing, say)."""
-        self.node.forget(hashlib.sha256(self.where(rel).encode()).hexdigest()[:40])
+        self.node.forget(self._small_name(rel))
 
     def open(
         self, rel: str, size: int, *, checksum: tuple[str, str] | None = None, ranges_ok: bool = False
