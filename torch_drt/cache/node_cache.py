@@ -129,6 +129,10 @@ class NodeCache:
         finally:
             os.close(fd)
 
+    def discard(self, key: str) -> None:
+        """Remove the verified file ``key`` whoever holds it (it is damaged: readers that map it see it gone)."""
+        Path(self._file(key)).unlink(missing_ok=True)
+
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""
         try:
@@ -270,7 +274,7 @@ class NodeCache:
         path = self.directory / "small" / name
         with locked(self.directory / "locks" / f"small-{name}.lock", mode=self._mode):
             with contextlib.suppress(FileNotFoundError):
-                if time.time() - os.stat(path).st_mtime < ttl:
+                if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
                     return path.read_bytes()
             data = fetch()
             if data is not None:

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt.cache.backends._ranges import coalesce
-from torch_drt.cache.backends._remote_file import RemoteFile, keep_mapped_only, verify_download
+from torch_drt.cache.backends._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
 from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.node_cache import NodeCache
@@ -120,20 +120,36 @@ class RemoteBackend(CacheBackend):
         if checksum is None or not checksum[1]:
             data = self._small(rel, limit)
         else:
-            key, where = f"{checksum[0]}-{checksum[1]}", self.where(rel)
-            for _ in range(3):  # evicted between the fetch and the read: fetch again
-                self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
-                                lambda path: verify_download(path, checksum, where), where)
-                try:
-                    data = self.node.path(key).read_bytes()
-                    break
-                except FileNotFoundError:
-                    continue
-            else:
-                raise CacheCorruptError(where, "the node cache lost the file three times in a row")
+            data = self._through_node(rel, limit, checksum)
         if len(data) > limit:
             raise CacheCorruptError(self.where(rel), f"file is more than the {limit} bytes allowed")
         return data
+
+    def _through_node(self, rel: str, limit: int, checksum: tuple[str, str]) -> bytes:
+        """A content-addressed file read from its node-cache copy, verified as read: a copy damaged since it was
+        verified is removed and fetched anew, once.
+
+        Raises:
+            CacheCorruptError: naming the local copy when it is damaged again after that.
+        """
+        key, where, replaced = f"{checksum[0]}-{checksum[1]}", self.where(rel), False
+        for _ in range(3):  # evicted between the fetch and the read: fetch again
+            self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
+                            lambda path: verify_download(path, checksum, where), where)
+            path = self.node.path(key)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            try:
+                verify_download(data, checksum, path)
+                return data
+            except CacheCorruptError as e:
+                if replaced:
+                    raise damaged_again(path, where, e.reason) from None
+                replaced = True
+                self.node.discard(key)
+        raise CacheCorruptError(where, "the node cache lost the file three times in a row")
 
     def _fetch_whole(self, rel: str, limit: int) -> bytes:
         return self._run(lambda: self.store.read(rel, limit), rel)
