@@ -29,10 +29,11 @@ class CountedFile:
             self.checks += 1
         return self.path.exists()
 
-    def fetch(self) -> None:
+    def fetch(self, optional: bool = False) -> bool:
         with self.lock:
             self.fetches += 1
         self.path.write_bytes(b"x" * self.size)
+        return True
 
     def touch(self) -> None:
         if self.path.exists():
@@ -87,10 +88,10 @@ class GatedFile(CountedFile):
         self.gate = gate
         self.started = threading.Event()
 
-    def fetch(self) -> None:
+    def fetch(self, optional: bool = False) -> bool:
         self.started.set()
         self.gate.wait(10)
-        super().fetch()
+        return super().fetch()
 
 
 def test_after_a_start_the_first_reads_files_download_before_the_rest_of_the_plan(tmp_path):

@@ -10,7 +10,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["create", "disk_full", "free", "locked", "preallocate", "remove_unused"]
+__all__ = ["create", "disk_full", "entries", "free", "locked", "preallocate", "remove_unused", "too_large"]
 
 
 def create(path: str | Path, flags: int, mode: int) -> int:
@@ -77,3 +77,21 @@ def disk_full(directory: Path, shown: str, size: int) -> OSError:
         f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
         "lower RemoteConfig.cache_limit, or choose another cache_dir",
     )
+
+
+def too_large(directory: Path, limit: int, shown: str, size: int) -> ValueError:
+    return ValueError(
+        f"{shown} is {size:,} bytes, more than the node cache's limit of {limit:,} bytes ({directory}): raise "
+        "RemoteConfig.cache_limit, or read it by ranges (RemoteConfig(read_mode='ranges'))"
+    )
+
+
+def entries(directory: Path) -> list[tuple[float, int, Path]]:
+    """(mtime, size, path) of each file in ``directory`` (none when it is missing)."""
+    out = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as it:
+        for entry in it:
+            with contextlib.suppress(FileNotFoundError):
+                st = entry.stat(follow_symlinks=False)
+                out.append((st.st_mtime, st.st_size, Path(entry.path)))
+    return out

@@ -10,11 +10,13 @@ Layout under the directory::
 
 A download goes to a temporary name, is checked (size and checksum), synced and renamed into ``data/``: a killed
 downloader leaves only a temporary file, which the next downloader of that file (or an eviction pass) removes.
-Processes wanting the same file queue on its lock, so it is downloaded once. A reader holds a shared ``flock`` on
-every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened;
-a file no planned read of a process wants any more, and no other reader holds, is demoted: its mtime is set a
-month back) and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A
-reader that opened a file just as it was evicted notices (its link count is 0) and fetches it again. The directory
+Processes wanting the same file queue on its lock, so it is downloaded once. A read holds a shared ``flock`` on the
+file it copies from (an idle map holds none); eviction takes files least recently used first (by mtime, refreshed
+when a file is opened; a file no planned read of a process wants any more, and no other reader holds, is demoted:
+its mtime is set a month back) and skips any it cannot lock exclusively, so a file in use is never pulled from
+under its reader. A reader that maps a file just as it was evicted notices (its link count is 0) and fetches it
+again. A prefetch is not downloaded when it does not fit under the limit; a file larger than the limit is refused.
+The directory
 is private to its user (``0700``, files ``0600``; one found that another user owns or may write is refused:
 ``_node_dir``) unless a group shares it on purpose.
 """
@@ -33,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch_drt.cache._node_dir import file_mode, prepare
-from torch_drt.cache._node_files import create, disk_full, free, locked, preallocate, remove_unused
+from torch_drt.cache._node_files import create, disk_full, entries, free, locked, preallocate, remove_unused, too_large
 from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
@@ -150,7 +152,8 @@ class NodeCache:
         download: Callable[[int], None],
         check: Callable[[Path], None],
         shown: str,
-    ) -> None:
+        optional: bool = False,
+    ) -> bool:
         """Make sure the verified file ``key`` is here: wait for another process downloading it, or download it.
 
         Args:
@@ -159,27 +162,40 @@ class NodeCache:
             download: writes the file's bytes into the descriptor it is given.
             check: raises (a ``CacheCorruptError``, say) when the downloaded file is not the expected one.
             shown: the file's URL, for messages.
+            optional: nobody waits for the file (a prefetch): it is not downloaded when it does not fit under the
+                limit now (every other file is in use or downloading).
+
+        Returns:
+            True when the file is here; False when ``optional`` and there was no room for it.
 
         Raises:
+            ValueError: when the file is larger than the cache's limit (nothing is evicted or reserved).
             OSError: with errno ENOSPC when the node's disk is full (nothing is left behind); whatever
                 ``download`` and ``check`` raise (the temporary file is removed first).
         """
+        if size is not None and size > self.limit:
+            raise too_large(self.directory, self.limit, shown, size)
         if self.has(key, size):
-            return
+            return True
         with locked(self.directory / "locks" / f"{key}.lock", mode=self._mode):
             if self.has(key, size):  # another process downloaded it while this one waited
-                return
+                return True
             self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
-            tmp = self._reserve(key, size, shown)
+            tmp = self._reserve(key, size, shown, optional)
+            if tmp is None:
+                return False
             try:
                 fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     download(fd)
                     os.fdatasync(fd)
+                    if size is None:  # its size is known now: make it fit under the limit with the others
+                        self._fit(os.fstat(fd).st_size, shown)
                 finally:
                     os.close(fd)
                 check(tmp)
                 os.rename(tmp, self.path(key))
+                return True
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -189,12 +205,21 @@ class NodeCache:
                 tmp.unlink(missing_ok=True)
                 raise
 
-    def _reserve(self, key: str, size: int | None, shown: str) -> Path:
-        """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size."""
+    def _fit(self, size: int, shown: str) -> None:
+        """After a download of unknown size: evict until the cache, the downloaded file included, fits."""
+        if size > self.limit:
+            raise too_large(self.directory, self.limit, shown, size)
+        with locked(self.directory / ".space.lock", mode=self._mode):
+            self.evict(0)
+
+    def _reserve(self, key: str, size: int | None, shown: str, optional: bool = False) -> Path | None:
+        """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size; None
+        when ``optional`` and the room is not there."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
         with locked(self.directory / ".space.lock", mode=self._mode):
             size = size or 0
-            self.evict(size)
+            if self._evict(size)[1] + size > self.limit and optional:
+                return None
             fd = create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
             try:
                 try:
@@ -223,17 +248,15 @@ class NodeCache:
         return sum(size for _, size, _ in self._entries("data")) + sum(size for _, size, _ in self._entries("tmp"))
 
     def _entries(self, sub: str) -> list[tuple[float, int, Path]]:
-        out = []
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.directory / sub) as it:
-            for entry in it:
-                with contextlib.suppress(FileNotFoundError):
-                    st = entry.stat(follow_symlinks=False)
-                    out.append((st.st_mtime, st.st_size, Path(entry.path)))
-        return out
+        return entries(self.directory / sub)
 
     def evict(self, need: int = 0) -> int:
         """Remove least recently used files nobody holds until ``need`` more bytes fit under the limit; also remove
         abandoned downloads. Call it under the space lock (``fetch`` does). Returns the bytes freed."""
+        return self._evict(need)[0]
+
+    def _evict(self, need: int) -> tuple[int, int]:
+        """``evict``: the bytes freed, and the bytes held after."""
         usage = 0
         for _, size, path in self._entries("tmp"):
             key = path.name.split(".", 1)[0]
@@ -252,7 +275,7 @@ class NodeCache:
                 freed += size
         if usage + need > self.limit:
             logger.info("node cache %s holds %d bytes in use; over its limit of %d", self.directory, usage, self.limit)
-        return freed
+        return freed, usage
 
     def downloading(self, key: str) -> bool:
         """True while a process of the node (this one included) downloads ``key``."""

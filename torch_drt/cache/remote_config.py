@@ -36,16 +36,18 @@ class RemoteConfig:
         cache_dir: the node-local cache directory (default: ``$TORCH_DRT_NODE_CACHE``, else
             ``<tempdir>/torch_drt-node-cache-<uid>``). Use a local disk: file locks coordinate its users.
         cache_limit: bytes the node cache may hold (default: ``$TORCH_DRT_NODE_CACHE_BYTES``, else half the size of
-            the file system holding ``cache_dir``). A shard in use is never evicted, so it is exceeded by at most
-            the shards readers hold open.
+            the file system holding ``cache_dir``). Its files (verified and downloading) stay within it plus the
+            files reads hold at that moment (a shard while a read copies records out of it; the index of each
+            open cache) and the downloads reads wait for: idle maps and prefetches hold nothing over it (see
+            ``docs/remote-caches.md``). A file larger than the limit is a ``ValueError``.
         read_mode: ``"shards"`` downloads whole shards into the node cache (a read that misses is served by
             byte ranges while its shard downloads); ``"ranges"`` reads every batch with coalesced byte-range
             requests and keeps no shard copy (for sparse or weighted sampling).
         prefetch_shards: shard downloads in flight per process.
         prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
-        open_shards: idle shards a process keeps mapped, one map per file for all its datasets (each held open is
-            exempt from eviction).
+        open_shards: idle shards a process keeps mapped, one map per file for all its datasets (an idle map does
+            not keep its file from eviction: a read finding it evicted fetches it again).
         chunk_bytes: size of the byte-range requests one shard download is split into.
         range_gap: ranges closer than this are fetched in one request.
         range_max: the largest request coalescing may build.

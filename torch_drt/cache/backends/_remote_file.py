@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from torch_drt.cache.backends._open_maps import MapKey, Mapped, maps
 from torch_drt.cache.backends.base import StoredFile
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.node_cache import PinnedFile
 from torch_drt.checksums import sha256_file, xxh3_128_hex
 
 if TYPE_CHECKING:
@@ -54,6 +53,16 @@ def damaged_again(path: Path, where: str | Path, damage: str) -> CacheCorruptErr
     )
 
 
+class _Local:
+    """The prefetcher's mark of a file found local (nothing to release)."""
+
+    def close(self) -> None:
+        pass
+
+
+_LOCAL = _Local()
+
+
 class RemoteFile(StoredFile):
     """One remote file of a cache: mapped from the node cache once fetched, else read by byte ranges.
 
@@ -74,9 +83,10 @@ class RemoteFile(StoredFile):
         """True when the node cache holds the verified file."""
         return self.backend.node.has(self.key, self.size)
 
-    def hold(self) -> PinnedFile | None:
-        """Hold the node cache's copy against eviction (without mapping it); None when it is not there."""
-        return self.backend.node.pin(self.key, self.size, mapped=False)
+    def hold(self) -> _Local | None:
+        """A mark that the node cache holds the file now (the prefetcher keeps it for the files of its window; it
+        holds no lock: the window must not hold the node cache over its limit); None when it is not there."""
+        return _LOCAL if self.present() else None
 
     def touch(self) -> None:
         """Mark the node cache's copy recently used (no-op when it is not there)."""
@@ -86,12 +96,12 @@ class RemoteFile(StoredFile):
         """Let the node cache evict its copy before the files still wanted (no-op when it is not there)."""
         self.backend.node.demote(self.key)
 
-    def fetch(self) -> None:
-        """Download the file into the node cache (or wait for the process of the node that does)."""
+    def fetch(self, optional: bool = False) -> bool:
+        """Download the file into the node cache (or wait for the process of the node that does); with
+        ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not)."""
         backend = self.backend
-        backend.node.fetch(
-            self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size), self._check, str(self.where)
-        )
+        return backend.node.fetch(self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size),
+                                  self._check, str(self.where), optional)
 
     def _check(self, path: Path) -> None:
         verify_download(path, self.checksum, self.where)

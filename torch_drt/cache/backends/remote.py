@@ -244,9 +244,12 @@ class RemoteBackend(CacheBackend):
                 waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
             else:
                 remote.append((file, rows))  # a cold miss: it downloads while this read is served by ranges
-        for file, _ in [*waits, *remote]:
+        for file, _ in waits:
             if file.downloadable and shards_mode:
                 self.prefetcher.demand(file)  # all at once, ahead of anything planned
+        for file, _ in remote:
+            if file.downloadable and shards_mode:
+                self.prefetcher.demand(file, waited=False)  # served by ranges now: it downloads if there is room
         if remote:
             self._read_by_ranges(remote, starts, ends, out)
         for file, rows in waits:
