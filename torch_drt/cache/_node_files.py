@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["create", "disk_full", "entries", "free", "locked", "preallocate", "remove_unused", "too_large"]
+
+logger = logging.getLogger("torch_drt.cache")
 
 
 def create(path: str | Path, flags: int, mode: int) -> int:
@@ -26,13 +30,40 @@ def create(path: str | Path, flags: int, mode: int) -> int:
 
 
 @contextlib.contextmanager
-def locked(path: Path, flags: int = fcntl.LOCK_EX, mode: int = 0o600) -> Iterator[int]:
+def locked(path: Path, mode: int = 0o600, wait: float | None = None) -> Iterator[bool]:
+    """Hold the exclusive lock of ``path`` (the holder's pid is written into it); True when held. After ``wait``
+    seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
+    logs the holder's pid; the callers' work is safe without it, only done twice."""
     fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
     try:
-        fcntl.flock(fd, flags)
-        yield fd
+        held = _wait_for(fd, wait)
+        if held:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+        else:
+            holder = os.pread(fd, 20, 0).decode(errors="replace").strip() or "unknown"
+            logger.warning("node cache lock %s: held for over %.0f s by pid %s (stopped or hung?); going on without "
+                           "it", path, wait, holder)
+        yield held
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def _wait_for(fd: int, wait: float | None) -> bool:
+    if wait is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline, pause = time.monotonic() + wait, 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
 
 
 def remove_unused(path: Path) -> bool:

@@ -43,6 +43,7 @@ __all__ = ["NodeCache", "PinnedFile"]
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}
+_WAIT = 60.0  # RemoteConfig.lock_wait's default
 _DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
 
 
@@ -54,25 +55,31 @@ class NodeCache:
             writable by nobody else: ``torch_drt.cache._node_dir``); must be local to the node.
         limit: bytes the cache may hold.
         group: share the cache with the directory's group on purpose (``2770`` directories, ``0660`` files).
+        lock_wait: seconds to wait for another process's lock (a download, the space accounting, a manifest copy)
+            before going on without it (a download is then done again here) and logging the holder's pid; None
+            waits forever.
 
     Raises:
         PermissionError: when the directory belongs to another user or others may write into it.
     """
 
-    def __init__(self, directory: str | Path, limit: int, group: bool = False) -> None:
+    def __init__(self, directory: str | Path, limit: int, group: bool = False, lock_wait: float | None = _WAIT) -> None:
         self.directory = Path(directory)
         self.limit = int(limit)
         self.group = group
+        self.lock_wait = lock_wait
         self._mode = file_mode(group)
         self._data = str(self.directory / "data")  # the verified files' directory (as a string: pins are hot)
         prepare(self.directory, group)
 
     @classmethod
-    def shared(cls, directory: str | Path, limit: int, group: bool = False) -> NodeCache:
-        """The one instance of this process for ``directory``, ``limit`` and ``group``."""
-        key = (str(Path(directory).absolute()), int(limit), os.getpid(), group)
+    def shared(
+        cls, directory: str | Path, limit: int, group: bool = False, lock_wait: float | None = _WAIT
+    ) -> NodeCache:
+        """The one instance of this process for these arguments."""
+        key = (str(Path(directory).absolute()), int(limit), os.getpid(), group, lock_wait)
         if key not in _SHARED:
-            _SHARED[key] = cls(directory, limit, group)
+            _SHARED[key] = cls(directory, limit, group, lock_wait)
         return _SHARED[key]
 
     def __repr__(self) -> str:
@@ -177,10 +184,11 @@ class NodeCache:
             raise too_large(self.directory, self.limit, shown, size)
         if self.has(key, size):
             return True
-        with locked(self.directory / "locks" / f"{key}.lock", mode=self._mode):
+        with locked(self.directory / "locks" / f"{key}.lock", self._mode, self.lock_wait) as held:
             if self.has(key, size):  # another process downloaded it while this one waited
                 return True
-            self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
+            if held:
+                self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
             tmp = self._reserve(key, size, shown, optional)
             if tmp is None:
                 return False
@@ -209,14 +217,14 @@ class NodeCache:
         """After a download of unknown size: evict until the cache, the downloaded file included, fits."""
         if size > self.limit:
             raise too_large(self.directory, self.limit, shown, size)
-        with locked(self.directory / ".space.lock", mode=self._mode):
+        with locked(self.directory / ".space.lock", self._mode, self.lock_wait):
             self.evict(0)
 
     def _reserve(self, key: str, size: int | None, shown: str, optional: bool = False) -> Path | None:
         """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size; None
         when ``optional`` and the room is not there."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with locked(self.directory / ".space.lock", mode=self._mode):
+        with locked(self.directory / ".space.lock", self._mode, self.lock_wait):
             size = size or 0
             if self._evict(size)[1] + size > self.limit and optional:
                 return None
@@ -295,7 +303,7 @@ class NodeCache:
         """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
         A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
         path = self.directory / "small" / name
-        with locked(self.directory / "locks" / f"small-{name}.lock", mode=self._mode):
+        with locked(self.directory / "locks" / f"small-{name}.lock", self._mode, self.lock_wait):
             with contextlib.suppress(FileNotFoundError):
                 if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
                     return path.read_bytes()

@@ -57,6 +57,9 @@ class RemoteConfig:
         retries: further attempts after a transient failure (``torch_drt.sources.retry``).
         backoff: base wait before a retry, in seconds (doubling, with jitter).
         max_backoff: longest wait before a retry.
+        lock_wait: seconds a process waits for another's lock on a node-cache file (a download, the space
+            accounting, a manifest copy) before it goes on without it, downloading the file itself, and logs the
+            holder's pid (a stopped or hung process does not block the node).
         manifest_ttl: seconds a fetched manifest is reused by the node's processes before it is fetched again.
         upload_concurrency: files uploaded at once when publishing to a URL.
         stale_writer_after: seconds without a heartbeat after which another writer's claim on a cache name is
@@ -92,6 +95,7 @@ class RemoteConfig:
     backoff: float = 0.2
     max_backoff: float = 10.0
     manifest_ttl: float = 60.0
+    lock_wait: float = 60.0
     upload_concurrency: int = 8
     stale_writer_after: float = 3600.0
     conditional_writes: bool | None = None
@@ -106,7 +110,7 @@ class RemoteConfig:
         for name in ("prefetch_shards", "lookahead_batches", "open_shards", "chunk_bytes", "range_max",
                      "ranges_in_flight", "upload_concurrency", "prefetch_bytes"):
             _positive(name, getattr(self, name))
-        for name in ("timeout", "connect_timeout"):
+        for name in ("timeout", "connect_timeout", "lock_wait"):
             _positive(name, getattr(self, name), integer=False)
         for name in ("backoff", "max_backoff", "manifest_ttl", "stale_writer_after", "claim_settle"):
             _positive(name, getattr(self, name), integer=False, zero=True)

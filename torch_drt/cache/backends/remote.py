@@ -78,7 +78,8 @@ class RemoteBackend(CacheBackend):
         local = self._local
         if local is None or local[0] != os.getpid():
             config = self.config
-            node = NodeCache.shared(config.node_cache_dir(), config.node_cache_limit(), config.shared_node_cache)
+            node = NodeCache.shared(config.node_cache_dir(), config.node_cache_limit(), config.shared_node_cache,
+                                    config.lock_wait)
             local = self._local = (os.getpid(), node, ShardPrefetcher.shared(config.prefetch_shards,
                                                                              config.bytes_ahead()))
         return local
