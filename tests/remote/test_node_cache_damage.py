@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -91,3 +92,29 @@ def test_a_manifest_copy_dated_in_the_future_expires(runtime, tmp_path, moto_end
     time.sleep(1.0)
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert len(ds) == 50
+
+
+@pytest.mark.parametrize("how", ["emptied", "removed"])
+def test_a_node_cache_emptied_or_removed_while_in_use_is_made_again(runtime, tmp_path, moto_endpoint, proxy, how):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=40, max_shard_bytes=400)
+    config = remote_config(tmp_path)
+    expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    assert _payloads(ds) == expected
+    directory = Path(config.cache_dir)
+    if how == "removed":
+        for _ in range(10):  # (a prefetch thread may be making a lock file meanwhile)
+            shutil.rmtree(directory, ignore_errors=True)
+            if not directory.exists():
+                break
+    else:
+        for sub in directory.iterdir():
+            shutil.rmtree(sub) if sub.is_dir() else sub.unlink()
+    proxy.reset()
+    assert _payloads(ds) == expected  # no map of a file gone from the cache is read: the shards come again
+    assert proxy.requests["GET"] > 0
+    shards = sorted((local / "shards").iterdir())
+    assert all(_copy(config, s).read_bytes() == s.read_bytes() for s in shards)
+    assert oct(directory.stat().st_mode & 0o777) == oct(0o700)  # made again, private
+    again = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    assert _payloads(again) == expected  # a new open: its manifest copy and locks are made again too

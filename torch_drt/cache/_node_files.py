@@ -9,19 +9,25 @@ import logging
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["create", "disk_full", "entries", "free", "locked", "preallocate", "remove_unused", "too_large"]
+__all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "preallocate", "remove_unused", "too_large"]
 
 logger = logging.getLogger("torch_drt.cache")
 
 
-def create(path: str | Path, flags: int, mode: int) -> int:
+def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
     """``os.open`` that never follows a link (another user's link to a file of ours is refused, ``ELOOP``), with
     ``mode`` applied whatever the umask where it grants the group access (a cache shared on purpose) to a regular
-    file of this user; a file another user created keeps its mode."""
-    fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    file of this user; a file another user created keeps its mode. ``remake`` makes a missing directory again."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    except FileNotFoundError:
+        if remake is None or not flags & os.O_CREAT:
+            raise
+        remake()
+        fd = os.open(path, flags | os.O_NOFOLLOW, mode)
     if mode & 0o070:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
@@ -30,11 +36,14 @@ def create(path: str | Path, flags: int, mode: int) -> int:
 
 
 @contextlib.contextmanager
-def locked(path: Path, mode: int = 0o600, wait: float | None = None) -> Iterator[bool]:
+def locked(
+    path: Path, mode: int = 0o600, wait: float | None = None, remake: Callable[[], None] | None = None
+) -> Iterator[bool]:
     """Hold the exclusive lock of ``path`` (the holder's pid is written into it); True when held. After ``wait``
     seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
-    logs the holder's pid; the callers' work is safe without it, only done twice."""
-    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+    logs the holder's pid; the callers' work is safe without it, only done twice. ``remake`` makes the lock's
+    directory again when it is missing (removed while in use)."""
+    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
     try:
         held = _wait_for(fd, wait)
         if held:
@@ -126,3 +135,24 @@ def entries(directory: Path) -> list[tuple[float, int, Path]]:
                 st = entry.stat(follow_symlinks=False)
                 out.append((st.st_mtime, st.st_size, Path(entry.path)))
     return out
+
+
+def evict(directory: Path, limit: int, need: int, abandoned: Callable[[str], bool]) -> tuple[int, int]:
+    """Remove the node cache's abandoned downloads, then its least recently used files nobody holds until ``need``
+    more bytes fit under ``limit``; returns the bytes freed and the bytes held after (``NodeCache.evict``)."""
+    usage = 0
+    for _, size, path in entries(directory / "tmp"):
+        if abandoned(path.name.split(".", 1)[0]):
+            path.unlink(missing_ok=True)
+        else:
+            usage += size
+    data = sorted(entries(directory / "data"))
+    usage += sum(size for _, size, _ in data)
+    freed = 0
+    for _, size, path in data:
+        if usage + need <= limit:
+            break
+        if remove_unused(path):
+            usage -= size
+            freed += size
+    return freed, usage

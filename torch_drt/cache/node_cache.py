@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch_drt.cache._node_dir import file_mode, prepare
-from torch_drt.cache._node_files import create, disk_full, entries, free, locked, preallocate, remove_unused, too_large
+from torch_drt.cache._node_files import create, disk_full, entries, evict, free, locked, preallocate, too_large
 from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
@@ -71,6 +71,26 @@ class NodeCache:
         self._mode = file_mode(group)
         self._data = str(self.directory / "data")  # the verified files' directory (as a string: pins are hot)
         prepare(self.directory, group)
+
+    def _remake(self) -> None:
+        """Make the directory (or the part of it) removed while in use again, with the same checks."""
+        logger.warning("node cache %s: its directory was emptied or removed while in use; making it again",
+                       self.directory)
+        prepare(self.directory, self.group)
+
+    def _lock(self, name: str) -> contextlib.AbstractContextManager[bool]:
+        return locked(self.directory / name, self._mode, self.lock_wait, self._remake)
+
+    def _create(self, path: Path, flags: int) -> int:
+        return create(path, flags, self._mode, self._remake)
+
+    def _again(self, step: Callable[[], None]) -> None:
+        """``step()``, once more after making the directory again when a part of it is missing."""
+        try:
+            step()
+        except FileNotFoundError:
+            self._remake()
+            step()
 
     @classmethod
     def shared(
@@ -184,7 +204,7 @@ class NodeCache:
             raise too_large(self.directory, self.limit, shown, size)
         if self.has(key, size):
             return True
-        with locked(self.directory / "locks" / f"{key}.lock", self._mode, self.lock_wait) as held:
+        with self._lock(f"locks/{key}.lock") as held:
             if self.has(key, size):  # another process downloaded it while this one waited
                 return True
             if held:
@@ -202,7 +222,7 @@ class NodeCache:
                 finally:
                     os.close(fd)
                 check(tmp)
-                os.rename(tmp, self.path(key))
+                self._again(lambda: os.rename(tmp, self.path(key)))
                 return True
             except OSError as e:
                 tmp.unlink(missing_ok=True)
@@ -217,18 +237,18 @@ class NodeCache:
         """After a download of unknown size: evict until the cache, the downloaded file included, fits."""
         if size > self.limit:
             raise too_large(self.directory, self.limit, shown, size)
-        with locked(self.directory / ".space.lock", self._mode, self.lock_wait):
+        with self._lock(".space.lock"):
             self.evict(0)
 
     def _reserve(self, key: str, size: int | None, shown: str, optional: bool = False) -> Path | None:
         """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size; None
         when ``optional`` and the room is not there."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with locked(self.directory / ".space.lock", self._mode, self.lock_wait):
+        with self._lock(".space.lock"):
             size = size or 0
             if self._evict(size)[1] + size > self.limit and optional:
                 return None
-            fd = create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
+            fd = self._create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
             try:
                 try:
                     preallocate(fd, size)
@@ -253,10 +273,7 @@ class NodeCache:
 
     def usage(self) -> int:
         """Bytes held: verified files and downloads in progress."""
-        return sum(size for _, size, _ in self._entries("data")) + sum(size for _, size, _ in self._entries("tmp"))
-
-    def _entries(self, sub: str) -> list[tuple[float, int, Path]]:
-        return entries(self.directory / sub)
+        return sum(size for sub in ("data", "tmp") for _, size, _ in entries(self.directory / sub))
 
     def evict(self, need: int = 0) -> int:
         """Remove least recently used files nobody holds until ``need`` more bytes fit under the limit; also remove
@@ -265,22 +282,7 @@ class NodeCache:
 
     def _evict(self, need: int) -> tuple[int, int]:
         """``evict``: the bytes freed, and the bytes held after."""
-        usage = 0
-        for _, size, path in self._entries("tmp"):
-            key = path.name.split(".", 1)[0]
-            if self._abandoned(key):
-                path.unlink(missing_ok=True)
-            else:
-                usage += size
-        data = sorted(self._entries("data"))
-        usage += sum(size for _, size, _ in data)
-        freed = 0
-        for _, size, path in data:
-            if usage + need <= self.limit:
-                break
-            if remove_unused(path):
-                usage -= size
-                freed += size
+        freed, usage = evict(self.directory, self.limit, need, self._abandoned)
         if usage + need > self.limit:
             logger.info("node cache %s holds %d bytes in use; over its limit of %d", self.directory, usage, self.limit)
         return freed, usage
@@ -291,7 +293,7 @@ class NodeCache:
 
     def _abandoned(self, key: str) -> bool:
         """True when nobody downloads ``key`` now (its lock is free)."""
-        fd = create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
+        fd = self._create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         try:
             return free(fd)
         finally:
@@ -303,17 +305,17 @@ class NodeCache:
         """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
         A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
         path = self.directory / "small" / name
-        with locked(self.directory / "locks" / f"small-{name}.lock", self._mode, self.lock_wait):
+        with self._lock(f"locks/small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
                 if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
                     return path.read_bytes()
             data = fetch()
             if data is not None:
                 tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-                fd = create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
+                fd = self._create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                os.replace(tmp, path)
+                self._again(lambda: os.replace(tmp, path))
             return data
 
     def forget(self, name: str) -> None:
