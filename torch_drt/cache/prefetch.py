@@ -81,7 +81,7 @@ class ShardPrefetcher:
         self._first: list[Fetchable] = []  # after a start or a resume: the files the first read needs
         self._urgent: collections.deque[tuple[Fetchable, bool]] = collections.deque()
         self._running: set[str] = set()
-        self._failed: set[str] = set()
+        self._failed: set[str] = set()  # failed in this plan (tried again in the next one)
         self._deferred: set[str] = set()  # not fetched for want of room under the node cache's limit (this plan)
         self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
@@ -124,6 +124,7 @@ class ShardPrefetcher:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan, self._first = plan, plan[:first]
             self._deferred.clear()  # reads moved on: files they read may be evicted now
+            self._failed.clear()  # and failed downloads are tried again (a read that needs one surfaces its error)
             self._hold_ahead()
             if self._due():
                 self._start()
