@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "preallocate", "remove_unused", "too_large"]
+__all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "not_shared", "preallocate", "remove_unused",
+           "too_large"]
 
 logger = logging.getLogger("torch_drt.cache")
 
@@ -22,12 +23,15 @@ def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] |
     ``mode`` applied whatever the umask where it grants the group access (a cache shared on purpose) to a regular
     file of this user; a file another user created keeps its mode. ``remake`` makes a missing directory again."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW, mode)
-    except FileNotFoundError:
-        if remake is None or not flags & os.O_CREAT:
-            raise
-        remake()
-        fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+        except FileNotFoundError:
+            if remake is None or not flags & os.O_CREAT:
+                raise
+            remake()
+            fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    except PermissionError as e:
+        raise not_shared(path, e) from None
     if mode & 0o070:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
@@ -116,6 +120,15 @@ def disk_full(directory: Path, shown: str, size: int) -> OSError:
         errno.ENOSPC,
         f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
         "lower RemoteConfig.cache_limit, or choose another cache_dir",
+    )
+
+
+def not_shared(path: str | Path, error: OSError) -> PermissionError:
+    """The error for a node-cache file this user may not open: another user made it and did not share it."""
+    return PermissionError(
+        error.errno, f"node cache file {path}: {error.strerror}; another user made it and does not share it with "
+        "you: give every user of this directory RemoteConfig(shared_node_cache=True) (a group shares it), or use "
+        "a cache_dir of your own"
     )
 
 

@@ -35,7 +35,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch_drt.cache._node_dir import file_mode, prepare
-from torch_drt.cache._node_files import create, disk_full, entries, evict, free, locked, preallocate, too_large
+from torch_drt.cache._node_files import (
+    create,
+    disk_full,
+    entries,
+    evict,
+    free,
+    locked,
+    not_shared,
+    preallocate,
+    too_large,
+)
 from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
@@ -122,6 +132,8 @@ class NodeCache:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except PermissionError as e:
+            raise not_shared(path, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
@@ -301,9 +313,14 @@ class NodeCache:
 
     # -- small files ------------------------------------------------------------------------------------------
 
-    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None]) -> bytes | None:
-        """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
-        A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
+    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None], shown: str = "") -> bytes | None:
+        """The small file ``name`` (a manifest, from the URL ``shown``), fetched by one process of the node and reused
+        for ``ttl`` seconds. A missing file (``fetch`` returns None) is not remembered: it may be published any
+        moment.
+
+        Raises:
+            OSError: with errno ENOSPC, naming the local file and ``shown``, when the disk is full (nothing is left).
+        """
         path = self.directory / "small" / name
         with self._lock(f"locks/small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
@@ -312,10 +329,15 @@ class NodeCache:
             data = fetch()
             if data is not None:
                 tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-                fd = self._create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                self._again(lambda: os.replace(tmp, path))
+                try:
+                    with os.fdopen(self._create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC), "wb") as f:
+                        f.write(data)
+                    self._again(lambda: os.replace(tmp, path))
+                except OSError as e:
+                    tmp.unlink(missing_ok=True)
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise disk_full(path, shown or name, len(data)) from None
+                    raise
             return data
 
     def forget(self, name: str) -> None:

@@ -168,7 +168,8 @@ class RemoteBackend(CacheBackend):
         if rel not in _MANIFESTS:
             return self._fetch_whole(rel, limit)
         name = self._small_name(rel)
-        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit))
+        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit),
+                               self.where(rel))
         if data is None:
             raise self._missing(rel)
         return data
