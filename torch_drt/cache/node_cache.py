@@ -46,6 +46,7 @@ from torch_drt.cache._node_files import (
     preallocate,
     too_large,
 )
+from torch_drt.cache._node_small import ManifestCopies
 from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
@@ -57,7 +58,7 @@ _WAIT = 60.0  # RemoteConfig.lock_wait's default
 _DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
 
 
-class NodeCache:
+class NodeCache(ManifestCopies):
     """The node-local cache of remote files (see the module docstring for the protocol).
 
     Args:
@@ -310,36 +311,3 @@ class NodeCache:
             return free(fd)
         finally:
             os.close(fd)
-
-    # -- small files ------------------------------------------------------------------------------------------
-
-    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None], shown: str = "") -> bytes | None:
-        """The small file ``name`` (a manifest, from the URL ``shown``), fetched by one process of the node and reused
-        for ``ttl`` seconds. A missing file (``fetch`` returns None) is not remembered: it may be published any
-        moment.
-
-        Raises:
-            OSError: with errno ENOSPC, naming the local file and ``shown``, when the disk is full (nothing is left).
-        """
-        path = self.directory / "small" / name
-        with self._lock(f"locks/small-{name}.lock"):
-            with contextlib.suppress(FileNotFoundError):
-                if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
-                    return path.read_bytes()
-            data = fetch()
-            if data is not None:
-                tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-                try:
-                    with os.fdopen(self._create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC), "wb") as f:
-                        f.write(data)
-                    self._again(lambda: os.replace(tmp, path))
-                except OSError as e:
-                    tmp.unlink(missing_ok=True)
-                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                        raise disk_full(path, shown or name, len(data)) from None
-                    raise
-            return data
-
-    def forget(self, name: str) -> None:
-        """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
-        (self.directory / "small" / name).unlink(missing_ok=True)
