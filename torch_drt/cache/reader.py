@@ -62,7 +62,9 @@ class _OpenedCache:
     def _again(self, error: CacheCorruptError, sample_ids: np.ndarray) -> None:
         """After a read of ``sample_ids`` failed its checks: let the shards read replace damaged local copies
         (``StoredFile.recheck``); ``error`` stands when none was."""
-        shards = np.unique(self.index["shard"][sample_ids]).tolist() if sample_ids.size else []
+        if self.backend.stats_cheaply or not sample_ids.size:  # local files: nothing is a copy
+            raise error
+        shards = np.unique(self.index["shard"][sample_ids]).tolist()
         if not any([self.shards[s].recheck() for s in shards if 0 <= s < len(self.shards)]):
             raise error
 
