@@ -5,6 +5,10 @@ node cache keeps the second epoch's downloads near half the dataset."""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 import torch
 from remote_fixtures import (  # noqa: F401
@@ -205,3 +209,20 @@ def test_two_gloo_ranks_and_their_workers_share_one_node_cache(runtime, tmp_path
         assert len(whole) == 1, (path, proxy.ranges[path])  # each shard downloaded once for the node
     for name in ("manifest.json", "index.bin", "metadata.arrow"):
         assert proxy.gets[f"/{url[5:]}/{name}"] == 1
+
+
+def test_closing_a_loader_stops_the_prefetch_it_started(runtime, tmp_path, moto_endpoint, proxy):
+    """At 0 workers the prefetcher is the process's: a closed (abandoned) loader's plan must not keep downloading."""
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=2000, max_shard_bytes=400)
+    config = remote_config(tmp_path, prefetch_shards=1)
+    ds = runtime.cached_dataset(url, reader_config=drt.ReaderConfig(seed=0, shuffle=False),
+                                storage_options=options(proxy), remote_config=config)
+    data = Path(config.cache_dir) / "data"
+    proxy.latency = 0.2  # downloads take a while: most of the plan is still ahead at close
+    loader = ds.to_torch_dataloader(sample_transform_fn=sample_id, batch_size=64, num_workers=0)
+    next(iter(loader))  # the plan: the shards of the next 4 batches (~6 shards)
+    loader.close()
+    at_close = len(os.listdir(data))
+    wait_idle(ds.reader._caches[0].backend.prefetcher)
+    time.sleep(0.5)
+    assert len(os.listdir(data)) <= at_close + 1, at_close  # the one download in flight (prefetch_shards) at most

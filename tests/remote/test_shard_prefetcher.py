@@ -29,10 +29,11 @@ class CountedFile:
             self.checks += 1
         return self.path.exists()
 
-    def fetch(self) -> None:
+    def fetch(self, optional: bool = False) -> bool:
         with self.lock:
             self.fetches += 1
         self.path.write_bytes(b"x" * self.size)
+        return True
 
     def touch(self) -> None:
         if self.path.exists():
@@ -87,10 +88,10 @@ class GatedFile(CountedFile):
         self.gate = gate
         self.started = threading.Event()
 
-    def fetch(self) -> None:
+    def fetch(self, optional: bool = False) -> bool:
         self.started.set()
         self.gate.wait(10)
-        super().fetch()
+        return super().fetch()
 
 
 def test_after_a_start_the_first_reads_files_download_before_the_rest_of_the_plan(tmp_path):
@@ -139,3 +140,26 @@ def test_a_start_or_resume_demotes_nothing(tmp_path):
     prefetcher.update(files[:2], first=1)  # a resumed loader at the same position: its view fills later
     prefetcher.update([files[3]], first=1)  # a loader resumed elsewhere
     assert [f.demoted for f in files] == [False] * 5
+
+
+class FlakyFile(CountedFile):
+    """A CountedFile whose first download fails (a network error, say)."""
+
+    def fetch(self, optional: bool = False) -> bool:
+        if self.fetches == 0:
+            with self.lock:
+                self.fetches += 1
+            raise OSError("connection reset")
+        return super().fetch()
+
+
+def test_a_file_whose_prefetch_failed_is_tried_again_on_the_next_plan(tmp_path):
+    flaky = FlakyFile(tmp_path, "flaky")
+    others = [CountedFile(tmp_path, f"f{i}") for i in range(3)]
+    prefetcher = ShardPrefetcher(concurrency=2, bytes_ahead=1 << 20)
+    prefetcher.update([flaky, *others])
+    _wait(lambda: all(f.path.exists() for f in others) and flaky.fetches == 1)
+    assert not flaky.path.exists()
+    prefetcher.update([flaky, *others[1:]])  # the next plan (a read moved on): the failure is tried again
+    _wait(lambda: flaky.path.exists())
+    assert flaky.fetches == 2

@@ -148,6 +148,12 @@ class RowFetcher:
         self._streams = ConsumerStreams(self.plans, settings, self._snapshot, self._reader)
         self._ahead: dict[int, ReadAhead] = {}
 
+    def stop_prefetch(self) -> None:
+        """Withdraw this process's prefetch plans (its loader is closed: what it started stops)."""
+        for ahead in self._ahead.values():
+            ahead.stop()
+        self._ahead.clear()
+
     def reseed(self, seed: int) -> None:
         """Read with ``seed`` from now on (a checkpoint's, adopted by a ``seed="random"`` loader): the streams this
         process built with the old seed are built anew."""

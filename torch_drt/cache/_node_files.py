@@ -5,19 +5,33 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["create", "disk_full", "free", "locked", "preallocate", "remove_unused"]
+__all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "not_shared", "preallocate", "remove_unused",
+           "too_large"]
+
+logger = logging.getLogger("torch_drt.cache")
 
 
-def create(path: str | Path, flags: int, mode: int) -> int:
+def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
     """``os.open`` that never follows a link (another user's link to a file of ours is refused, ``ELOOP``), with
     ``mode`` applied whatever the umask where it grants the group access (a cache shared on purpose) to a regular
-    file of this user; a file another user created keeps its mode."""
-    fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    file of this user; a file another user created keeps its mode. ``remake`` makes a missing directory again."""
+    try:
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+        except FileNotFoundError:
+            if remake is None or not flags & os.O_CREAT:
+                raise
+            remake()
+            fd = os.open(path, flags | os.O_NOFOLLOW, mode)
+    except PermissionError as e:
+        raise not_shared(path, e) from None
     if mode & 0o070:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
@@ -26,13 +40,43 @@ def create(path: str | Path, flags: int, mode: int) -> int:
 
 
 @contextlib.contextmanager
-def locked(path: Path, flags: int = fcntl.LOCK_EX, mode: int = 0o600) -> Iterator[int]:
-    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+def locked(
+    path: Path, mode: int = 0o600, wait: float | None = None, remake: Callable[[], None] | None = None
+) -> Iterator[bool]:
+    """Hold the exclusive lock of ``path`` (the holder's pid is written into it); True when held. After ``wait``
+    seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
+    logs the holder's pid; the callers' work is safe without it, only done twice. ``remake`` makes the lock's
+    directory again when it is missing (removed while in use)."""
+    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
     try:
-        fcntl.flock(fd, flags)
-        yield fd
+        held = _wait_for(fd, wait)
+        if held:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
+        else:
+            holder = os.pread(fd, 20, 0).decode(errors="replace").strip() or "unknown"
+            logger.warning("node cache lock %s: held for over %.0f s by pid %s (stopped or hung?); going on without "
+                           "it", path, wait, holder)
+        yield held
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def _wait_for(fd: int, wait: float | None) -> bool:
+    if wait is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return True
+    deadline, pause = time.monotonic() + wait, 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
 
 
 def remove_unused(path: Path) -> bool:
@@ -77,3 +121,51 @@ def disk_full(directory: Path, shown: str, size: int) -> OSError:
         f"node cache {directory}: no space left on the device for {shown} ({size:,} bytes); free space there, "
         "lower RemoteConfig.cache_limit, or choose another cache_dir",
     )
+
+
+def not_shared(path: str | Path, error: OSError) -> PermissionError:
+    """The error for a node-cache file this user may not open: another user made it and did not share it."""
+    return PermissionError(
+        error.errno, f"node cache file {path}: {error.strerror}; another user made it and does not share it with "
+        "you: give every user of this directory RemoteConfig(shared_node_cache=True) (a group shares it), or use "
+        "a cache_dir of your own"
+    )
+
+
+def too_large(directory: Path, limit: int, shown: str, size: int) -> ValueError:
+    return ValueError(
+        f"{shown} is {size:,} bytes, more than the node cache's limit of {limit:,} bytes ({directory}): raise "
+        "RemoteConfig.cache_limit, or read it by ranges (RemoteConfig(read_mode='ranges'))"
+    )
+
+
+def entries(directory: Path) -> list[tuple[float, int, Path]]:
+    """(mtime, size, path) of each file in ``directory`` (none when it is missing)."""
+    out = []
+    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as it:
+        for entry in it:
+            with contextlib.suppress(FileNotFoundError):
+                st = entry.stat(follow_symlinks=False)
+                out.append((st.st_mtime, st.st_size, Path(entry.path)))
+    return out
+
+
+def evict(directory: Path, limit: int, need: int, abandoned: Callable[[str], bool]) -> tuple[int, int]:
+    """Remove the node cache's abandoned downloads, then its least recently used files nobody holds until ``need``
+    more bytes fit under ``limit``; returns the bytes freed and the bytes held after (``NodeCache.evict``)."""
+    usage = 0
+    for _, size, path in entries(directory / "tmp"):
+        if abandoned(path.name.split(".", 1)[0]):
+            path.unlink(missing_ok=True)
+        else:
+            usage += size
+    data = sorted(entries(directory / "data"))
+    usage += sum(size for _, size, _ in data)
+    freed = 0
+    for _, size, path in data:
+        if usage + need <= limit:
+            break
+        if remove_unused(path):
+            usage -= size
+            freed += size
+    return freed, usage

@@ -114,6 +114,12 @@ class StreamMode(LoaderMode):
             worker_init=settings["worker_init_fn"],
         )
 
+    def close(self) -> None:
+        """Stop the workers, and the prefetch this process's reads planned (an abandoned loader downloads
+        nothing more)."""
+        super().close()
+        self.fetcher.stop_prefetch()
+
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
         return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.DONE_KEY: 0}}
 

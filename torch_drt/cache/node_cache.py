@@ -10,11 +10,13 @@ Layout under the directory::
 
 A download goes to a temporary name, is checked (size and checksum), synced and renamed into ``data/``: a killed
 downloader leaves only a temporary file, which the next downloader of that file (or an eviction pass) removes.
-Processes wanting the same file queue on its lock, so it is downloaded once. A reader holds a shared ``flock`` on
-every file it maps; eviction takes files least recently used first (by mtime, refreshed when a file is opened;
-a file no planned read of a process wants any more, and no other reader holds, is demoted: its mtime is set a
-month back) and skips any it cannot lock exclusively, so a file in use is never pulled from under its reader. A
-reader that opened a file just as it was evicted notices (its link count is 0) and fetches it again. The directory
+Processes wanting the same file queue on its lock, so it is downloaded once. A read holds a shared ``flock`` on the
+file it copies from (an idle map holds none); eviction takes files least recently used first (by mtime, refreshed
+when a file is opened; a file no planned read of a process wants any more, and no other reader holds, is demoted:
+its mtime is set a month back) and skips any it cannot lock exclusively, so a file in use is never pulled from
+under its reader. A reader that maps a file just as it was evicted notices (its link count is 0) and fetches it
+again. A prefetch is not downloaded when it does not fit under the limit; a file larger than the limit is refused.
+The directory
 is private to its user (``0700``, files ``0600``; one found that another user owns or may write is refused:
 ``_node_dir``) unless a group shares it on purpose.
 """
@@ -33,7 +35,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch_drt.cache._node_dir import file_mode, prepare
-from torch_drt.cache._node_files import create, disk_full, free, locked, preallocate, remove_unused
+from torch_drt.cache._node_files import (
+    create,
+    disk_full,
+    entries,
+    evict,
+    free,
+    locked,
+    not_shared,
+    preallocate,
+    too_large,
+)
+from torch_drt.cache._node_small import ManifestCopies
 from torch_drt.cache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
@@ -41,10 +54,11 @@ __all__ = ["NodeCache", "PinnedFile"]
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}
+_WAIT = 60.0  # RemoteConfig.lock_wait's default
 _DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
 
 
-class NodeCache:
+class NodeCache(ManifestCopies):
     """The node-local cache of remote files (see the module docstring for the protocol).
 
     Args:
@@ -52,25 +66,51 @@ class NodeCache:
             writable by nobody else: ``torch_drt.cache._node_dir``); must be local to the node.
         limit: bytes the cache may hold.
         group: share the cache with the directory's group on purpose (``2770`` directories, ``0660`` files).
+        lock_wait: seconds to wait for another process's lock (a download, the space accounting, a manifest copy)
+            before going on without it (a download is then done again here) and logging the holder's pid; None
+            waits forever.
 
     Raises:
         PermissionError: when the directory belongs to another user or others may write into it.
     """
 
-    def __init__(self, directory: str | Path, limit: int, group: bool = False) -> None:
+    def __init__(self, directory: str | Path, limit: int, group: bool = False, lock_wait: float | None = _WAIT) -> None:
         self.directory = Path(directory)
         self.limit = int(limit)
         self.group = group
+        self.lock_wait = lock_wait
         self._mode = file_mode(group)
         self._data = str(self.directory / "data")  # the verified files' directory (as a string: pins are hot)
         prepare(self.directory, group)
 
+    def _remake(self) -> None:
+        """Make the directory (or the part of it) removed while in use again, with the same checks."""
+        logger.warning("node cache %s: its directory was emptied or removed while in use; making it again",
+                       self.directory)
+        prepare(self.directory, self.group)
+
+    def _lock(self, name: str) -> contextlib.AbstractContextManager[bool]:
+        return locked(self.directory / name, self._mode, self.lock_wait, self._remake)
+
+    def _create(self, path: Path, flags: int) -> int:
+        return create(path, flags, self._mode, self._remake)
+
+    def _again(self, step: Callable[[], None]) -> None:
+        """``step()``, once more after making the directory again when a part of it is missing."""
+        try:
+            step()
+        except FileNotFoundError:
+            self._remake()
+            step()
+
     @classmethod
-    def shared(cls, directory: str | Path, limit: int, group: bool = False) -> NodeCache:
-        """The one instance of this process for ``directory``, ``limit`` and ``group``."""
-        key = (str(Path(directory).absolute()), int(limit), os.getpid(), group)
+    def shared(
+        cls, directory: str | Path, limit: int, group: bool = False, lock_wait: float | None = _WAIT
+    ) -> NodeCache:
+        """The one instance of this process for these arguments."""
+        key = (str(Path(directory).absolute()), int(limit), os.getpid(), group, lock_wait)
         if key not in _SHARED:
-            _SHARED[key] = cls(directory, limit, group)
+            _SHARED[key] = cls(directory, limit, group, lock_wait)
         return _SHARED[key]
 
     def __repr__(self) -> str:
@@ -93,6 +133,8 @@ class NodeCache:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except PermissionError as e:
+            raise not_shared(path, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)
@@ -129,6 +171,10 @@ class NodeCache:
         finally:
             os.close(fd)
 
+    def discard(self, key: str) -> None:
+        """Remove the verified file ``key`` whoever holds it (it is damaged: readers that map it see it gone)."""
+        Path(self._file(key)).unlink(missing_ok=True)
+
     def has(self, key: str, size: int | None) -> bool:
         """True when ``key`` is here (with ``size`` bytes, unless None)."""
         try:
@@ -146,7 +192,8 @@ class NodeCache:
         download: Callable[[int], None],
         check: Callable[[Path], None],
         shown: str,
-    ) -> None:
+        optional: bool = False,
+    ) -> bool:
         """Make sure the verified file ``key`` is here: wait for another process downloading it, or download it.
 
         Args:
@@ -155,27 +202,41 @@ class NodeCache:
             download: writes the file's bytes into the descriptor it is given.
             check: raises (a ``CacheCorruptError``, say) when the downloaded file is not the expected one.
             shown: the file's URL, for messages.
+            optional: nobody waits for the file (a prefetch): it is not downloaded when it does not fit under the
+                limit now (every other file is in use or downloading).
+
+        Returns:
+            True when the file is here; False when ``optional`` and there was no room for it.
 
         Raises:
+            ValueError: when the file is larger than the cache's limit (nothing is evicted or reserved).
             OSError: with errno ENOSPC when the node's disk is full (nothing is left behind); whatever
                 ``download`` and ``check`` raise (the temporary file is removed first).
         """
+        if size is not None and size > self.limit:
+            raise too_large(self.directory, self.limit, shown, size)
         if self.has(key, size):
-            return
-        with locked(self.directory / "locks" / f"{key}.lock", mode=self._mode):
+            return True
+        with self._lock(f"locks/{key}.lock") as held:
             if self.has(key, size):  # another process downloaded it while this one waited
-                return
-            self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
-            tmp = self._reserve(key, size, shown)
+                return True
+            if held:
+                self._remove_tmp(key)  # a killed downloader's leftovers (this process holds the file's lock)
+            tmp = self._reserve(key, size, shown, optional)
+            if tmp is None:
+                return False
             try:
                 fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     download(fd)
                     os.fdatasync(fd)
+                    if size is None:  # its size is known now: make it fit under the limit with the others
+                        self._fit(os.fstat(fd).st_size, shown)
                 finally:
                     os.close(fd)
                 check(tmp)
-                os.rename(tmp, self.path(key))
+                self._again(lambda: os.rename(tmp, self.path(key)))
+                return True
             except OSError as e:
                 tmp.unlink(missing_ok=True)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -185,13 +246,22 @@ class NodeCache:
                 tmp.unlink(missing_ok=True)
                 raise
 
-    def _reserve(self, key: str, size: int | None, shown: str) -> Path:
-        """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size."""
+    def _fit(self, size: int, shown: str) -> None:
+        """After a download of unknown size: evict until the cache, the downloaded file included, fits."""
+        if size > self.limit:
+            raise too_large(self.directory, self.limit, shown, size)
+        with self._lock(".space.lock"):
+            self.evict(0)
+
+    def _reserve(self, key: str, size: int | None, shown: str, optional: bool = False) -> Path | None:
+        """Make room for ``size`` bytes (evicting) and create the download's temporary file at full size; None
+        when ``optional`` and the room is not there."""
         tmp = self.directory / "tmp" / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
-        with locked(self.directory / ".space.lock", mode=self._mode):
+        with self._lock(".space.lock"):
             size = size or 0
-            self.evict(size)
-            fd = create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
+            if self._evict(size)[1] + size > self.limit and optional:
+                return None
+            fd = self._create(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
             try:
                 try:
                     preallocate(fd, size)
@@ -216,39 +286,19 @@ class NodeCache:
 
     def usage(self) -> int:
         """Bytes held: verified files and downloads in progress."""
-        return sum(size for _, size, _ in self._entries("data")) + sum(size for _, size, _ in self._entries("tmp"))
-
-    def _entries(self, sub: str) -> list[tuple[float, int, Path]]:
-        out = []
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.directory / sub) as it:
-            for entry in it:
-                with contextlib.suppress(FileNotFoundError):
-                    st = entry.stat(follow_symlinks=False)
-                    out.append((st.st_mtime, st.st_size, Path(entry.path)))
-        return out
+        return sum(size for sub in ("data", "tmp") for _, size, _ in entries(self.directory / sub))
 
     def evict(self, need: int = 0) -> int:
         """Remove least recently used files nobody holds until ``need`` more bytes fit under the limit; also remove
         abandoned downloads. Call it under the space lock (``fetch`` does). Returns the bytes freed."""
-        usage = 0
-        for _, size, path in self._entries("tmp"):
-            key = path.name.split(".", 1)[0]
-            if self._abandoned(key):
-                path.unlink(missing_ok=True)
-            else:
-                usage += size
-        data = sorted(self._entries("data"))
-        usage += sum(size for _, size, _ in data)
-        freed = 0
-        for _, size, path in data:
-            if usage + need <= self.limit:
-                break
-            if remove_unused(path):
-                usage -= size
-                freed += size
+        return self._evict(need)[0]
+
+    def _evict(self, need: int) -> tuple[int, int]:
+        """``evict``: the bytes freed, and the bytes held after."""
+        freed, usage = evict(self.directory, self.limit, need, self._abandoned)
         if usage + need > self.limit:
             logger.info("node cache %s holds %d bytes in use; over its limit of %d", self.directory, usage, self.limit)
-        return freed
+        return freed, usage
 
     def downloading(self, key: str) -> bool:
         """True while a process of the node (this one included) downloads ``key``."""
@@ -256,31 +306,8 @@ class NodeCache:
 
     def _abandoned(self, key: str) -> bool:
         """True when nobody downloads ``key`` now (its lock is free)."""
-        fd = create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, self._mode)
+        fd = self._create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         try:
             return free(fd)
         finally:
             os.close(fd)
-
-    # -- small files ------------------------------------------------------------------------------------------
-
-    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None]) -> bytes | None:
-        """The small file ``name`` (a manifest), fetched by one process of the node and reused for ``ttl`` seconds.
-        A missing file (``fetch`` returns None) is not remembered: it may be published any moment."""
-        path = self.directory / "small" / name
-        with locked(self.directory / "locks" / f"small-{name}.lock", mode=self._mode):
-            with contextlib.suppress(FileNotFoundError):
-                if time.time() - os.stat(path).st_mtime < ttl:
-                    return path.read_bytes()
-            data = fetch()
-            if data is not None:
-                tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-                fd = create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, self._mode)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            return data
-
-    def forget(self, name: str) -> None:
-        """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
-        (self.directory / "small" / name).unlink(missing_ok=True)

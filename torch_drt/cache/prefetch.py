@@ -3,9 +3,10 @@
 A loader knows its future (its order is a pure function of seed, epoch and position), so it hands the prefetcher
 the shards of its next batches, in order (``update``); the prefetcher keeps at most ``concurrency`` downloads in
 flight and never looks further ahead than ``bytes_ahead`` bytes of shards (counting those already local or
-downloading). The shards within that distance that are local are held (like a reader holds the shards it maps),
-so the node cache evicts shards no planned read needs (those already read) before the ones the next batches
-read. A read that finds its shard missing asks for it first (``demand``). One prefetcher serves every remote cache
+downloading). The shards of the plan are marked recently used, and those that left it demoted, so the node cache
+evicts shards no planned read needs (those already read) before the ones the next batches read; the window holds
+no lock on them (it must not hold the node cache over its limit), so a shard evicted before its read is fetched
+again. A read that finds its shard missing asks for it first (``demand``). One prefetcher serves every remote cache
 of a process; the node cache makes the processes of a node share the downloads.
 """
 
@@ -43,17 +44,18 @@ os.register_at_fork(after_in_child=_after_fork)
 
 
 class Fetchable(Protocol):
-    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking ``fetch()``,
+    """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking
+    ``fetch(optional)`` (``optional``: nobody waits for it, so False when the node cache has no room for it now),
     ``touch()`` (marks it recently used, so that the node cache evicts it last), ``demote()`` (no planned read wants
-    it: the node cache evicts it first) and ``hold()`` (an object whose ``close()`` lets the node cache evict it
-    again; None when the file is not local)."""
+    it: the node cache evicts it first) and ``hold()`` (a mark that the file is local, whose ``close()`` releases
+    whatever it holds; None when the file is not local)."""
 
     key: str
     size: int
 
     def present(self) -> bool: ...
 
-    def fetch(self) -> None: ...
+    def fetch(self, optional: bool = False) -> bool: ...
 
     def touch(self) -> None: ...
 
@@ -77,9 +79,10 @@ class ShardPrefetcher:
         self._cond = threading.Condition()
         self._plan: list[Fetchable] = []
         self._first: list[Fetchable] = []  # after a start or a resume: the files the first read needs
-        self._urgent: collections.deque[Fetchable] = collections.deque()
+        self._urgent: collections.deque[tuple[Fetchable, bool]] = collections.deque()
         self._running: set[str] = set()
-        self._failed: set[str] = set()
+        self._failed: set[str] = set()  # failed in this plan (tried again in the next one)
+        self._deferred: set[str] = set()  # not fetched for want of room under the node cache's limit (this plan)
         self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
         self._threads: list[threading.Thread] = []
@@ -120,6 +123,8 @@ class ShardPrefetcher:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan, self._first = plan, plan[:first]
+            self._deferred.clear()  # reads moved on: files they read may be evicted now
+            self._failed.clear()  # and failed downloads are tried again (a read that needs one surfaces its error)
             self._hold_ahead()
             if self._due():
                 self._start()
@@ -144,7 +149,7 @@ class ShardPrefetcher:
     def _due(self) -> bool:
         """Whether a file within the bytes ahead may need downloading (under the lock; held files are local)."""
         return any(f.key not in self._held and f.key not in self._running and f.key not in self._failed
-                   for f in self._ahead())
+                   and f.key not in self._deferred for f in self._ahead())
 
     def _hold_ahead(self) -> None:
         """Hold the local files within the bytes ahead, release the others (under the lock); once the first read's
@@ -158,12 +163,14 @@ class ShardPrefetcher:
         if self._first and all(f.key in self._held or f.key in self._failed for f in self._first):
             self._first = []
 
-    def demand(self, file: Fetchable) -> None:
-        """Fetch ``file`` before anything planned (a read needs it now); a no-op when it is being fetched."""
+    def demand(self, file: Fetchable, waited: bool = True) -> None:
+        """Fetch ``file`` before anything planned (a read needs it now: it waits for it, or, not ``waited``, is
+        served by byte ranges meanwhile and the file downloads only if the node cache has room); a no-op when it
+        is being fetched."""
         with self._cond:
             if file.key in self._running or file.key in self._failed:
                 return
-            self._urgent.append(file)
+            self._urgent.append((file, waited))
             self._start()
             self._cond.notify()
 
@@ -178,35 +185,40 @@ class ShardPrefetcher:
             thread.start()
             self._threads.append(thread)
 
-    def _next(self) -> Fetchable | None:
-        """The next file to download (under the lock), or None when nothing is due."""
+    def _next(self) -> tuple[Fetchable, bool] | None:
+        """The next file to download and whether a read waits for it (under the lock), or None when nothing is
+        due."""
         while self._urgent:
-            file = self._urgent.popleft()
+            file, waited = self._urgent.popleft()
             if file.key not in self._running and not file.present():
-                return file
+                return file, waited
         for file in self._ahead():
             key = file.key
-            if key in self._held or key in self._running or key in self._failed or file.present():
-                continue  # a held file is local (held files cannot be evicted): no need to look
-            return file
+            if key in self._running or key in self._failed or key in self._deferred or file.present():
+                continue  # (a file found local earlier may have been evicted since: present() looks again)
+            return file, False
         return None
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                file = self._next()
-                while file is None:
+                task = self._next()
+                while task is None:
                     self._cond.wait()
-                    file = self._next()
+                    task = self._next()
+                file, waited = task
                 self._running.add(file.key)
             try:
-                file.fetch()
+                fetched = file.fetch(optional=not waited)
             except Exception as e:  # a read that needs the file surfaces the error itself
                 logger.info("prefetching %s failed: %s", file.key, e)
                 with self._cond:
                     self._failed.add(file.key)
             else:
                 with self._cond:
+                    if not fetched:  # no room under the node cache's limit now: the next plan tries again
+                        self._deferred.add(file.key)
+                        continue
                     self.fetched += 1
                     ramping = bool(self._first)
                     self._hold_ahead()

@@ -80,6 +80,12 @@ class ReadAhead:
         _, first = np.unique(planned, return_index=True)
         self.reader.prefetch(planned[np.sort(first)], first=len(view[0][1]) if starting else 0)
 
+    def stop(self) -> None:
+        """Withdraw the plan (the loader is closed): downloads in flight finish, no further one starts."""
+        if self.active and self._view:
+            self._view.clear()
+            self.reader.prefetch(np.empty(0, dtype=np.int64))
+
     def _groups(self, k: int, n: int) -> list[np.ndarray]:
         """The shard groups of each row of batches ``k .. k+n-1`` (fewer past the last batch)."""
         if n <= 0:

@@ -60,8 +60,25 @@ class _OpenedCache:
             self.index_file.check()
         return self.index[sample_ids] if field is None else self.index[field][sample_ids]
 
+    def _again(self, error: CacheCorruptError, sample_ids: np.ndarray) -> None:
+        """After a read of ``sample_ids`` failed its checks: let the shards read replace damaged local copies
+        (``StoredFile.recheck``); ``error`` stands when none was."""
+        if self.backend.stats_cheaply or not sample_ids.size:  # local files: nothing is a copy
+            raise error
+        shards = np.unique(self.index["shard"][sample_ids]).tolist()
+        if not any([self.shards[s].recheck() for s in shards if 0 <= s < len(self.shards)]):
+            raise error
+
     def gather(self, sample_ids: np.ndarray) -> list[bytes]:
-        """The verified, decompressed payloads of ``sample_ids``, in order."""
+        """The verified, decompressed payloads of ``sample_ids``, in order (a damaged local copy of a remote
+        shard is fetched anew, once)."""
+        try:
+            return self._gather(sample_ids)
+        except CacheCorruptError as e:
+            self._again(e, sample_ids)
+        return self._gather(sample_ids)
+
+    def _gather(self, sample_ids: np.ndarray) -> list[bytes]:
         entries = self.entries(sample_ids)
         starts = entries["offset"].tolist()
         ends = (entries["offset"] + entries["length"]).tolist()
@@ -100,7 +117,15 @@ class _OpenedCache:
             raise
 
     def gather_into(self, sample_ids: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
-        """Copy equal-length, uncompressed payloads of ``sample_ids`` into ``out[rows]``, then verify them."""
+        """Copy equal-length, uncompressed payloads of ``sample_ids`` into ``out[rows]``, then verify them (a
+        damaged local copy of a remote shard is fetched anew, once)."""
+        try:
+            return self._gather_into(sample_ids, out, rows)
+        except CacheCorruptError as e:
+            self._again(e, sample_ids)
+        return self._gather_into(sample_ids, out, rows)
+
+    def _gather_into(self, sample_ids: np.ndarray, out: np.ndarray, rows: np.ndarray) -> None:
         entries = self.entries(sample_ids)
         width = out.shape[1]
         if self.decompress is not None:

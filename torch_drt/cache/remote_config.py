@@ -36,16 +36,18 @@ class RemoteConfig:
         cache_dir: the node-local cache directory (default: ``$TORCH_DRT_NODE_CACHE``, else
             ``<tempdir>/torch_drt-node-cache-<uid>``). Use a local disk: file locks coordinate its users.
         cache_limit: bytes the node cache may hold (default: ``$TORCH_DRT_NODE_CACHE_BYTES``, else half the size of
-            the file system holding ``cache_dir``). A shard in use is never evicted, so it is exceeded by at most
-            the shards readers hold open.
+            the file system holding ``cache_dir``). Its files (verified and downloading) stay within it plus the
+            files reads hold at that moment (a shard while a read copies records out of it; the index of each
+            open cache) and the downloads reads wait for: idle maps and prefetches hold nothing over it (see
+            ``docs/remote-caches.md``). A file larger than the limit is a ``ValueError``.
         read_mode: ``"shards"`` downloads whole shards into the node cache (a read that misses is served by
             byte ranges while its shard downloads); ``"ranges"`` reads every batch with coalesced byte-range
             requests and keeps no shard copy (for sparse or weighted sampling).
         prefetch_shards: shard downloads in flight per process.
         prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
-        open_shards: idle shards a process keeps mapped, one map per file for all its datasets (each held open is
-            exempt from eviction).
+        open_shards: idle shards a process keeps mapped, one map per file for all its datasets (an idle map does
+            not keep its file from eviction: a read finding it evicted fetches it again).
         chunk_bytes: size of the byte-range requests one shard download is split into.
         range_gap: ranges closer than this are fetched in one request.
         range_max: the largest request coalescing may build.
@@ -55,6 +57,9 @@ class RemoteConfig:
         retries: further attempts after a transient failure (``torch_drt.sources.retry``).
         backoff: base wait before a retry, in seconds (doubling, with jitter).
         max_backoff: longest wait before a retry.
+        lock_wait: seconds a process waits for another's lock on a node-cache file (a download, the space
+            accounting, a manifest copy) before it goes on without it, downloading the file itself, and logs the
+            holder's pid (a stopped or hung process does not block the node).
         manifest_ttl: seconds a fetched manifest is reused by the node's processes before it is fetched again.
         upload_concurrency: files uploaded at once when publishing to a URL.
         stale_writer_after: seconds without a heartbeat after which another writer's claim on a cache name is
@@ -90,6 +95,7 @@ class RemoteConfig:
     backoff: float = 0.2
     max_backoff: float = 10.0
     manifest_ttl: float = 60.0
+    lock_wait: float = 60.0
     upload_concurrency: int = 8
     stale_writer_after: float = 3600.0
     conditional_writes: bool | None = None
@@ -104,7 +110,7 @@ class RemoteConfig:
         for name in ("prefetch_shards", "lookahead_batches", "open_shards", "chunk_bytes", "range_max",
                      "ranges_in_flight", "upload_concurrency", "prefetch_bytes"):
             _positive(name, getattr(self, name))
-        for name in ("timeout", "connect_timeout"):
+        for name in ("timeout", "connect_timeout", "lock_wait"):
             _positive(name, getattr(self, name), integer=False)
         for name in ("backoff", "max_backoff", "manifest_ttl", "stale_writer_after", "claim_settle"):
             _positive(name, getattr(self, name), integer=False, zero=True)

@@ -3,7 +3,10 @@
 Two datasets of one remote cache in a process (a training and a validation loader, a cache opened again to
 resume) read a shard through one map: one descriptor, one shared lock, page tables filled once. Idle maps stay,
 least recently used first, up to ``RemoteConfig.open_shards`` of them (maps held for a reader's life, the index,
-do not count); a forked child keeps only those (it closes its copies of the others).
+do not count); a forked child keeps only those (it closes its copies of the others). An idle map holds no lock:
+the node cache may evict its file (its limit is not held up by maps nobody reads); the next read of it locks it
+again and, finding it evicted, maps the file anew (after fetching it), and a new map closes the idle maps of
+evicted files (so that their disk space is freed).
 """
 
 from __future__ import annotations
@@ -48,8 +51,10 @@ class OpenMaps:
         """
         with self._lock:
             mapped = self._maps.get(key)
-            if mapped is not None:
+            if mapped is not None and (mapped.users or mapped.pinned.relock()):
                 return self._use(key, mapped, cap, keep)
+            if mapped is not None:  # evicted while idle: its map is of a file no longer in the cache
+                self._close(key)
         pinned = pin()  # outside the lock: the system calls of one file do not hold up the others' reads
         if pinned is None:
             return None
@@ -58,10 +63,16 @@ class OpenMaps:
             if mapped is None:
                 mapped = self._maps[key] = Mapped(pinned)
                 pinned = None
+                for old in [k for k, m in self._maps.items() if not m.users and m.pinned.gone()]:
+                    self._close(old)  # idle maps of evicted files: their disk space is freed now
             out = self._use(key, mapped, cap, keep)
         if pinned is not None:  # another thread mapped it meanwhile
             pinned.close()
         return out
+
+    def _close(self, key: MapKey) -> None:
+        with contextlib.suppress(OSError):
+            self._maps.pop(key).pinned.close()
 
     def _use(self, key: MapKey, mapped: Mapped, cap: int, keep: bool) -> Mapped:
         mapped.users += 1
@@ -72,8 +83,7 @@ class OpenMaps:
         counted = sum(1 for m in self._maps.values() if not m.kept)
         idle = [k for k, m in self._maps.items() if m.users == 0 and not m.kept]
         for old in idle[: max(0, counted - cap)]:
-            with contextlib.suppress(OSError):
-                self._maps.pop(old).pinned.close()
+            self._close(old)
         return mapped
 
     def done(self, key: MapKey, keep: bool = False) -> None:
@@ -83,12 +93,18 @@ class OpenMaps:
             if mapped is not None:
                 mapped.users -= 1
                 mapped.kept -= keep
+                if not mapped.users:  # idle: the node cache may evict it (the next read relocks and checks)
+                    with contextlib.suppress(OSError):
+                        mapped.pinned.unlock()
 
     def view(self, key: MapKey) -> memoryview | None:
-        """A buffer over the map of ``key`` (it keeps the mapping alive, even once unmapped here), or None."""
+        """A buffer over the map of ``key`` (it keeps the mapping alive, even once unmapped here), or None (not
+        mapped, or its file evicted since the map went idle)."""
         with self._lock:
             mapped = self._maps.get(key)
-            return None if mapped is None else memoryview(mapped.pinned.map)
+            if mapped is None or not (mapped.users or not mapped.pinned.gone()):
+                return None  # not mapped, or an idle map of a file evicted since
+            return memoryview(mapped.pinned.map)
 
     def size(self, key: MapKey) -> int | None:
         """The size of the mapped file ``key`` now, or None when it is not mapped."""

@@ -6,6 +6,8 @@ The maps are the process's (``_open_maps``): one per node-cache file whatever th
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,13 +15,14 @@ from typing import TYPE_CHECKING
 from torch_drt.cache.backends._open_maps import MapKey, Mapped, maps
 from torch_drt.cache.backends.base import StoredFile
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.node_cache import PinnedFile
 from torch_drt.checksums import sha256_file, xxh3_128_hex
 
 if TYPE_CHECKING:
     from torch_drt.cache.backends.remote import RemoteBackend
 
-__all__ = ["RemoteFile", "keep_mapped_only", "verify_download"]
+__all__ = ["RemoteFile", "damaged_again", "keep_mapped_only", "verify_download"]
+
+logger = logging.getLogger("torch_drt.cache")
 
 
 def keep_mapped_only(keys: set[str]) -> None:
@@ -27,14 +30,37 @@ def keep_mapped_only(keys: set[str]) -> None:
     maps().keep_only(keys)
 
 
-def verify_download(path: Path, checksum: tuple[str, str], where: str | Path) -> None:
-    """Raise ``CacheCorruptError`` unless the file at ``path`` has the checksum the manifest records."""
+def verify_download(path: Path | bytes, checksum: tuple[str, str], where: str | Path) -> None:
+    """Raise ``CacheCorruptError`` unless the file at ``path`` (or the bytes read from it) has the checksum the
+    manifest records."""
     algo, expected = checksum
-    actual = sha256_file(path) if algo == "sha256" else xxh3_128_hex(path.read_bytes())
+    if isinstance(path, bytes):
+        actual = hashlib.sha256(path).hexdigest() if algo == "sha256" else xxh3_128_hex(path)
+    else:
+        actual = sha256_file(path) if algo == "sha256" else xxh3_128_hex(path.read_bytes())
     if actual != expected:
         raise CacheCorruptError(
             where, f"{algo} of the downloaded file is {actual}, the manifest records {expected} (damaged?)"
         )
+
+
+def damaged_again(path: Path, where: str | Path, damage: str) -> CacheCorruptError:
+    """The error for a node-cache copy found damaged after it was already fetched anew once: it names the local
+    file (the remote one was verified twice)."""
+    return CacheCorruptError(
+        path, f"the node cache's copy of {where} was damaged again after it was fetched anew ({damage}); check the "
+        "node's disk, or remove the file"
+    )
+
+
+class _Local:
+    """The prefetcher's mark of a file found local (nothing to release)."""
+
+    def close(self) -> None:
+        pass
+
+
+_LOCAL = _Local()
 
 
 class RemoteFile(StoredFile):
@@ -51,14 +77,16 @@ class RemoteFile(StoredFile):
         self.key = f"{checksum[0]}-{checksum[1]}"
         self.downloadable = checksum[0] in ("sha256", "xxh3_128")
         self._kept: Mapped | None = None  # mapped for the reader's life (the index), outside the open-shards budget
+        self._replaced = False  # the node cache's copy was found damaged and fetched anew (once per file)
 
     def present(self) -> bool:
         """True when the node cache holds the verified file."""
         return self.backend.node.has(self.key, self.size)
 
-    def hold(self) -> PinnedFile | None:
-        """Hold the node cache's copy against eviction (without mapping it); None when it is not there."""
-        return self.backend.node.pin(self.key, self.size, mapped=False)
+    def hold(self) -> _Local | None:
+        """A mark that the node cache holds the file now (the prefetcher keeps it for the files of its window; it
+        holds no lock: the window must not hold the node cache over its limit); None when it is not there."""
+        return _LOCAL if self.present() else None
 
     def touch(self) -> None:
         """Mark the node cache's copy recently used (no-op when it is not there)."""
@@ -68,15 +96,43 @@ class RemoteFile(StoredFile):
         """Let the node cache evict its copy before the files still wanted (no-op when it is not there)."""
         self.backend.node.demote(self.key)
 
-    def fetch(self) -> None:
-        """Download the file into the node cache (or wait for the process of the node that does)."""
+    def fetch(self, optional: bool = False) -> bool:
+        """Download the file into the node cache (or wait for the process of the node that does); with
+        ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not)."""
         backend = self.backend
-        backend.node.fetch(
-            self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size), self._check, str(self.where)
-        )
+        return backend.node.fetch(self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size),
+                                  self._check, str(self.where), optional)
 
     def _check(self, path: Path) -> None:
         verify_download(path, self.checksum, self.where)
+
+    def recheck(self) -> bool:
+        """After a read failed its checks: verify the node cache's copy again; a damaged one (a disk fault, a
+        hand edit after it was verified) is removed and fetched anew, once. Unmapped first either way, so that
+        a read again maps the file the node cache holds now.
+
+        Raises:
+            CacheCorruptError: naming the local copy, when it was damaged again after it was fetched anew.
+        """
+        if not self.downloadable:
+            return False
+        self.release()
+        node = self.backend.node
+        if not node.has(self.key, self.size):
+            return False
+        path = node.path(self.key)
+        try:
+            self._check(path)
+            return False  # the copy is the verified file: the fault lies elsewhere (the index, the remote file)
+        except CacheCorruptError as e:
+            damage = e.reason
+        if self._replaced:
+            raise damaged_again(path, self.where, damage)
+        logger.warning("node cache copy %s of %s is damaged (%s): fetching it again", path, self.where, damage)
+        self._replaced = True
+        node.discard(self.key)
+        self.fetch()
+        return True
 
     def _map_key(self) -> MapKey:
         return (str(self.backend.node.directory), self.key)

@@ -48,6 +48,15 @@ class StoredFile(ABC):
     def close(self) -> None:  # noqa: B027 - optional for backends that hold nothing
         """Release what the file holds."""
 
+    def recheck(self) -> bool:
+        """After a read of this file failed its checks: True when a local copy was found damaged and replaced
+        (read again); False when there is nothing to replace (the error stands).
+
+        Raises:
+            CacheCorruptError: naming the local copy, when it was damaged again after it was replaced.
+        """
+        return False
+
 
 class CacheBackend(ABC):
     """The files of one cache, addressed by paths relative to it (``"manifest.json"``, ``"shards/000000.bin"``).

@@ -16,13 +16,14 @@ no shard copy.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
 from torch_drt.cache.backends._ranges import coalesce
-from torch_drt.cache.backends._remote_file import RemoteFile, keep_mapped_only, verify_download
+from torch_drt.cache.backends._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
 from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.node_cache import NodeCache
@@ -34,6 +35,7 @@ __all__ = ["RemoteBackend", "RemoteFile"]
 
 _MANIFESTS = frozenset({"manifest.json", "cacheset.json"})
 _INDEX = "index.bin"
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")  # botocore's endpoint settings
 
 
 class RemoteBackend(CacheBackend):
@@ -77,7 +79,8 @@ class RemoteBackend(CacheBackend):
         local = self._local
         if local is None or local[0] != os.getpid():
             config = self.config
-            node = NodeCache.shared(config.node_cache_dir(), config.node_cache_limit(), config.shared_node_cache)
+            node = NodeCache.shared(config.node_cache_dir(), config.node_cache_limit(), config.shared_node_cache,
+                                    config.lock_wait)
             local = self._local = (os.getpid(), node, ShardPrefetcher.shared(config.prefetch_shards,
                                                                              config.bytes_ahead()))
         return local
@@ -119,37 +122,62 @@ class RemoteBackend(CacheBackend):
         if checksum is None or not checksum[1]:
             data = self._small(rel, limit)
         else:
-            key, where = f"{checksum[0]}-{checksum[1]}", self.where(rel)
-            for _ in range(3):  # evicted between the fetch and the read: fetch again
-                self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
-                                lambda path: verify_download(path, checksum, where), where)
-                try:
-                    data = self.node.path(key).read_bytes()
-                    break
-                except FileNotFoundError:
-                    continue
-            else:
-                raise CacheCorruptError(where, "the node cache lost the file three times in a row")
+            data = self._through_node(rel, limit, checksum)
         if len(data) > limit:
             raise CacheCorruptError(self.where(rel), f"file is more than the {limit} bytes allowed")
         return data
 
+    def _through_node(self, rel: str, limit: int, checksum: tuple[str, str]) -> bytes:
+        """A content-addressed file read from its node-cache copy, verified as read: a copy damaged since it was
+        verified is removed and fetched anew, once.
+
+        Raises:
+            CacheCorruptError: naming the local copy when it is damaged again after that.
+        """
+        key, where, replaced = f"{checksum[0]}-{checksum[1]}", self.where(rel), False
+        for _ in range(3):  # evicted between the fetch and the read: fetch again
+            self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
+                            lambda path: verify_download(path, checksum, where), where)
+            path = self.node.path(key)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            try:
+                verify_download(data, checksum, path)
+                return data
+            except CacheCorruptError as e:
+                if replaced:
+                    raise damaged_again(path, where, e.reason) from None
+                replaced = True
+                self.node.discard(key)
+        raise CacheCorruptError(where, "the node cache lost the file three times in a row")
+
     def _fetch_whole(self, rel: str, limit: int) -> bytes:
         return self._run(lambda: self.store.read(rel, limit), rel)
 
+    def _small_name(self, rel: str) -> str:
+        """The node cache's name for the copy of manifest ``rel``: a digest of where it is read from (its URL,
+        the storage options, endpoint and credentials included, and the endpoint set by the environment), so that
+        one URL at two endpoints is two objects; nothing of it can be read back from the name."""
+        env = {k: os.environ.get(k) for k in _ENDPOINT_ENV} if self.store.scheme in ("s3", "s3a") else {}
+        where = json.dumps([self.where(rel), self.storage_options, env], sort_keys=True, default=repr)
+        return hashlib.sha256(where.encode()).hexdigest()[:40]
+
     def _small(self, rel: str, limit: int) -> bytes:
         """A manifest: read by one process of the node, reused by the others for ``manifest_ttl`` seconds."""
-        name = hashlib.sha256(self.where(rel).encode()).hexdigest()[:40]
         if rel not in _MANIFESTS:
             return self._fetch_whole(rel, limit)
-        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit))
+        name = self._small_name(rel)
+        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit),
+                               self.where(rel))
         if data is None:
             raise self._missing(rel)
         return data
 
     def forget(self, rel: str) -> None:
         """Drop the node's copy of a manifest (after publishing, say)."""
-        self.node.forget(hashlib.sha256(self.where(rel).encode()).hexdigest()[:40])
+        self.node.forget(self._small_name(rel))
 
     def open(
         self, rel: str, size: int, *, checksum: tuple[str, str] | None = None, ranges_ok: bool = False
@@ -222,9 +250,12 @@ class RemoteBackend(CacheBackend):
                 waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
             else:
                 remote.append((file, rows))  # a cold miss: it downloads while this read is served by ranges
-        for file, _ in [*waits, *remote]:
+        for file, _ in waits:
             if file.downloadable and shards_mode:
                 self.prefetcher.demand(file)  # all at once, ahead of anything planned
+        for file, _ in remote:
+            if file.downloadable and shards_mode:
+                self.prefetcher.demand(file, waited=False)  # served by ranges now: it downloads if there is room
         if remote:
             self._read_by_ranges(remote, starts, ends, out)
         for file, rows in waits:

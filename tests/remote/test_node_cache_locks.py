@@ -1,0 +1,79 @@
+"""A process stopped (SIGSTOP, as a scheduler's suspend does) while it holds a node-cache download lock does not
+block the node: a waiter goes on after ``lock_wait`` seconds, downloads the file itself and logs the holder's pid."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from torch_drt.cache import CacheCorruptError
+from torch_drt.cache.node_cache import NodeCache
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parents[2]
+DATA = b"shard-bytes-" * 100
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from torch_drt.cache.node_cache import NodeCache
+
+    directory, marker = sys.argv[1], Path(sys.argv[2])
+    data = b"shard-bytes-" * 100
+
+    def download(fd):
+        os.pwrite(fd, data[:500], 0)
+        marker.write_text("downloading")  # the test stops this process now, the lock held
+        time.sleep(1)
+        os.pwrite(fd, data[500:], 500)
+
+    NodeCache(directory, 1 << 20).fetch("sha256-k", len(data), download, lambda path: None, "s3://b/k")
+    print("done")
+""")
+
+
+def _check(path: Path) -> None:
+    if path.read_bytes() != DATA:
+        raise CacheCorruptError(path, "not the expected bytes")
+
+
+def test_a_stopped_lock_holder_does_not_block_the_others(tmp_path, caplog):
+    directory, marker = tmp_path / "node", tmp_path / "marker"
+    NodeCache(directory, 1 << 20)  # made by this process: the child finds it private and its own user's
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), str(marker)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = threading.Event()
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert holder.poll() is None and time.monotonic() < deadline, "the holder did not start its download"
+            time.sleep(0.02)
+        os.kill(holder.pid, signal.SIGSTOP)  # suspended while it holds the file's download lock
+        cache = NodeCache(directory, 1 << 20, lock_wait=1.0)
+
+        def fetch() -> None:
+            cache.fetch("sha256-k", len(DATA), lambda fd: os.pwrite(fd, DATA, 0), _check, "s3://b/k")
+            done.set()
+
+        with caplog.at_level(logging.WARNING, logger="torch_drt.cache"):
+            waiter = threading.Thread(target=fetch, daemon=True)
+            waiter.start()
+            waiter.join(30)
+            assert done.is_set(), "the waiter is still blocked by the stopped process's lock"
+        assert cache.path("sha256-k").read_bytes() == DATA
+        assert f"pid {holder.pid}" in caplog.text, caplog.text
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        out, _ = holder.communicate(timeout=60)
+    assert holder.returncode == 0 and out.strip() == "done"  # resumed, it finishes its own download harmlessly
+    assert cache.path("sha256-k").read_bytes() == DATA
+    assert os.listdir(directory / "tmp") == []

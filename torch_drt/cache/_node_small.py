@@ -1,0 +1,55 @@
+"""The node cache's manifest copies (``small/<name>``): fetched by one process of the node, reused for a time."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from torch_drt.cache._node_files import disk_full
+
+__all__ = ["ManifestCopies"]
+
+
+class ManifestCopies:
+    """``NodeCache``'s small files (its base: it supplies ``directory``, ``_lock``, ``_create`` and ``_again``)."""
+
+    directory: Path
+    _lock: Callable[[str], contextlib.AbstractContextManager[bool]]
+    _create: Callable[[Path, int], int]
+    _again: Callable[[Callable[[], None]], None]
+
+    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None], shown: str = "") -> bytes | None:
+        """The small file ``name`` (a manifest, from the URL ``shown``), fetched by one process of the node and reused
+        for ``ttl`` seconds. A missing file (``fetch`` returns None) is not remembered: it may be published any
+        moment.
+
+        Raises:
+            OSError: with errno ENOSPC, naming the local file and ``shown``, when the disk is full (nothing is left).
+        """
+        path = self.directory / "small" / name
+        with self._lock(f"locks/small-{name}.lock"):
+            with contextlib.suppress(FileNotFoundError):
+                if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
+                    return path.read_bytes()
+            data = fetch()
+            if data is not None:
+                tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+                try:
+                    with os.fdopen(self._create(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC), "wb") as f:
+                        f.write(data)
+                    self._again(lambda: os.replace(tmp, path))
+                except OSError as e:
+                    tmp.unlink(missing_ok=True)
+                    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                        raise disk_full(path, shown or name, len(data)) from None
+                    raise
+            return data
+
+    def forget(self, name: str) -> None:
+        """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
+        (self.directory / "small" / name).unlink(missing_ok=True)
