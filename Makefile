@@ -10,7 +10,7 @@ TORCH_PINS := torch==2.14.1 torchvision==0.29.1
 # a path entry (.pth) for the source tree rather than an import hook, so type checkers (mypy) see torch_drt too
 EDITABLE := --config-settings editable_mode=compat
 
-.PHONY: demo test lint bench venv
+.PHONY: demo test test-all lint bench venv
 
 venv: $(RUNTIME_STAMP)
 
@@ -34,6 +34,11 @@ demo: $(RUNTIME_STAMP)
 # module fixtures run once. A single test file or test runs in one process: `$(BIN)/python -m pytest tests/...`.
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# everything: the default suite plus the opt-in larger runs (-m slow: scale, every state mutation, the other
+# node-cache limit pairs)
+test-all: $(TEST_STAMP)
+	TORCH_DRT_ALL_MUTATIONS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m ''
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .

@@ -66,7 +66,7 @@ def test_states_of_version_1_still_load(runtime, cache):
 @pytest.fixture
 def dataset(runtime, tmp_path):
     return runtime.from_cache_sources([ListSource("l", 24)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
-                                      writer_config=QUIET).dataset
+                                      writer_config=QUIET)
 
 
 def test_cache_loader_states(dataset):

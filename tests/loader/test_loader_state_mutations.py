@@ -78,7 +78,7 @@ def dataset(runtime, tmp_path):
     return runtime.from_cache_sources(
         [ListSource("st", 10)], tmp_path, reader_config=drt.ReaderConfig(seed=0),
         writer_config=drt.WriterConfig(show_progress=False),
-    ).dataset
+    )
 
 
 def ids(batch):

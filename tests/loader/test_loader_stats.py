@@ -239,7 +239,7 @@ def test_a_cache_loader_records_its_stages(runtime, tmp_path, workers):
     res = runtime.from_cache_sources([ListSource("l", 40)], tmp_path, reader_config=drt.ReaderConfig(seed=3),
                                      writer_config=drt.WriterConfig(show_progress=False))
     extra = {"num_workers": 2, "multiprocessing_context": "fork"} if workers else {}
-    loader = res.dataset.to_torch_dataloader(sample_transform_fn=slow_sample_id, collate_fn=list, batch_size=4,
+    loader = res.to_torch_dataloader(sample_transform_fn=slow_sample_id, collate_fn=list, batch_size=4,
                                              shuffle=False, **extra)
     got = [x for b in loader for x in b]
     stats = loader.stats()

@@ -48,7 +48,10 @@ def _usage(directory: Path) -> int:
     return total
 
 
-@pytest.mark.parametrize(("processes", "workers"), [(1, 0), (1, 2), (4, 0), (4, 2)])
+@pytest.mark.parametrize(
+    ("processes", "workers"),  # each count once in the default suite; the other two pairs with `make test-all`
+    [(1, 0), pytest.param(1, 2, marks=pytest.mark.slow), pytest.param(4, 0, marks=pytest.mark.slow), (4, 2)],
+)
 def test_the_node_cache_stays_within_its_limit(runtime, tmp_path, moto_endpoint, processes, workers):
     n = 240
     local, url = publish_local(runtime, tmp_path, moto_endpoint, n=n, max_shard_bytes=8192, payload_bytes=600)

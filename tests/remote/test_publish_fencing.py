@@ -65,9 +65,12 @@ def _writer(name: str, n: int, opts: dict, pause: str) -> str:
             from torch_drt.cache import remote_publish
             remote_publish.put_if = put_if_stop_first
         config = drt.RemoteConfig(upload_concurrency=1, stale_writer_after={STALE}, backoff=0.01)
-        (result,) = drt.DatasetRuntime(1).write_cache(ListSource({name!r}, {n}), "s3://{BUCKET}",
-            writer_config=drt.WriterConfig(show_progress=False, max_shard_bytes=300), storage_options={opts!r},
-            remote_config=config)
+        try:
+            (result,) = drt.DatasetRuntime(1).write_cache(ListSource({name!r}, {n}), "s3://{BUCKET}",
+                writer_config=drt.WriterConfig(show_progress=False, max_shard_bytes=300), storage_options={opts!r},
+                remote_config=config)
+        except getattr(drt, "CacheSourcesError", ()) as e:  # torch_drt raises a failed write (older releases: a value)
+            (result,) = e.results
         print("RESULT", type(result).__name__, getattr(result, "message", ""))
     """)
 

@@ -150,9 +150,10 @@ class RowFetcher:
 
     def stop_prefetch(self) -> None:
         """Withdraw this process's prefetch plans (its loader is closed: what it started stops)."""
-        for ahead in self._ahead.values():
+        ahead_of = self.__dict__.get("_ahead", {})  # none before this process opened the caches
+        for ahead in ahead_of.values():
             ahead.stop()
-        self._ahead.clear()
+        ahead_of.clear()
 
     def reseed(self, seed: int) -> None:
         """Read with ``seed`` from now on (a checkpoint's, adopted by a ``seed="random"`` loader): the streams this
