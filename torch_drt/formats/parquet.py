@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -51,6 +52,7 @@ class ParquetDataset(ShardSet):
         self.files = self._files.expand(location, (".parquet", ".pq"))
         self.columns = None if columns is None else list(columns)
         self._open: dict[int, tuple[StoredFile, pq.ParquetFile]] = {}
+        self._file_locks: dict[int, threading.Lock] = {}  # one reader per file: pyarrow's is not thread-safe
         self.schema: pa.Schema | None = None
         self._groups: list[tuple[int, int]] = []
         counts, names = [], []
@@ -74,7 +76,7 @@ class ParquetDataset(ShardSet):
         super().__init__(counts, names, cache_shards)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_open": {}}
+        return {**super().__getstate__(), "_open": {}, "_file_locks": {}}
 
     def _parquet(self, f: int) -> pq.ParquetFile:
         """File ``f``'s reader (opened once per process), its file checked first: a local map that shrank would
@@ -92,7 +94,10 @@ class ParquetDataset(ShardSet):
     def _load(self, shard: int) -> pa.Table:
         f, g = self._groups[shard]
         where = self.shard_names[shard]
-        table = decoding(where, "row group", lambda: self._parquet(f).read_row_group(g, columns=self.columns))
+        with self._lock:
+            file_lock = self._file_locks.setdefault(f, threading.Lock())
+        with file_lock:  # threads share a file's reader (and, remotely, its position): one read at a time per file
+            table = decoding(where, "row group", lambda: self._parquet(f).read_row_group(g, columns=self.columns))
         if table.num_rows != self.shard_counts[shard]:
             raise FormatError(where, f"row group has {table.num_rows} rows, the footer records "
                                      f"{self.shard_counts[shard]}")
