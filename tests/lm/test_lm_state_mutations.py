@@ -71,7 +71,7 @@ def another_valid_state(path, what) -> bool:
 def test_mixer_loader_states():
     state = checkpoint(loader(mixer()), 3)
     count = check_mutations(lambda: loader(mixer()), state, some_batches, other_valid=another_valid_state)
-    assert count > 300
+    assert count > 100  # every field tried (3 values each by default, all with TORCH_DRT_ALL_MUTATIONS=1)
 
 
 def test_mixer_states_at_the_first_exhausted_source():

@@ -33,7 +33,7 @@ def map_loader() -> StatefulDataLoader:
 
 
 def test_map_style_loader_states():
-    assert check_mutations(map_loader, checkpoint(map_loader()), two_epochs) > 50
+    assert check_mutations(map_loader, checkpoint(map_loader()), two_epochs) > 30  # every field tried
 
 
 def test_map_style_loader_states_out_of_order():
