@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -236,3 +237,31 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_half_written_shard(runtime, 
     assert "no space left on the device" in lines["ERROR"] and f"{url}/shards/000000.bin" in lines["ERROR"]
     assert "sha256-" not in lines["DATA"] and lines["TMP"] == "[]"
     assert errno.ENOSPC
+
+
+def test_a_download_under_a_lock_file_made_again_is_not_taken_for_a_leftover(tmp_path):
+    """The cache's lock files were removed while a download ran: a second downloader of the same file holds the
+    new lock file, yet must not delete the first one's download as a killed process's leftover."""
+    cache = NodeCache(tmp_path / "n", limit=1 << 20)
+    started, release, errors = threading.Event(), threading.Event(), []
+
+    def slow(fd: int) -> None:
+        os.write(fd, b"x" * 100)
+        started.set()
+        release.wait(60)
+
+    def first() -> None:
+        try:
+            cache.fetch("sha256-k", 100, slow, _no_check, "k")
+        except Exception as e:  # the old code: FileNotFoundError for its own temporary file
+            errors.append(e)
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    assert started.wait(60)
+    shutil.rmtree(tmp_path / "n" / "locks")  # emptied by someone while the download runs
+    _fill(cache, "sha256-k", 100)  # a second downloader: its lock file is new, so it holds it
+    release.set()
+    thread.join(60)
+    assert errors == []  # both downloads completed; the file is one of them
+    assert cache.path("sha256-k").read_bytes() in (b"x" * 100, bytes([len("sha256-k") % 251]) * 100)

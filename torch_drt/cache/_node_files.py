@@ -94,6 +94,23 @@ def remove_unused(path: Path) -> bool:
         os.close(fd)
 
 
+def downloading(tmp_dir: Path, key: str) -> bool:
+    """True when a live process has a download of ``key`` in ``tmp_dir`` (its name holds the pid): a lock file
+    made again after the cache directory was emptied is free while that download still runs."""
+    for entry in tmp_dir.glob(f"{key}.*"):
+        pid = entry.name[len(key) + 1 :].partition(".")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:  # another user's live process
+            return True
+        return True
+    return False
+
+
 def free(fd: int) -> bool:
     """Take an exclusive lock on ``fd`` if nobody holds one (it goes with the descriptor); False when held."""
     try:

@@ -38,6 +38,7 @@ from torch_drt.cache._node_dir import file_mode, prepare
 from torch_drt.cache._node_files import (
     create,
     disk_full,
+    downloading,
     entries,
     evict,
     free,
@@ -280,6 +281,8 @@ class NodeCache(ManifestCopies):
         return tmp
 
     def _remove_tmp(self, key: str) -> None:
+        if downloading(self.directory / "tmp", key):  # a live download (under a lock file since made again)
+            return
         for entry in (self.directory / "tmp").glob(f"{key}.*"):
             entry.unlink(missing_ok=True)
     # -- space ----------------------------------------------------------------------------------------------
@@ -305,7 +308,9 @@ class NodeCache(ManifestCopies):
         return not self._abandoned(key)
 
     def _abandoned(self, key: str) -> bool:
-        """True when nobody downloads ``key`` now (its lock is free)."""
+        """True when nobody downloads ``key`` now (its lock is free and no live process has a download of it)."""
+        if downloading(self.directory / "tmp", key):
+            return False
         fd = self._create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         try:
             return free(fd)
