@@ -18,7 +18,6 @@ from torch_drt.cache import (
     ReaderConfig,
     RemoteConfig,
     ShardCompression,
-    SizedTorchIterableDataset,
     WriterConfig,
     WriterProfilerConfig,
 )
@@ -71,7 +70,6 @@ __all__ = [
     "ReaderConfig",
     "RemoteConfig",
     "ShardCompression",
-    "SizedTorchIterableDataset",
     "StatefulDataLoader",
     "WriterConfig",
     "WriterProfilerConfig",

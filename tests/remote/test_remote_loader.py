@@ -21,6 +21,7 @@ from remote_fixtures import (  # noqa: F401
 )
 
 import torch_drt as drt
+import torch_drt.compat.dataset_rt as compat
 from torch_drt.cache import open_cache
 from torch_drt.nodes import CacheReaderNode, CacheSampler
 
@@ -111,12 +112,14 @@ def test_iteration_prefetches_the_next_shards_in_order_within_the_bytes_ahead(ru
 
 
 def test_a_dataset_of_urls_loads_with_a_work_dir_but_has_no_dataset_json(runtime, tmp_path, moto_endpoint, proxy):
+    runtime.dataset_class = compat.CachedDataset  # dataset-rt's export (dataset.json) is compat's
     ds = _sequential(runtime, tmp_path, moto_endpoint, proxy)
     with pytest.raises(ValueError, match="local caches only"):
         ds.dump_config(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
-    loader = ds.to_torch_dataloader(sample_transform_fn=sample_id, batch_size=100, num_workers=0, work_dir=work)
+    loader = ds.to_torch_dataloader(sample_transform_fn=sample_id, batch_size=100, num_workers=0, work_dir=work,
+                                    shuffle=False, verbose=False)
     assert torch.cat(list(loader)).tolist() == list(range(800))
     (sub,) = work.iterdir()
     assert sorted(p.name for p in sub.iterdir()) == ["meta.arrow"]

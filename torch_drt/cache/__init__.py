@@ -20,7 +20,6 @@ if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
         CacheWriteError,
         CacheWriteResult,
         CacheWriteSuccess,
-        SizedTorchIterableDataset,
     )
     from torch_drt.cache.remote_config import RemoteConfig
     from torch_drt.cache.runtime import DatasetRuntime
@@ -52,7 +51,6 @@ _LAZY = {
     "ReaderConfig": "torch_drt.cache.config",
     "RemoteConfig": "torch_drt.cache.remote_config",
     "ShardCompression": "torch_drt.cache.config",
-    "SizedTorchIterableDataset": "torch_drt.cache.records",
     "verify_checksums": "torch_drt.cache.validate",
     "WriterConfig": "torch_drt.cache.config",
     "WriterProfilerConfig": "torch_drt.cache.config",
@@ -90,7 +88,6 @@ __all__ = [
     "ReaderConfig",
     "RemoteConfig",
     "ShardCompression",
-    "SizedTorchIterableDataset",
     "WriterConfig",
     "WriterProfilerConfig",
     "is_cache_set",

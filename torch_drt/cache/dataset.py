@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 
 from torch_drt.cache._dataset_position import DatasetPosition, Order, Window
-from torch_drt.cache._interop import DatasetInterop, MetadataBackend, as_backend
 from torch_drt.cache._metadata_files import MetadataFiles
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
@@ -28,8 +27,10 @@ __all__ = ["CachedBatch", "CachedDataset"]
 
 logger = logging.getLogger("torch_drt.cache")
 
+MetadataBackend = Literal["arrow", "polars"]
 
-class CachedDataset(DatasetPosition, DatasetInterop):
+
+class CachedDataset(DatasetPosition):
     """An immutable set of caches read through one editable metadata table.
 
     Iterating yields ``epoch_len`` samples (the table's row count unless ``set_epoch_len`` changed it).
@@ -40,8 +41,19 @@ class CachedDataset(DatasetPosition, DatasetInterop):
     its window of the stream when it is created and keeps its snapshot of the table and epoch length.
 
     Build it with ``DatasetRuntime.cached_dataset`` or ``DatasetRuntime.from_cache_sources``.
+
+    Attributes:
+        loader_defaults: what ``to_torch_dataloader`` does with ``shuffle``, ``seed``, ``verbose`` and
+            ``multiprocessing_context`` left out, and how its streams are laid out: ``"torch_drt"`` (the
+            ``ReaderConfig``'s shuffle and seed, quiet, the platform's start method, one stream per rank) here,
+            ``"dataset-rt"`` for ``torch_drt.compat.dataset_rt``'s datasets.
+        sampling_default: what ``shuffle=True`` means when neither ``ReaderConfig.sampling``, ``sampling`` nor
+            ``shard_window`` says: ``"permutation"`` (every row once per epoch) here, ``"weighted"`` (draws by
+            weight with replacement) for ``torch_drt.compat.dataset_rt``'s datasets.
     """
 
+    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "torch_drt"
+    sampling_default: ClassVar[Literal["permutation", "weighted"]] = "permutation"
 
     def __init__(
         self,
@@ -106,19 +118,26 @@ class CachedDataset(DatasetPosition, DatasetInterop):
         """The current snapshot of the active table (immutable)."""
         return self._active
 
-    def get_metadata(self, backend: MetadataBackend | None = None) -> Any:
+    def get_metadata(self, backend: MetadataBackend = "arrow") -> Any:
         """The active table: ``cache_id``, ``sample_id``, stored columns, ``weight`` and any extra columns.
 
         Args:
-            backend: ``"arrow"`` (a ``pyarrow.Table``) or ``"polars"`` (a ``polars.DataFrame``, as dataset-rt
-                returns); default ``metadata_backend`` (``"arrow"``; ``"polars"`` via ``torch_drt.compat``).
+            backend: ``"arrow"`` (a ``pyarrow.Table``) or ``"polars"`` (a ``polars.DataFrame`` sharing its
+                buffers; ``pip install torch_drt[polars]``).
 
         Raises:
+            ValueError: for another backend.
             CacheCorruptError: naming a cache's ``metadata.arrow`` that was removed or damaged since the dataset
                 was opened, as dataset-rt, which reads it again here, fails.
         """
+        if backend not in ("arrow", "polars"):
+            raise ValueError(f"{backend=} must be 'arrow' or 'polars'")
         self._metadata_files.check()
-        return as_backend(self._active.table, backend or self.metadata_backend)
+        if backend == "arrow":
+            return self._active.table
+        import polars as pl
+
+        return pl.from_arrow(self._active.table, rechunk=False)
 
     def update_metadata(self, table: Any) -> None:
         """Replace the active table after validating it whole; the cache on disk is never rewritten.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from torch_drt.describe import described
 
@@ -13,28 +13,16 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
 
-    from torch_drt.cache.dataset import CachedDataset
 
 __all__ = [
-    "AbsentManifestTarget",
     "CacheInput",
     "CacheSource",
-    "CacheSourcesDatasetError",
-    "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess",
     "CacheWriteError",
     "CacheWriteResult",
     "CacheWriteSuccess",
     "CachedBatch",
     "CachedSample",
-    "Err",
-    "ManifestUpdateEntry",
-    "ManifestUpdateError",
-    "ManifestUpdateReport",
     "MetadataValue",
-    "Ok",
-    "Result",
-    "SizedTorchIterableDataset",
     "make_samples",
 ]
 
@@ -151,82 +139,3 @@ class CacheWriteError(NamedTuple):
 
 
 CacheWriteResult = CacheWriteSuccess | CacheWriteError
-
-
-class CacheSourcesDatasetSuccess(NamedTuple):
-    """Every written or reused cache, loaded as ``dataset`` (``results`` has each source's outcome)."""
-
-    dataset: CachedDataset
-    results: list[CacheWriteResult]
-
-
-class CacheSourcesDatasetError(NamedTuple):
-    """No source has a cache (see ``results``), or the caches could not be loaded together."""
-
-    results: list[CacheWriteResult]
-    message: str
-
-
-CacheSourcesDatasetResult = CacheSourcesDatasetSuccess | CacheSourcesDatasetError
-
-
-@runtime_checkable
-class SizedTorchIterableDataset(Protocol):
-    """What ``CachedDataset.to_torch_iterable_dataset`` returns: a sized torch ``IterableDataset``."""
-
-    def __iter__(self) -> Iterator[CachedSample]: ...
-
-    def __len__(self) -> int: ...
-
-
-T = TypeVar("T")
-E = TypeVar("E")
-
-
-@dataclass(frozen=True)
-class Ok(Generic[T]):
-    """A successful outcome (dataset-rt's ``Ok``), narrowed with ``match``."""
-
-    value: T
-
-
-@dataclass(frozen=True)
-class Err(Generic[E]):
-    """An expected failure (dataset-rt's ``Err``), narrowed with ``match``."""
-
-    error: E
-
-
-Result = Ok[T] | Err[E]
-
-
-@dataclass(frozen=True)
-class ManifestUpdateEntry:
-    """One cache's manifest after ``CachedDataset.update_manifests``."""
-
-    path: Path
-    cache_id: int
-    status: Literal["updated", "unchanged", "durability_unknown"]
-
-
-@dataclass(frozen=True)
-class ManifestUpdateReport:
-    """One entry per cache, in cache order."""
-
-    entries: tuple[ManifestUpdateEntry, ...]
-
-
-@dataclass(frozen=True)
-class AbsentManifestTarget:
-    """A refused request names no manifest: why."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class ManifestUpdateError:
-    """A refused or failed manifest update, with the entries completed before it."""
-
-    path: Path | AbsentManifestTarget
-    message: str
-    entries: tuple[ManifestUpdateEntry, ...] = ()

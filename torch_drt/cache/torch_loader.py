@@ -128,12 +128,10 @@ _RESTART_WARNING = (
 
 
 def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
-    """The loader's directory: its snapshot, and with ``work_dir`` the dataset's ``dump_config`` export (kept)."""
+    """The loader's directory, holding its snapshot: under ``work_dir`` (kept), else a temporary one."""
     workdir = Path(tempfile.mkdtemp(prefix="torch_drt-loader-", dir=work_dir))
     try:
         export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / SNAPSHOT)
-        if work_dir is not None and not dataset.reader.remote:  # dataset.json holds local paths only
-            dataset.dump_config(workdir)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -1,85 +1,45 @@
-"""The part of ``CachedDataset`` that mirrors dataset-rt 0.4's API beyond reading: tables as pyarrow or polars,
-its aliases, the torch iterable view and configuration export (the manifest update, an Ok/Err value, is
-``torch_drt.compat.dataset_rt``'s)."""
+"""dataset-rt's ``CachedDataset``: torch_drt's, plus what exists only to be dataset-rt 0.4.8's (polars tables by
+default, its aliases, the torch iterable view, the ``dataset.json`` export and the manifest update, an Ok/Err
+value) and its defaults (``shuffle=True`` draws by weight; the loader shuffles with a random seed, prints its
+events, spawns its processes and gives each its own stream)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
-import pyarrow as pa
-
-from torch_drt.cache.records import SizedTorchIterableDataset
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-    from torch_drt.cache.dataset import CachedDataset
-    from torch_drt.cache.layout import CacheLayout
-    from torch_drt.cache.records import CachedSample
-    from torch_drt.cache.runtime import DatasetRuntime
-
-__all__ = ["METADATA_BACKENDS", "DatasetInterop", "MetadataBackend", "as_backend"]
-
-MetadataBackend = Literal["arrow", "polars"]
-METADATA_BACKENDS = ("arrow", "polars")
-
-
-def as_backend(table: pa.Table, backend: MetadataBackend) -> Any:
-    """``table`` as a ``pyarrow.Table`` (``"arrow"``) or a ``polars.DataFrame`` sharing its buffers (``"polars"``).
-
-    Raises:
-        ValueError: for another backend.
-        ImportError: for ``"polars"`` without polars installed (``pip install torch_drt[polars]``).
-    """
-    if backend == "arrow":
-        return table
-    if backend == "polars":
-        import polars as pl
-
-        return pl.from_arrow(table, rechunk=False)
-    raise ValueError(f"{backend=} must be one of {METADATA_BACKENDS}")
+from torch_drt.cache._format import MANIFEST_FILE
+from torch_drt.cache.dataset import CachedDataset as _CachedDataset
+from torch_drt.cache.dataset import MetadataBackend
+from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.cache.layout import manifest_digest, read_manifest
+from torch_drt.compat.dataset_rt.results import (
+    AbsentManifestTarget,
+    Err,
+    ManifestUpdateEntry,
+    ManifestUpdateError,
+    ManifestUpdateReport,
+    Ok,
+    Result,
+)
+from torch_drt.compat.dataset_rt.torch_iterable import SizedTorchIterableDataset
 
 
-class DatasetInterop:
-    """dataset-rt's remaining ``CachedDataset`` methods, on top of its table, epoch length and runtime.
+class CachedDataset(_CachedDataset):
+    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default, whose
+    ``shuffle=True`` draws by weight with replacement (``sampling="weighted"``, dataset-rt's meaning) and whose
+    ``to_torch_dataloader`` has dataset-rt's defaults (``shuffle=True``, ``seed="random"``, ``verbose=True`` on
+    the ``dataset_rt.loader`` logger, ``multiprocessing_context="spawn"``, a stream per loading worker) and
+    writes the ``dump_config`` export into each loader's ``work_dir`` subdirectory."""
 
-    Attributes:
-        metadata_backend: what ``get_metadata()`` returns by default: ``"arrow"`` (a ``pyarrow.Table``) here,
-            ``"polars"`` (a ``polars.DataFrame``, as dataset-rt returns) for ``torch_drt.compat.dataset_rt``.
-        loader_defaults: what ``to_torch_dataloader`` does with ``shuffle``, ``seed`` and ``verbose`` left out:
-            ``"torch_drt"`` (the ``ReaderConfig``'s shuffle and seed, quiet) here, ``"dataset-rt"`` (shuffled
-            with a random seed whatever the ``ReaderConfig`` says, events printed) for
-            ``torch_drt.compat.dataset_rt``. It also decides the loader's default ``multiprocessing_context``
-            (the platform's default here, dataset-rt's ``"spawn"`` there) and its streams (one per rank, resumable
-            under any ``num_workers``, here; one per loading worker, dataset-rt's, there).
-        sampling_default: what ``shuffle=True`` means when neither ``ReaderConfig.sampling``, ``sampling`` nor
-            ``shard_window`` says: ``"permutation"`` (every row once per epoch) here, ``"weighted"`` (draws by
-            weight with replacement, dataset-rt's meaning) for ``torch_drt.compat.dataset_rt``.
-    """
+    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "dataset-rt"
+    sampling_default: ClassVar[Literal["permutation", "weighted"]] = "weighted"
 
-    metadata_backend: ClassVar[MetadataBackend] = "arrow"
-    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "torch_drt"
-    sampling_default: ClassVar[Literal["permutation", "weighted"]] = "permutation"
-
-    if TYPE_CHECKING:  # what CachedDataset provides
-        _runtime: DatasetRuntime
-        layouts: tuple[CacheLayout, ...]
-
-        def get_metadata(self, backend: MetadataBackend | None = None) -> Any: ...
-
-        def update_metadata(self, table: Any) -> None: ...
-
-        def set_epoch_len(self, n: int) -> None: ...
-
-        def __len__(self) -> int: ...
-
-        def __iter__(self) -> Iterator[CachedSample]: ...
-
-    @property
-    def runtime_num_workers(self) -> int:
-        """The worker count of the runtime this dataset reads with (saved by ``dump_config``)."""
-        return self._runtime.num_workers
+    def get_metadata(self, backend: MetadataBackend | None = None) -> Any:
+        """The active table as a ``polars.DataFrame`` (dataset-rt's type), or ``backend``'s (see
+        ``torch_drt.CachedDataset.get_metadata``)."""
+        return super().get_metadata(backend or "polars")
 
     def samples_metadata(self, backend: MetadataBackend | None = None) -> Any:
         """dataset-rt's alias of ``get_metadata``."""
@@ -89,29 +49,47 @@ class DatasetInterop:
         """dataset-rt's alias of ``update_metadata``."""
         self.update_metadata(metadata)
 
+    @property
+    def runtime_num_workers(self) -> int:
+        """The worker count of the runtime this dataset reads with (saved by ``dump_config``)."""
+        return self._runtime.num_workers
+
     def to_torch_iterable_dataset(self) -> SizedTorchIterableDataset:
         """This dataset as a sized torch ``IterableDataset``, for a torch ``DataLoader`` with ``num_workers=0``.
 
         It yields what iterating the dataset yields, and ``len()`` is the dataset's current epoch length. In a
         loading worker it raises ``RuntimeError``, as in dataset-rt: use ``to_torch_dataloader`` for workers.
         """
-        from torch_drt.cache.torch_iterable import CachedIterableDataset
+        from torch_drt.compat.dataset_rt.torch_iterable import CachedIterableDataset
 
-        return CachedIterableDataset(cast("CachedDataset", self))
+        return CachedIterableDataset(self)
+
+    def to_torch_dataloader(self, **kwargs: Any) -> Any:
+        """``torch_drt.CachedDataset.to_torch_dataloader`` with dataset-rt's defaults; with ``work_dir``, each
+        loader's subdirectory also holds the dataset's ``dump_config`` export (datasets of local caches only)."""
+        loader = super().to_torch_dataloader(**kwargs)
+        if loader.work_dir is not None and not self.reader.remote:  # dataset.json holds local paths only
+            try:
+                self.dump_config(loader.work_dir)
+            except BaseException:
+                shutil.rmtree(loader.work_dir, ignore_errors=True)
+                raise
+        return loader
 
     def dump_config(self, path: str | Path) -> Path:
         """Save the cache paths, reader settings, worker count, active table and epoch length into ``path``.
 
         ``path`` must be an existing directory without an export; returns the ``dataset.json`` written there
-        (dataset-rt's file format: see ``torch_drt.cache.export``). Reader progress is not saved.
+        (dataset-rt's file format: see ``torch_drt.compat.dataset_rt.export``). Reader progress is not saved.
 
         Raises:
             pydantic.ValidationError: when ``path`` is not an existing directory.
+            ValueError: when a cache is read from a URL.
             FileExistsError: when it already holds an export.
         """
-        from torch_drt.cache.export import dump_config
+        from torch_drt.compat.dataset_rt.export import dump_config
 
-        return dump_config(cast("CachedDataset", self), path)
+        return dump_config(self, path)
 
     @classmethod
     def from_config(cls, path: str | Path) -> CachedDataset:
@@ -124,13 +102,41 @@ class DatasetInterop:
             pydantic.ValidationError: for a missing file or an invalid configuration.
             ValueError: for a table that does not fit the caches or ``row_count``.
         """
-        from torch_drt.cache.export import load_config
         from torch_drt.cache.runtime import DatasetRuntime
+        from torch_drt.compat.dataset_rt.export import load_config
 
         config, table = load_config(path)
         runtime = DatasetRuntime(config.num_workers)
-        runtime.dataset_class = cast("type[CachedDataset]", cls)
-        dataset = runtime.cached_dataset(list(config.cache_paths), reader_config=config.reader_config)
+        runtime.dataset_class = cls
+        dataset = cast(
+            "CachedDataset", runtime.cached_dataset(list(config.cache_paths), reader_config=config.reader_config)
+        )
         dataset.update_metadata(table)
         dataset.set_epoch_len(config.epoch_len)
         return dataset
+
+    def update_manifests(self, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
+        """dataset-rt's migration of its v2 manifests to v3; here every manifest already stores its cache id.
+
+        Returns:
+            ``Ok(ManifestUpdateReport)`` with one ``"unchanged"`` entry per cache for ``version == 3`` (nothing
+            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers: for another version, or naming
+            the first cache whose manifest is no longer the one the dataset was opened with (changed, removed,
+            unreadable), with the entries of the caches before it.
+        """
+        if type(version) is not int or version != 3:
+            reason = AbsentManifestTarget("unsupported migration request")
+            return Err(ManifestUpdateError(reason, "unsupported manifest migration target; expected integer 3"))
+        entries: list[ManifestUpdateEntry] = []
+        for layout in self.layouts:
+            path = (Path(layout.path) / MANIFEST_FILE).resolve()
+            try:
+                changed = layout.backend is not None and (
+                    manifest_digest(read_manifest(layout.backend)) != layout.manifest_digest
+                )
+            except CacheCorruptError as e:  # removed, unreadable, not JSON
+                return Err(ManifestUpdateError(path, e.reason, tuple(entries)))
+            if changed:
+                return Err(ManifestUpdateError(path, "manifest changed since dataset construction", tuple(entries)))
+            entries.append(ManifestUpdateEntry(path, layout.cache_id, "unchanged"))
+        return Ok(ManifestUpdateReport(tuple(entries)))

@@ -1,112 +1,27 @@
-"""dataset-rt 0.4's public names on torch_drt: ``import torch_drt.compat.dataset_rt as drt`` for ``import dataset_rt
-as drt``.
-
-Everything is torch_drt's own class except two thin subclasses whose datasets return their metadata as a polars
-``DataFrame`` (dataset-rt's table type) by default (``get_metadata(backend="arrow")`` still gives pyarrow), whose
-``shuffle=True`` keeps dataset-rt's meaning (draws by weight with replacement: ``sampling="weighted"``) and whose
-``to_torch_dataloader`` keeps dataset-rt's defaults (shuffled with a random seed, verbose, spawned workers).
-
-Failures come back as values here, exactly as dataset-rt answers: ``write_cache`` returns a ``CacheWriteSuccess`` /
-``CacheWriteError`` per source, ``from_cache_sources`` a ``CacheSourcesDatasetSuccess`` / ``CacheSourcesDatasetError``
-and ``update_manifests`` an ``Ok`` / ``Err``. torch_drt's own ``DatasetRuntime`` raises instead.
-"""
+"""dataset-rt's ``DatasetRuntime``: torch_drt's, whose datasets are dataset-rt's ``CachedDataset`` and whose
+``write_cache`` / ``from_cache_sources`` answer with values (``CacheWriteSuccess`` / ``CacheWriteError`` per
+source, ``CacheSourcesDatasetSuccess`` / ``CacheSourcesDatasetError``), as dataset-rt's do. torch_drt's own
+``DatasetRuntime`` raises instead."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-from torch_drt.cache import CachedDataset as _CachedDataset
-from torch_drt.cache import DatasetRuntime as _DatasetRuntime
-from torch_drt.cache._format import MANIFEST_FILE
-from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
+from torch_drt.cache.config import ReaderConfig, WriterConfig
+from torch_drt.cache.dataset import CachedDataset as _CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.layout import manifest_digest, read_manifest
-from torch_drt.cache.records import (
-    AbsentManifestTarget,
-    CachedSample,
-    CacheInput,
-    CacheSource,
+from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
+from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.cache.runtime import DatasetRuntime as _DatasetRuntime
+from torch_drt.cache.runtime import _as_list, _root
+from torch_drt.compat.dataset_rt.dataset import CachedDataset
+from torch_drt.compat.dataset_rt.results import (
     CacheSourcesDatasetError,
     CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
-    CacheWriteError,
-    CacheWriteResult,
-    CacheWriteSuccess,
-    Err,
-    ManifestUpdateEntry,
-    ManifestUpdateError,
-    ManifestUpdateReport,
-    Ok,
-    Result,
-    SizedTorchIterableDataset,
 )
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.runtime import _as_list, _root
-
-__all__ = [
-    "AbsentManifestTarget",
-    "CacheInput",
-    "CacheSource",
-    "CacheSourcesDatasetError",
-    "CacheSourcesDatasetResult",
-    "CacheSourcesDatasetSuccess",
-    "CacheWriteError",
-    "CacheWriteResult",
-    "CacheWriteSuccess",
-    "CachedDataset",
-    "CachedSample",
-    "DatasetRuntime",
-    "Err",
-    "ManifestUpdateEntry",
-    "ManifestUpdateError",
-    "ManifestUpdateReport",
-    "Ok",
-    "ReaderConfig",
-    "Result",
-    "ShardCompression",
-    "SizedTorchIterableDataset",
-    "WriterConfig",
-    "WriterProfilerConfig",
-]
-
-
-class CachedDataset(_CachedDataset):
-    """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default, whose
-    ``shuffle=True`` draws by weight with replacement (``sampling="weighted"``, dataset-rt's meaning) and whose
-    ``to_torch_dataloader`` has dataset-rt's defaults (``shuffle=True``, ``seed="random"``, ``verbose=True`` on
-    the ``dataset_rt.loader`` logger, ``multiprocessing_context="spawn"``, a stream per loading worker)."""
-
-    metadata_backend: ClassVar = "polars"
-    loader_defaults: ClassVar = "dataset-rt"
-    sampling_default: ClassVar = "weighted"
-
-    def update_manifests(self, version: int) -> Result[ManifestUpdateReport, ManifestUpdateError]:
-        """dataset-rt's migration of its v2 manifests to v3; here every manifest already stores its cache id.
-
-        Returns:
-            ``Ok(ManifestUpdateReport)`` with one ``"unchanged"`` entry per cache for ``version == 3`` (nothing
-            is written), else ``Err(ManifestUpdateError)``, as dataset-rt answers: for another version, or naming
-            the first cache whose manifest is no longer the one the dataset was opened with (changed, removed,
-            unreadable), with the entries of the caches before it.
-        """
-        if type(version) is not int or version != 3:
-            reason = AbsentManifestTarget("unsupported migration request")
-            return Err(ManifestUpdateError(reason, "unsupported manifest migration target; expected integer 3"))
-        entries: list[ManifestUpdateEntry] = []
-        for layout in self.layouts:
-            path = (Path(layout.path) / MANIFEST_FILE).resolve()
-            try:
-                changed = layout.backend is not None and (
-                    manifest_digest(read_manifest(layout.backend)) != layout.manifest_digest
-                )
-            except CacheCorruptError as e:  # removed, unreadable, not JSON
-                return Err(ManifestUpdateError(path, e.reason, tuple(entries)))
-            if changed:
-                return Err(ManifestUpdateError(path, "manifest changed since dataset construction", tuple(entries)))
-            entries.append(ManifestUpdateEntry(path, layout.cache_id, "unchanged"))
-        return Ok(ManifestUpdateReport(tuple(entries)))
 
 
 class DatasetRuntime(_DatasetRuntime):

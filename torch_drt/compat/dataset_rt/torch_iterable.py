@@ -1,9 +1,10 @@
-"""``CachedDataset.to_torch_iterable_dataset``: the dataset as a sized torch ``IterableDataset`` (no workers)."""
+"""dataset-rt's ``CachedDataset.to_torch_iterable_dataset``: the dataset as a sized torch ``IterableDataset`` (no
+workers)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -12,7 +13,14 @@ from torch_drt.cache.records import CachedSample
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
-__all__ = ["CachedIterableDataset"]
+
+@runtime_checkable
+class SizedTorchIterableDataset(Protocol):
+    """What ``CachedDataset.to_torch_iterable_dataset`` returns: a sized torch ``IterableDataset``."""
+
+    def __iter__(self) -> Iterator[CachedSample]: ...
+
+    def __len__(self) -> int: ...
 
 
 class CachedIterableDataset(IterableDataset):
