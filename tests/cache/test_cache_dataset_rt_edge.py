@@ -69,7 +69,7 @@ def test_torch_drts_work_dir_keeps_the_snapshot_only_and_compats_adds_dataset_rt
 def test_metadata_is_arrow_by_default_polars_on_request_and_another_backend_is_refused(cache):
     pl = pytest.importorskip("polars")
     ours = drt.DatasetRuntime(1).cached_dataset([cache], reader_config=SEQ)
-    assert isinstance(ours.get_metadata(), pa.Table)
+    assert isinstance(ours.get_metadata(), pa.Table) and isinstance(ours.get_metadata(None), pa.Table)
     assert isinstance(ours.get_metadata("polars"), pl.DataFrame)
     with pytest.raises(ValueError, match="backend='pandas' must be 'arrow' or 'polars'"):
         ours.get_metadata("pandas")

@@ -118,18 +118,19 @@ class CachedDataset(DatasetPosition):
         """The current snapshot of the active table (immutable)."""
         return self._active
 
-    def get_metadata(self, backend: MetadataBackend = "arrow") -> Any:
+    def get_metadata(self, backend: MetadataBackend | None = None) -> Any:
         """The active table: ``cache_id``, ``sample_id``, stored columns, ``weight`` and any extra columns.
 
         Args:
-            backend: ``"arrow"`` (a ``pyarrow.Table``) or ``"polars"`` (a ``polars.DataFrame`` sharing its
-                buffers; ``pip install torch_drt[polars]``).
+            backend: ``"arrow"`` (a ``pyarrow.Table``; also for None) or ``"polars"`` (a ``polars.DataFrame``
+                sharing its buffers; ``pip install torch_drt[polars]``).
 
         Raises:
             ValueError: for another backend.
             CacheCorruptError: naming a cache's ``metadata.arrow`` that was removed or damaged since the dataset
                 was opened, as dataset-rt, which reads it again here, fails.
         """
+        backend = backend or "arrow"
         if backend not in ("arrow", "polars"):
             raise ValueError(f"{backend=} must be 'arrow' or 'polars'")
         self._metadata_files.check()
