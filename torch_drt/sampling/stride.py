@@ -9,12 +9,31 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["consumer_number", "owns", "rank_offset", "rank_share", "stride_positions", "world_total"]
+__all__ = [
+    "consumer_number",
+    "owns",
+    "rank_offset",
+    "rank_share",
+    "stride_index",
+    "stride_positions",
+    "stride_range",
+    "world_total",
+]
 
 
 def stride_positions(start: int, count: int, *, rank: int, world_size: int) -> np.ndarray:
     """The stream positions of this rank's items ``start .. start+count-1`` (int64)."""
     return (start + np.arange(count, dtype=np.int64)) * world_size + rank
+
+
+def stride_range(start: int, count: int, *, rank: int, world_size: int) -> range:
+    """``stride_positions`` as a range."""
+    return range(start * world_size + rank, (start + count) * world_size + rank, world_size)
+
+
+def stride_index(position: int, *, rank: int, world_size: int) -> int:
+    """The item number of ``rank``'s stream position ``position`` (the inverse of ``stride_positions``)."""
+    return (position - rank) // world_size
 
 
 def owns(k: int, *, rank: int, world_size: int) -> bool:
