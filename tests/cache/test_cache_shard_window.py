@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import torch_drt as drt
-from torch_drt.cache._snapshot import Snapshot, export_snapshot
+from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
 from torch_drt.cache.rows import RowStream
 from torch_drt.sampling.budget import consumer_plans
 

@@ -135,7 +135,7 @@ def test_compat_dataset_rt_keeps_weighted_draws_with_replacement(tmp_path):
 
 @pytest.mark.parametrize("partition", ["replicate", "split"])
 def test_two_ranks_read_every_row_once_per_pass(dataset, tmp_path, partition):
-    from torch_drt.cache._snapshot import Snapshot, export_snapshot
+    from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
     from torch_drt.cache.rows import RowStream
     from torch_drt.sampling.budget import consumer_plans
 

@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 
 import torch_drt as drt
-from torch_drt.cache._snapshot import export_snapshot
+from torch_drt.cache.loader._consumer import RowFetcher
+from torch_drt.cache.loader._snapshot import export_snapshot
 from torch_drt.nodes import CacheSampler
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.sampling._counter import derive_key
@@ -20,11 +21,6 @@ from torch_drt.sampling.budget import consumer_plans
 from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
 from torch_drt.sampling.weighted import WeightedDraws
-
-try:  # the consumers' fetcher: where the cache loader wing keeps it
-    from torch_drt.cache.loader._consumer import RowFetcher
-except ImportError:  # pragma: no cover - before the wing
-    from torch_drt.cache._consumer import RowFetcher
 
 pytestmark = pytest.mark.filterwarnings("ignore:samples_per_epoch adjusted")
 

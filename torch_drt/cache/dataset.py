@@ -235,7 +235,7 @@ class CachedDataset(DatasetPosition, DatasetInterop):
             TypeError: for a transform or collate function that cannot be pickled for loading processes.
             CacheCorruptError: naming a cache's ``metadata.arrow`` removed or damaged since the dataset was opened.
         """
-        from torch_drt.cache.torch_loader import to_torch_dataloader
+        from torch_drt.cache.loader.torch_loader import to_torch_dataloader
 
         self._metadata_files.check()
         return to_torch_dataloader(self, **kwargs)

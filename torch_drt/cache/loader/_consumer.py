@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from torch_drt._stage_clock import BatchTimes
-from torch_drt.cache._snapshot import Snapshot
+from torch_drt.cache.loader._snapshot import Snapshot
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples

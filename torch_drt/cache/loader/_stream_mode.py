@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torch_drt._state_fields import MAX_EPOCH, StateFields
-from torch_drt.cache._consumer import RowFetcher
+from torch_drt.cache.loader._consumer import RowFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.ordered_map import OrderedMapper
