@@ -15,6 +15,7 @@ __all__ = [
     "rank_offset",
     "rank_share",
     "stride_index",
+    "stride_position",
     "stride_positions",
     "stride_range",
     "world_total",
@@ -24,6 +25,11 @@ __all__ = [
 def stride_positions(start: int, count: int, *, rank: int, world_size: int) -> np.ndarray:
     """The stream positions of this rank's items ``start .. start+count-1`` (int64)."""
     return (start + np.arange(count, dtype=np.int64)) * world_size + rank
+
+
+def stride_position(k: int, *, rank: int, world_size: int) -> int:
+    """The stream position of this rank's item ``k``."""
+    return k * world_size + rank
 
 
 def stride_range(start: int, count: int, *, rank: int, world_size: int) -> range:
