@@ -32,7 +32,10 @@ def test_the_ranks_strided_positions_partition_the_stream(world_size):
         assert list(stride_range(2, 3, rank=rank, world_size=world_size)) == mine[2:5]
 
 
-@pytest.mark.parametrize(("count", "world_size", "multiple"), list(itertools.product([0, 1, 9, 10, 37], [1, 2, 4], [1, 3])))
+SHARES = list(itertools.product([0, 1, 9, 10, 37], [1, 2, 4], [1, 3]))
+
+
+@pytest.mark.parametrize(("count", "world_size", "multiple"), SHARES)
 def test_rank_shares(count, world_size, multiple):
     shares = [len(range(r, count, world_size)) for r in range(world_size)]  # strided: the largest share
     assert rank_share(count, world_size=world_size) == max(shares)
