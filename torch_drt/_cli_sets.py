@@ -38,9 +38,10 @@ def build_set(
     import torch.distributed as dist
 
     from torch_drt.build import build_cache_set, split_rows
+    from torch_drt.sampling.topology import resolve_topology
 
     joined = _join_ranks()
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    rank, world = resolve_topology()
     try:
         try:
             inputs = split_rows(source, num_parts=parts or world)

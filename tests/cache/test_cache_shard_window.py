@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import torch_drt as drt
-from torch_drt.cache._snapshot import Snapshot, export_snapshot
-from torch_drt.cache._streams import ConsumerStreams, StreamSettings
+from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
+from torch_drt.cache.rows import RowStream
 from torch_drt.sampling.budget import consumer_plans
 
 N = 120
@@ -55,10 +55,11 @@ def test_the_consumers_of_all_ranks_cover_every_row_once_per_pass(cache, tmp_pat
             N, samples=N, batch_size=10, workers=2, world_size=2, rank=rank, partition=partition, drop_last=False
         )
         snapshot = Snapshot(export_snapshot(ds.active, [ds.layouts[0].cache_id], tmp_path / f"{rank}.arrow"))
-        streams = ConsumerStreams(plans, StreamSettings(True, 5, partition, 2, 2), snapshot, ds.reader)
         for plan in plans:
+            stream = RowStream.of_consumer(plans, plan.worker, snapshot, order="shard_window", seed=5,
+                                           partition=partition, world_size=2, window=2, reader=ds.reader)
             for epoch in passes:
-                passes[epoch] += streams.rows(plan.worker, epoch * plan.sample_count, plan.sample_count).tolist()
+                passes[epoch] += stream.rows(epoch * plan.sample_count, plan.sample_count).tolist()
     assert sorted(passes[0]) == sorted(passes[1]) == list(range(N)) and passes[0] != passes[1]
 
 

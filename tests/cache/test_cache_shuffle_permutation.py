@@ -135,8 +135,8 @@ def test_compat_dataset_rt_keeps_weighted_draws_with_replacement(tmp_path):
 
 @pytest.mark.parametrize("partition", ["replicate", "split"])
 def test_two_ranks_read_every_row_once_per_pass(dataset, tmp_path, partition):
-    from torch_drt.cache._snapshot import Snapshot, export_snapshot
-    from torch_drt.cache._streams import ConsumerStreams, StreamSettings
+    from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
+    from torch_drt.cache.rows import RowStream
     from torch_drt.sampling.budget import consumer_plans
 
     rows = 44  # even: two ranks take 22 each, no padding
@@ -146,8 +146,8 @@ def test_two_ranks_read_every_row_once_per_pass(dataset, tmp_path, partition):
         (plan,) = consumer_plans(rows, samples=rows, batch_size=5, workers=1, world_size=2, rank=rank,
                                  partition=partition, drop_last=False)
         snapshot = Snapshot(export_snapshot(dataset.active, [dataset.layouts[0].cache_id], tmp_path / f"{rank}.arrow"))
-        settings = StreamSettings(True, 5, partition, None, 2, "permutation")
-        streams = ConsumerStreams((plan,), settings, snapshot, dataset.reader)
+        stream = RowStream.of_consumer((plan,), 0, snapshot, order="permutation", seed=5, partition=partition,
+                                       world_size=2)
         for epoch in passes:
-            passes[epoch] += streams.rows(0, epoch * plan.sample_count, plan.sample_count).tolist()
+            passes[epoch] += stream.rows(epoch * plan.sample_count, plan.sample_count).tolist()
     assert sorted(passes[0]) == sorted(passes[1]) == list(range(rows)) and passes[0] != passes[1]

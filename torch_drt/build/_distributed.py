@@ -22,6 +22,8 @@ from torch_drt.build.plan import PartPlan
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
 from torch_drt.cache import RemoteConfig, WriterConfig
+from torch_drt.sampling.stride import owns
+from torch_drt.sampling.topology import resolve_topology
 
 __all__ = ["Ranks", "build_on_ranks"]
 
@@ -30,8 +32,7 @@ class Ranks:
     """This process's place in the job, with a gloo group for the build's collectives."""
 
     def __init__(self) -> None:
-        self.rank = dist.get_rank()
-        self.world = dist.get_world_size()
+        self.rank, self.world = resolve_topology()
         self.group = dist.new_group(backend="gloo")
 
     @classmethod
@@ -131,7 +132,9 @@ def build_on_ranks(
     heartbeat.start()
     try:
         mine = [
-            write_part(p, start.set_dir, config, heartbeat.add, **start.remote) for p in todo[ranks.rank :: ranks.world]
+            write_part(p, start.set_dir, config, heartbeat.add, **start.remote)
+            for i, p in enumerate(todo)
+            if owns(i, rank=ranks.rank, world_size=ranks.world)
         ]
     finally:
         heartbeat.finished.set()

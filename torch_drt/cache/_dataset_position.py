@@ -10,8 +10,7 @@ import numpy as np
 
 from torch_drt._state_fields import StateFields
 from torch_drt.cache._table import ActiveTable
-from torch_drt.cache.shard_order import EpochPermutations, ShardWindowOrder, check_equal_weights, shard_window_order
-from torch_drt.sampling.weighted import WeightedDraws
+from torch_drt.cache.rows import RowStream
 
 if TYPE_CHECKING:
     from torch_drt.cache.config import ReaderConfig
@@ -30,16 +29,14 @@ class Window:
 
 
 
-Order = WeightedDraws | ShardWindowOrder | EpochPermutations
-
-
 class DatasetPosition:
     """The position part of ``CachedDataset`` (a mixin: the dataset sets the attributes annotated here).
 
-    Shuffled (``ReaderConfig.shuffle``), position ``p`` reads ``EpochPermutations`` (every row once per epoch; the
-    mode ``"permutation"``), the shard-window order (``"shard_window=W"``) or, with ``sampling="weighted"``,
-    ``WeightedDraws`` (by weight with replacement: the mode ``"shuffle"``, dataset-rt's, and torch_drt's meaning
-    of ``shuffle=True`` before issue 21). ``sampling_default`` says what ``ReaderConfig.sampling=None`` means.
+    Position ``p`` reads the row ``RowStream`` gives (the dataset is the one consumer of its stream): sequential,
+    or shuffled (``ReaderConfig.shuffle``) every row once per epoch (the mode ``"permutation"``), the shard-window
+    order (``"shard_window=W"``) or, with ``sampling="weighted"``, draws by weight with replacement (the mode
+    ``"shuffle"``, dataset-rt's, and torch_drt's meaning of ``shuffle=True`` before issue 21).
+    ``sampling_default`` says what ``ReaderConfig.sampling=None`` means.
     State keys are class constants; ``state_dict`` counts what the most recent iterator delivered.
     """
 
@@ -60,7 +57,7 @@ class DatasetPosition:
     _position: int
     _latest: Window | None
     _resume_len: int | None
-    _draws: tuple[ActiveTable, Order] | None
+    _draws: tuple[ActiveTable, RowStream] | None
     sampling_default: str
 
     def _sampling(self) -> str | None:
@@ -73,8 +70,8 @@ class DatasetPosition:
             return "shard_window"
         return config.sampling or self.sampling_default
 
-    def _order(self, active: ActiveTable) -> Order:
-        """The shuffled order of ``active`` (built once per table snapshot).
+    def row_stream(self, active: ActiveTable) -> RowStream:
+        """The row stream of ``active`` (built once per table snapshot).
 
         Raises:
             ValueError: for an exact order over rows of unequal weights.
@@ -82,28 +79,18 @@ class DatasetPosition:
         built = self._draws
         if built is not None and built[0] is active:
             return built[1]
-        config, sampling = self.reader_config, self._sampling()
-        order: Order
-        if sampling == "weighted":
-            order = WeightedDraws(active.weights, config.seed)
-        elif sampling == "shard_window":
-            order = shard_window_order(self.reader, active.cache_pos, active.sample_ids, active.weights,
-                                       window=config.shard_window, seed=config.seed)
-        else:
-            check_equal_weights(active.weights, "shuffle=True (sampling='permutation')")
-            order = EpochPermutations(len(active), config.seed)
-        self._draws = (active, order)
-        return order
+        config, order = self.reader_config, self._sampling() or "sequential"
+        stream = RowStream(order, active, seed=config.seed, window=config.shard_window, reader=self.reader,
+                           what="shuffle=True (sampling='permutation')")
+        self._draws = (active, stream)
+        return stream
 
     def rows_at(self, active: ActiveTable, start: int, count: int) -> np.ndarray:
         """Active-table rows at reader positions ``start .. start+count-1`` (a pure function of them)."""
-        if self.reader_config.shuffle:
-            return self._order(active).draws(start, count)
-        return (np.arange(start, start + count, dtype=np.int64)) % len(active)
+        return self.row_stream(active).rows(start, count)
 
     def _reserve(self) -> tuple[ActiveTable, Window]:
-        if self.reader_config.shuffle:
-            self._order(self._active)  # unequal weights are refused before a window is reserved
+        self.row_stream(self._active)  # unequal weights are refused before a window is reserved
         with self._lock:
             count = self._epoch_len if self._resume_len is None else self._resume_len
             window = self._latest = Window(self._position, count)

@@ -17,7 +17,7 @@ import logging
 import os
 from typing import Any
 
-from torch_drt.cache._streams import stream_id
+from torch_drt.cache.rows import stream_id
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 

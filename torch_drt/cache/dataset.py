@@ -14,9 +14,9 @@ from torch_drt.cache._dataset_position import DatasetPosition, Order, Window
 from torch_drt.cache._metadata_files import MetadataFiles
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
-from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedBatch, CachedSample
+from torch_drt.cache.rows import RowStream
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.describe import described
 
@@ -85,7 +85,7 @@ class CachedDataset(DatasetPosition):
         self._position = 0  # the stream position after every window reserved so far
         self._latest: Window | None = None  # the most recent iterator's window: what state_dict() reports
         self._resume_len: int | None = None  # the rest of an interrupted epoch, from a loaded state
-        self._draws: tuple[ActiveTable, Order] | None = None  # the shuffled order of a table snapshot
+        self._draws: tuple[ActiveTable, RowStream] | None = None  # the row stream of a table snapshot
         if logger.isEnabledFor(logging.INFO):
             logger.info("opened %d caches (%d rows): %s", len(self.layouts), len(self._active), self._shown_paths())
 
@@ -206,16 +206,15 @@ class CachedDataset(DatasetPosition):
         return self._delivered_batches(active, window, batch_size)
 
     def _batches(self, active: ActiveTable, start: int, count: int, batch_size: int) -> Iterator[CachedBatch]:
-        def batch_rows(k: int) -> tuple[np.ndarray, np.ndarray] | None:  # what remote caches prefetch
-            if k * batch_size >= count:
-                return None
-            rows = self.rows_at(active, start + k * batch_size, min(batch_size, count - k * batch_size))
-            return active.cache_pos[rows], active.sample_ids[rows]
+        stream = self.row_stream(active)
 
-        ahead = ReadAhead(self.reader, batch_rows)
+        def span(k: int) -> tuple[int, int] | None:  # batch k's stream positions: what remote caches prefetch
+            return (start + k * batch_size, min(batch_size, count - k * batch_size)) if k * batch_size < count else None
+
+        ahead = stream.read_ahead(self.reader, span)
         for k, offset in enumerate(range(0, count, batch_size)):
             ahead.before(k)
-            yield self.read_rows(self.rows_at(active, start + offset, min(batch_size, count - offset)), active)
+            yield self.read_rows(stream.rows(start + offset, min(batch_size, count - offset)), active)
 
     def _delivered_batches(self, active: ActiveTable, window: Window, batch_size: int) -> Iterator[CachedBatch]:
         for batch in self._batches(active, window.start, window.count, batch_size):
@@ -256,7 +255,7 @@ class CachedDataset(DatasetPosition):
             TypeError: for a transform or collate function that cannot be pickled for loading processes.
             CacheCorruptError: naming a cache's ``metadata.arrow`` removed or damaged since the dataset was opened.
         """
-        from torch_drt.cache.torch_loader import to_torch_dataloader
+        from torch_drt.cache.loader.torch_loader import to_torch_dataloader
 
         self._metadata_files.check()
         return to_torch_dataloader(self, **kwargs)

@@ -14,6 +14,7 @@ from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.random import enter_batch, exit_batch, map_items
+from torch_drt.sampling.stride import stride_range
 
 __all__ = ["ItemBatchFetcher"]
 
@@ -53,8 +54,8 @@ class ItemBatchFetcher:
         """The items' numbers (see the class docstring)."""
         if self.stride == 1 and self.offset == 0:
             return positions
-        stride, offset = self.stride, self.offset
-        return range(positions.start * stride + offset, positions.stop * stride + offset, stride)
+        count = positions.stop - positions.start
+        return stride_range(positions.start, count, rank=self.offset, world_size=self.stride)
 
     def apply(self, epoch: int, numbers: Sequence[int], items: list[Any]) -> Any:
         """Transform and collate ``items`` in their batch scope."""

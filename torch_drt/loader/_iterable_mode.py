@@ -19,6 +19,7 @@ from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.iterable_source import IterableSource
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.worker_turns import StreamTask, WorkerTurns
+from torch_drt.sampling.stride import stride_position
 
 __all__ = ["StreamFetcher", "WorkerStreamsMode"]
 
@@ -68,7 +69,8 @@ class StreamFetcher:
         except Exception as e:  # the stream's own error: the loader raises it after recording the state
             return StreamResult(task.worker, None, self.batcher.get_state(), False, e)
         n, w = self.num_workers, task.worker
-        numbers = [self.items.stride * (j * n + w) + self.items.offset for j in batch.positions]
+        numbers = [stride_position(j * n + w, rank=self.items.offset, world_size=self.items.stride)
+                   for j in batch.positions]
         fetched = Fetched(self.items.apply(task.epoch, numbers, batch.items), numbers, False)
         return StreamResult(task.worker, fetched, self.batcher.get_state(), False)
 

@@ -14,6 +14,7 @@ from torch_drt.nodes.batch_plan import BatchPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
+from torch_drt.sampling.stride import world_total
 
 __all__ = ["MapMode"]
 
@@ -135,9 +136,10 @@ class MapMode(LoaderMode):
         """The ``ahead`` offsets of an ``in_order=False`` state: later global batches of this batch geometry."""
         if fields.get(self.AHEAD_KEY) is None:
             return []
-        size, high = self.batch_size * self.world_size, n if n is not None else MAX_COUNT
+        size, high = world_total(self.batch_size, world_size=self.world_size), n if n is not None else MAX_COUNT
         ahead = fields.ints(self.AHEAD_KEY, high=high)
-        saved = fields.get(self.BATCH_SIZE_KEY, self.batch_size) * fields.get(self.WORLD_SIZE_KEY, self.world_size)
+        saved = world_total(fields.get(self.BATCH_SIZE_KEY, self.batch_size),
+                            world_size=fields.get(self.WORLD_SIZE_KEY, self.world_size))
         if ahead and saved != size:
             raise ValueError(
                 f"this checkpoint was taken with batches delivered out of order (in_order=False) and global batches "

@@ -11,6 +11,7 @@ from torchdata.nodes import BaseNode
 
 from torch_drt.describe import described
 from torch_drt.nodes.batch_plan import BatchPlan
+from torch_drt.sampling.stride import stride_index, stride_range
 
 __all__ = ["BatchSamplerPlanner"]
 
@@ -79,8 +80,7 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
     def next(self) -> BatchPlan:
         assert self._iterator is not None
         indices = self._indices(next(self._iterator))
-        w, r, j = self.world_size, self.rank, self.items
-        positions = range(j * w + r, (j + len(indices)) * w + r, w)
+        positions = stride_range(self.items, len(indices), rank=self.rank, world_size=self.world_size)
         number = self.batches
         self.batches += 1
         self.items += len(indices)
@@ -96,7 +96,7 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
 
     def state_before(self, plan: BatchPlan, ahead: Sequence[BatchPlan] = ()) -> dict[str, Any]:
         """The state whose next batch is ``plan``, skipping the later batches ``ahead`` (delivered out of order)."""
-        items = (plan.positions.start - self.rank) // self.world_size
+        items = stride_index(plan.positions.start, rank=self.rank, world_size=self.world_size)
         state = {self.EPOCH_KEY: plan.epoch, self.BATCHES_KEY: plan.offset, self.ITEMS_KEY: items}
         skip = sorted({p.offset for p in ahead} | {b for b in self._skip if b > plan.offset})
         return state | {self.AHEAD_KEY: skip} if skip else state

@@ -30,7 +30,10 @@ class WeightedMixer(BaseNode[Any]):
     the items r, r+W, r+2W, ... of every source (each source item reaches exactly one rank), and the choice
     stream is keyed by (seed, rank, world_size, epoch), so distinct ranks, seeds or world sizes get distinct
     streams. Choice k is a pure function of those and k, so the state is the draw count, the sources' states,
-    how many items each source has produced, and which sources are exhausted.
+    how many items each source has produced, which sources are exhausted, and the rank and world size: a state
+    resumes only on the rank and world size it was taken on (elsewhere its items would be others, so it is
+    refused; a state from before they were saved is taken as it is). ``torch_drt.lm.MixerNode`` plans one global
+    stream instead and resumes under any world size.
 
     Args:
         source: name -> node.
@@ -47,6 +50,8 @@ class WeightedMixer(BaseNode[Any]):
     SOURCES_KEY = "source_states"
     PULLED_KEY = "pulled"
     EXHAUSTED_KEY = "exhausted"
+    RANK_KEY = "rank"
+    WORLD_SIZE_KEY = "world_size"
     _CHUNK = 1024
 
     def __init__(
@@ -118,6 +123,15 @@ class WeightedMixer(BaseNode[Any]):
         fields = StateFields(state, "WeightedMixer", path, keys)
         fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
         fields.int(self.DRAWS_KEY)
+        if self.RANK_KEY in fields or self.WORLD_SIZE_KEY in fields:  # saved since issue 25
+            theirs = fields.int(self.RANK_KEY), fields.int(self.WORLD_SIZE_KEY, low=1)
+            if theirs != (self.rank, self.world_size):
+                raise ValueError(
+                    f"invalid WeightedMixer {path}: it was taken on rank={theirs[0]}, world_size={theirs[1]}; this "
+                    f"mixer is rank={self.rank}, world_size={self.world_size}: its streams are per rank (keyed by "
+                    "rank and world size), so the state would resume on other items. Resume it on the same "
+                    "topology, or mix with torch_drt.lm.MixerNode, whose one global stream resumes anywhere"
+                )
         per_source = {}
         for key in (self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY):
             per_source[key] = child = fields.child(key)
@@ -184,4 +198,6 @@ class WeightedMixer(BaseNode[Any]):
             self.PULLED_KEY: dict(self._pulled),
             self.EXHAUSTED_KEY: dict(self._exhausted),
             self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
+            self.RANK_KEY: self.rank,
+            self.WORLD_SIZE_KEY: self.world_size,
         }

@@ -17,6 +17,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Literal, NamedTuple
 
+from torch_drt.sampling.stride import rank_offset, rank_share, world_total
+
 __all__ = [
     "MAX_SAMPLES",
     "ConsumerPlan",
@@ -61,8 +63,11 @@ def rank_budget(samples: int, *, world_size: int, rank: int, batch_size: int, dr
     """Samples this rank takes per pass; rank zero warns when the global budget had to change."""
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
         raise ValueError(f"samples_per_epoch={samples!r} must be an int in [1, {MAX_SAMPLES}]")
-    local = samples // (world_size * batch_size) * batch_size if drop_last else -(-samples // world_size)
-    effective = local * world_size
+    if drop_last:
+        local = rank_share(samples, world_size=world_size, multiple=batch_size, drop_last=True)
+    else:
+        local = rank_share(samples, world_size=world_size)
+    effective = world_total(local, world_size=world_size)
     if effective != samples and rank == 0:
         action = "padded" if effective > samples else "discarded"
         warnings.warn(
@@ -119,9 +124,9 @@ def consumer_plans(
     else:
         population = rows
         if samples == rows:
-            population = local * world_size  # the padded pass: rank spans cover every row, the padding wraps
+            population = world_total(local, world_size=world_size)  # the padded pass: the padding wraps
         elif rows < world_size:
-            population = -(-rows // world_size) * world_size
+            population = world_total(rank_share(rows, world_size=world_size), world_size=world_size)
         span = row_span(population, parts=world_size, part=rank)
         populations = span.length
     budgets = _worker_budgets(local, workers=workers, populations=populations, batch_size=batch_size)
@@ -151,7 +156,7 @@ def first_positions(plans: tuple[ConsumerPlan, ...]) -> list[int]:
     """Each consumer's first position in a pass, counted over all ranks' consumers (a rank's items are contiguous:
     every rank takes the same budget)."""
     local = sum(plan.sample_count for plan in plans)
-    out, position = [], plans[0].rank * local if plans else 0
+    out, position = [], rank_offset(plans[0].rank, per_rank=local) if plans else 0
     for plan in plans:
         out.append(position)
         position += plan.sample_count

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from torch_drt.sampling.stride import stride_positions, world_total
+
 __all__ = ["Partition"]
 
 
@@ -48,7 +50,7 @@ class Partition:
             raise ValueError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
         if self.n < 0:
             raise ValueError(f"n={self.n} must be >= 0")
-        g = self.batch_size * self.world_size
+        g = world_total(self.batch_size, world_size=self.world_size)
         object.__setattr__(self, "global_batch_size", g)
         object.__setattr__(self, "end_offset", self.n - g + 1 if self.drop_last else self.n)
 
@@ -65,7 +67,7 @@ class Partition:
     def positions(self, offset: int, count: int) -> np.ndarray:
         """This rank's positions in ``count`` global batches from ``offset``, one row each (padding included)."""
         starts = offset + self.global_batch_size * np.arange(count, dtype=np.int64)
-        return starts[:, None] + self.rank + self.world_size * np.arange(self.batch_size, dtype=np.int64)
+        return starts[:, None] + stride_positions(0, self.batch_size, rank=self.rank, world_size=self.world_size)
 
     def items(self) -> int:
         """Items this rank takes per epoch (padding removed)."""

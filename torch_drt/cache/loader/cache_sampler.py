@@ -8,13 +8,10 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import StateFields
-from torch_drt.cache.read_ahead import ReadAhead
-from torch_drt.cache.shard_order import EpochPermutations, check_equal_weights
+from torch_drt.cache.rows import STRIDE, Consumer, RowStream, order_name
 from torch_drt.describe import described
-from torch_drt.sampling import derive_key
-from torch_drt.sampling.stride import rank_share, stride_positions
+from torch_drt.sampling.stride import rank_share
 from torch_drt.sampling.topology import resolve_topology
-from torch_drt.sampling.weighted import WeightedDraws
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
@@ -82,17 +79,14 @@ class CacheSampler(BaseNode[int]):
         self.sampling = (sampling or configured or "permutation") if self.shuffle else None
         if self.sampling not in (None, "permutation", "weighted"):
             raise ValueError(f"sampling={self.sampling!r} must be 'permutation' or 'weighted'")
-        self._draws: WeightedDraws | EpochPermutations | None = None
-        if self.sampling == "weighted":
-            self._draws = WeightedDraws(self.active.weights, self.seed, stream=derive_key(self.rank, self.world_size))
-        elif self.sampling == "permutation":
-            check_equal_weights(self.active.weights, "CacheSampler(shuffle=True)")
-            self._draws = EpochPermutations(len(self.active), self.seed)
+        self._stream = RowStream(order_name(self.shuffle, None, self.sampling), self.active, seed=self.seed,
+                                 layout=STRIDE, who=Consumer(self.rank, self.world_size),
+                                 what="CacheSampler(shuffle=True)")
         self._position = 0
         self._yielded = 0
         self._rows = np.empty(0, dtype=np.int64)
         self._rows_start = 0
-        self._ahead = ReadAhead(source.reader, self._block_keys) if source.reader.remote else None
+        self._ahead = self._stream.read_ahead(source.reader, self._block) if source.reader.remote else None
         self._ahead_block = -1
 
     def __len__(self) -> int:
@@ -133,19 +127,12 @@ class CacheSampler(BaseNode[int]):
             )
         return fields.int(self.POSITION_KEY), fields.int(self.YIELDED_KEY, high=self.num_samples)
 
-    def _rows_at(self, start: int, count: int) -> np.ndarray:
-        """The rows at stream positions ``start .. start+count-1`` (a pure function of them)."""
-        if isinstance(self._draws, WeightedDraws):
-            return self._draws.draws(start, count)
-        positions = stride_positions(start, count, rank=self.rank, world_size=self.world_size)
-        return positions % len(self.active) if self._draws is None else self._draws.at(positions)
-
-    def _block_keys(self, block: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = self._rows_at(block * self.AHEAD_ROWS, self.AHEAD_ROWS)
-        return self.active.cache_pos[rows], self.active.sample_ids[rows]
+    def _block(self, block: int) -> tuple[int, int]:
+        """The stream positions of read-ahead block ``block``."""
+        return block * self.AHEAD_ROWS, self.AHEAD_ROWS
 
     def _fill(self) -> None:
-        self._rows, self._rows_start = self._rows_at(self._position, self._CHUNK), self._position
+        self._rows, self._rows_start = self._stream.rows(self._position, self._CHUNK), self._position
 
     def next(self) -> int:
         if self._yielded >= self.num_samples:

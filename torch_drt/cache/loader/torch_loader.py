@@ -20,16 +20,16 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from torch_drt.cache._consumer import RowFetcher
 from torch_drt.cache._loader_log import ReaderEvents, log_ready
-from torch_drt.cache._loader_options import (
+from torch_drt.cache.loader._consumer import RowFetcher
+from torch_drt.cache.loader._loader_options import (
     MAX_SAMPLE_BUDGET,
     LoaderOptions,
     check_dataloader_kwargs,
     check_picklable,
 )
-from torch_drt.cache._snapshot import Snapshot, export_snapshot
-from torch_drt.cache._stream_mode import PER_RANK, PER_WORKER, StreamMode
+from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
+from torch_drt.cache.loader._stream_mode import PER_RANK, PER_WORKER, StreamMode
 from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed

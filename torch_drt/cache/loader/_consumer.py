@@ -10,7 +10,6 @@ their spans).
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
@@ -20,11 +19,11 @@ import numpy as np
 import pyarrow as pa
 
 from torch_drt._stage_clock import BatchTimes
-from torch_drt.cache._snapshot import Snapshot
-from torch_drt.cache._streams import ConsumerStreams, StreamSettings
+from torch_drt.cache.loader._snapshot import Snapshot
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CachedSample, make_samples
+from torch_drt.cache.rows import RowStream, order_name
 from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.stream_plan import StreamBatch, consumer_batch
 from torch_drt.nodes.thread_pool import ThreadPool
@@ -51,7 +50,8 @@ class _OneArg:
 class RowFetcher:
     """Loads ``StreamBatch``es of this rank's consumers (picklable: it opens its files in each process).
 
-    Which rows a consumer's stream reads is ``torch_drt.cache._streams``'s. A batch's ``worker`` is the loading
+    Which rows a consumer's stream reads is its ``torch_drt.cache.rows.RowStream``'s (built on its first use in a
+    process). A batch's ``worker`` is the loading
     process it is loaded on: with ``dealt_to == 1`` also its consumer (each process reads its own stream,
     dataset-rt's layout); with ``dealt_to > 1`` the rank has one consumer whose batches are dealt to ``dealt_to``
     processes in turn (batch ``d`` of a pass on process ``d % dealt_to``). Before reading a batch of caches at
@@ -143,10 +143,17 @@ class RowFetcher:
         self._opened_in = os.getpid()
 
     def _new_streams(self) -> None:
-        settings = StreamSettings(self.shuffle, self.seed, self.partition, self.shard_window, self.world_size,
-                                  self.sampling)
-        self._streams = ConsumerStreams(self.plans, settings, self._snapshot, self._reader)
+        self._streams: dict[int, RowStream] = {}
         self._ahead: dict[int, ReadAhead] = {}
+
+    def _stream(self, consumer: int) -> RowStream:
+        stream = self._streams.get(consumer)
+        if stream is None:
+            order = order_name(self.shuffle, self.shard_window, self.sampling)
+            stream = self._streams[consumer] = RowStream.of_consumer(
+                self.plans, consumer, self._snapshot, order=order, seed=self.seed, partition=self.partition,
+                world_size=self.world_size, window=self.shard_window, reader=self._reader)
+        return stream
 
     def stop_prefetch(self) -> None:
         """Withdraw this process's prefetch plans (its loader is closed: what it started stops)."""
@@ -171,7 +178,7 @@ class RowFetcher:
     def rows(self, batch: StreamBatch) -> np.ndarray:
         """The active-table rows of a stream batch."""
         self._open()
-        return self._streams.rows(self.stream(batch), batch.start, batch.count)
+        return self._stream(self.stream(batch)).rows(batch.start, batch.count)
 
     def _lane(self, worker: int) -> tuple[int, int, int]:
         """(consumer, its first batch, batches per pass) of the batches process ``worker`` loads: every
@@ -180,33 +187,23 @@ class RowFetcher:
             return worker, 0, self._counts[worker]
         return 0, worker, len(range(worker, self._counts[0], self.dealt_to))
 
-    def _future(self, worker: int, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (cache positions, sample ids) of the ``j``-th batch process ``worker`` loads, counted over passes."""
-        return self._futures(worker, j, 1)[0]
-
-    def _futures(self, worker: int, j: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """``_future`` of batches ``j .. j+n-1``, their rows drawn at once where their stream positions run on."""
+    def _span(self, worker: int, j: int) -> tuple[int, int] | None:
+        """The stream span (start, count) of the ``j``-th batch process ``worker`` loads, counted over passes."""
         consumer, first, per_pass = self._lane(worker)
         if per_pass == 0:
-            return []
-        plan, spans = self.plans[consumer], []
-        for i in range(j, j + n):
-            epoch, k = divmod(i, per_pass)
-            spans.append(consumer_batch(plan, self.batch_size, epoch, first + k * self.dealt_to, self.continue_streams))
-        if all(a + c == b for (a, c), (b, _) in itertools.pairwise(spans)):
-            counts = [c for _, c in spans]
-            parts = np.split(self._streams.rows(consumer, spans[0][0], sum(counts)), np.cumsum(counts)[:-1])
-        else:
-            parts = [self._streams.rows(consumer, start, count) for start, count in spans]
-        return [(self._snapshot.cache_pos[rows], self._snapshot.sample_ids[rows]) for rows in parts]
+            return None
+        epoch, k = divmod(j, per_pass)
+        return consumer_batch(self.plans[consumer], self.batch_size, epoch, first + k * self.dealt_to,
+                              self.continue_streams)
 
     def _read_ahead(self, batch: StreamBatch, rows: np.ndarray) -> None:
         """Plan the prefetch of the shards of ``batch`` (its ``rows``) and of the next batches its process loads
         (caches at URLs only)."""
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
-            ahead = self._ahead[batch.worker] = ReadAhead(self._reader, functools.partial(self._future, batch.worker),
-                                                          many_rows=functools.partial(self._futures, batch.worker))
+            stream = self._stream(self._lane(batch.worker)[0])
+            ahead = self._ahead[batch.worker] = stream.read_ahead(self._reader, functools.partial(self._span,
+                                                                                                  batch.worker))
         _, _, per_pass = self._lane(batch.worker)
         snap, k = self._snapshot, batch.epoch * per_pass + batch.index // self.dealt_to
         ahead.before(k, (snap.cache_pos[rows], snap.sample_ids[rows]))

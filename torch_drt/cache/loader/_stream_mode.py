@@ -6,13 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from torch_drt._state_fields import MAX_EPOCH, StateFields
-from torch_drt.cache._consumer import RowFetcher
+from torch_drt.cache.loader._consumer import RowFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.stream_plan import StreamBatch, StreamPlanner
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.sampling.budget import ConsumerPlan
+from torch_drt.sampling.stride import world_total
 
 __all__ = ["PER_RANK", "PER_WORKER", "DealtPlanner", "StreamMode"]
 
@@ -233,4 +234,4 @@ def _shared(settings: Mapping[str, Any]) -> bool:
     if not isinstance(workers, int) or not isinstance(world, int):  # a malformed state: refused when checked
         return False
     consumers = 1 if settings.get("streams", PER_WORKER) == PER_RANK else max(workers, 1)
-    return settings.get("worker_partition") == "replicate" and consumers * world > 1
+    return settings.get("worker_partition") == "replicate" and world_total(consumers, world_size=world) > 1
