@@ -111,7 +111,7 @@ def _factory(target: str) -> Any:
 def _cache_loader(target: str, args: argparse.Namespace) -> Any:
     from torch_drt import _cli_cache_inputs as inputs
     from torch_drt.cache import DatasetRuntime, ReaderConfig
-    from torch_drt.location import is_url
+    from torch_drt.locations.location import is_url
 
     if not is_url(target) and not Path(target).is_dir():
         raise CliError(f"{target} is neither a cache directory, a URL nor module:function", 2)

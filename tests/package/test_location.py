@@ -1,4 +1,4 @@
-"""One owner decides local path vs URL: ``torch_drt.location.Location``; every entry point agrees with it."""
+"""One owner decides local path vs URL: ``torch_drt.locations.location.Location``; every entry point agrees with it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_drt.location import Location, is_url
+from torch_drt.locations.location import Location, is_url
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,9 @@ def test_join_and_accessors():
 def test_every_entry_point_reads_file_urls_as_local_paths(tmp_path):
     """``file://`` was a URL in lightning.py and build/part.py and a path elsewhere."""
     from torch_drt.build.part import Location as PartLocation
-    from torch_drt.cache.backends import LocalBackend, backend_for
     from torch_drt.cache.errors import CacheCorruptError
     from torch_drt.lightning import _location
+    from torch_drt.locations import LocalBackend, backend_for
 
     assert PartLocation is Location
     assert _location(f"file://{tmp_path}") == tmp_path

@@ -27,14 +27,14 @@ from torch_drt.cache._format import (
     validate_source_name,
 )
 from torch_drt.cache._set_origin import check_origin
-from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
 from torch_drt.describe import described
-from torch_drt.location import Location
+from torch_drt.locations import CacheBackend, MissingFile, backend_for
+from torch_drt.locations.location import Location
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 SetLocation = str | Path | CacheBackend
 

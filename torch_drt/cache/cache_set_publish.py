@@ -27,11 +27,11 @@ from torch_drt.cache.cache_set import (
     validate_set_name,
 )
 from torch_drt.cache.validate import open_cache
-from torch_drt.location import Location
+from torch_drt.locations.location import Location
 from torch_drt.publish import fsync_dir
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["publish_cache_set"]
 
@@ -129,7 +129,7 @@ def publish_cache_set(
 def _put_new_remote(
     set_url: str, body: Any, options: Mapping[str, Any] | None, config: RemoteConfig | None
 ) -> None:
-    from torch_drt.cache.remote_store import RemoteStore
+    from torch_drt.locations.remote_store import RemoteStore
 
     store = RemoteStore(set_url, options, config)
     if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):

@@ -9,15 +9,15 @@ from typing import Any
 
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
-from torch_drt.cache.backends import CacheBackend
 from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
 from torch_drt.cache.errors import CacheSourcesError
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.writer import WriteMode, write_source
-from torch_drt.location import Location
+from torch_drt.locations import CacheBackend
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.template import redact
 
 __all__ = ["DatasetRuntime"]

@@ -42,8 +42,8 @@ from torch_drt.cache.records import (
     Result,
     SizedTorchIterableDataset,
 )
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.runtime import _as_list, _root
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = [
     "AbsentManifestTarget",

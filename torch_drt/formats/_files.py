@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import CacheBackend, StoredFile, backend_for
 from torch_drt.cache.errors import FormatError
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.location import Location, is_url
+from torch_drt.locations import CacheBackend, StoredFile, backend_for
+from torch_drt.locations.location import Location, is_url
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import MissingFile
-from torch_drt.cache.backends.remote import RemoteBackend
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_publish import publish_directory
-from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.checksums import sha256_file
 from torch_drt.describe import described
-from torch_drt.location import is_url
+from torch_drt.locations import MissingFile
+from torch_drt.locations.location import is_url
+from torch_drt.locations.remote import RemoteBackend
+from torch_drt.locations.remote_config import RemoteConfig
+from torch_drt.locations.remote_publish import publish_directory
+from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
 __all__ = ["TokenStreamDataset", "TokenStreamStorage", "TokenStreamWriter"]

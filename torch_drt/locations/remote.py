@@ -22,14 +22,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
-from torch_drt.cache.backends._ranges import coalesce
-from torch_drt.cache.backends._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
-from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.node_cache import NodeCache
-from torch_drt.cache.prefetch import ShardPrefetcher
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.locations._ranges import coalesce
+from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
+from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
+from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.location import ANY_URL, Location, register_backend
+from torch_drt.locations.remote_config import RemoteConfig
+from torch_drt.locations.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.nodecache.node_cache import NodeCache
+from torch_drt.nodecache.prefetch import ShardPrefetcher
 
 __all__ = ["RemoteBackend", "RemoteFile"]
 
@@ -57,6 +58,10 @@ class RemoteBackend(CacheBackend):
         self.store = RemoteStore(location, self.storage_options, self.config)
         self._local: tuple[int, NodeCache, ShardPrefetcher] | None = None  # this process's, resolved once
         super().__init__(self.store.url)
+
+    @classmethod
+    def from_location(cls, location: Location) -> RemoteBackend:
+        return cls(location.url, location.storage_options, location.remote_config)
 
     def __reduce__(self):
         return (type(self), (self.location, self.storage_options, self.config))
@@ -297,3 +302,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+register_backend(ANY_URL, RemoteBackend)  # fsspec reads every scheme it knows

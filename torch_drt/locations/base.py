@@ -1,9 +1,10 @@
 """Where the bytes of a cache come from: one small base class; each backend is one module beside it.
 
-A backend answers for one cache location. The read path asks it for three things only: the size of a file,
-a small file read whole (manifest, index, metadata), and an opened file (a shard or the index) from which byte
-ranges are gathered. Everything above it (validation, checksums, decompression, samples) is shared, so a new
-place to keep caches (object storage, say) is one new module here.
+A backend answers for one location. The read path asks it for three things only (the three methods a backend
+overrides, as an fsspec implementation overrides ``spec.py``'s defaults): the size of a file, a small file read
+whole (manifest, index, metadata), and an opened file (a shard or the index) from which byte ranges are gathered.
+Everything above it (validation, checksums, decompression, samples) is shared, so a new place to keep caches is
+one new module that subclasses ``CacheBackend`` and registers its scheme (``register_backend``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.locations.errors import MissingFile
+
+if TYPE_CHECKING:
+    from torch_drt.locations.location import Location
 
 __all__ = ["CacheBackend", "MissingFile", "StoredFile"]
-
-
-class MissingFile(CacheCorruptError):
-    """A file the cache needs is not there (backends raise it so that callers can say which file it is)."""
 
 
 class StoredFile(ABC):
@@ -32,6 +33,9 @@ class StoredFile(ABC):
     def __init__(self, where: Path | str, size: int) -> None:
         self.where = where
         self.size = size
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.where)!r}, size={self.size})"
 
     @abstractmethod
     def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
@@ -80,14 +84,18 @@ class CacheBackend(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"
 
-    @abstractmethod
+    @classmethod
+    def from_location(cls, location: Location) -> CacheBackend:
+        """The backend of ``location`` (what ``Location.backend()`` calls; the default passes its target)."""
+        return cls(location.url if location.is_remote else str(location.path))
+
     def where(self, rel: str = "") -> Path | str:
         """The location of ``rel`` (or of the cache itself), as errors name it."""
+        return f"{self.location}/{rel}" if rel else self.location
 
-    @abstractmethod
-    def check_root(self) -> None:
+    def check_root(self) -> None:  # noqa: B027 - a store without directories has nothing to check
         """Raise ``FileNotFoundError`` when nothing is at the location, ``CacheCorruptError`` when it is no cache
-        directory."""
+        directory (by default nothing is checked: a missing manifest is reported by its read)."""
 
     @abstractmethod
     def size(self, rel: str) -> int:

@@ -16,9 +16,10 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.checksums import sha256_file
+from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
+from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.location import register_backend
 
 __all__ = ["LocalBackend", "LocalFile"]
 
@@ -161,3 +162,6 @@ class LocalBackend(CacheBackend):
         for number in set(numbers):
             files[number].check()
         return [files[s]._map[a:b] for s, a, b in zip(numbers, starts, ends)]
+
+
+register_backend("file", LocalBackend)

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from torch_drt.cache._client_options import client_options
-from torch_drt.cache._inherited_clients import client_lock, made
-from torch_drt.cache._store_errors import described_failure, s3_error_code
-from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.locations._client_options import client_options
+from torch_drt.locations._inherited_clients import client_lock, made
+from torch_drt.locations._store_errors import described_failure, s3_error_code
+from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.retry import RetryPolicy
 from torch_drt.sources.template import redact
 
