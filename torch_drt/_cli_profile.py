@@ -123,8 +123,10 @@ def _cache_loader(target: str, args: argparse.Namespace) -> Any:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """``torch-drt profile TARGET``: the statistics table and verdict of N batches; ``--png``/``--json`` files."""
+    from torch_drt.locations.location import split_protocol
+
     target = args.target
-    looks_like_factory = ":" in target and "://" not in target and not Path(target).exists()
+    looks_like_factory = ":" in target and not split_protocol(target)[0] and not Path(target).exists()
     loader = _factory(target) if looks_like_factory else _cache_loader(target, args)
     stats, timeline = profile_loader(loader, args.batches)
     print(stats)

@@ -40,7 +40,7 @@ def _require_backend(root: Path | str) -> None:
         return
     import fsspec
 
-    scheme = root.split("://", 1)[0]
+    scheme = Location.parse(root).scheme
     try:
         fsspec.get_filesystem_class(scheme)
     except ImportError as e:

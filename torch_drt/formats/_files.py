@@ -25,13 +25,8 @@ __all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_t
 
 def split_location(location: str | Path) -> tuple[str, str]:
     """``(directory, name)`` of a file's path or URL."""
-    text = str(location)
-    if is_url(text):
-        scheme, _, rest = text.partition("://")
-        head, _, name = rest.rstrip("/").rpartition("/")
-        return (f"{scheme}://{head}" if head else f"{scheme}://"), name
-    path = Path(text)
-    return str(path.parent), path.name
+    parsed = Location.parse(location)
+    return str(parsed.parent.target), parsed.name
 
 
 class Files:

@@ -41,8 +41,11 @@ class StoredFile(ABC):
     def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Return the bytes ``[starts[i], ends[i])`` for each ``i``; every range lies inside ``[0, size]``."""
 
+    lasting = False  # True when ``view()`` stays valid until ``close()`` (a local map)
+
     def view(self) -> memoryview | None:
-        """The whole file as a read-only buffer, or None when the backend reads by ranges only."""
+        """The whole file as a read-only buffer, or None when the backend reads by ranges only (or has no copy of
+        the file now)."""
         return None
 
     @abstractmethod

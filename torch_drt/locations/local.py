@@ -30,6 +30,8 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 class LocalFile(StoredFile):
     """A regular file mapped read-only."""
 
+    lasting = True
+
     def __init__(self, where: Path, fd: int, size: int) -> None:
         super().__init__(where, size)
         # an empty file cannot be mapped; b"" slices the same way (every range of it is empty). The mmap keeps

@@ -175,6 +175,19 @@ class Location:
             target = Path(os.path.normpath(self.target.joinpath(*names)))
         return replace(self, target=target)
 
+    @property
+    def name(self) -> str:
+        """The last component (a file's name)."""
+        return split_protocol(self.target)[1].rpartition("/")[2] if isinstance(self.target, str) else self.target.name
+
+    @property
+    def parent(self) -> Location:
+        """The location one level up (a URL's bucket has ``scheme://`` above it)."""
+        if isinstance(self.target, str):
+            scheme, rest = split_protocol(self.target)
+            return replace(self, target=f"{scheme}://{rest.rpartition('/')[0]}")
+        return replace(self, target=self.target.parent)
+
     def backend(self) -> CacheBackend:
         """The backend that reads this location's bytes (the one registered for its scheme, else the one for
         ``ANY_URL``), made with this location's options and remote configuration.
