@@ -61,3 +61,27 @@ def test_every_entry_point_reads_file_urls_as_local_paths(tmp_path):
     assert isinstance(backend_for(f"file://{tmp_path}"), LocalBackend)
     assert CacheCorruptError(f"file://{tmp_path}/m.json", "bad").path == tmp_path / "m.json"
     assert CacheCorruptError("s3://b/m.json", "bad").path == "s3://b/m.json"
+
+
+@pytest.mark.parametrize(
+    ("given", "parent", "name"),
+    [
+        ("s3://bucket/dir/a.parquet", "s3://bucket/dir", "a.parquet"),
+        ("s3://bucket", "s3://", "bucket"),
+        ("file:///data/a.parquet", Path("/data"), "a.parquet"),
+        ("data/a.parquet", Path("data"), "a.parquet"),
+    ],
+)
+def test_parent_and_name(given, parent, name):
+    location = Location.parse(given, storage_options={"k": 1})
+    assert (location.parent.target, location.name) == (parent, name)
+    assert location.parent.storage_options == {"k": 1}
+
+
+def test_split_protocol_is_the_one_scheme_test():
+    from torch_drt.locations.location import split_protocol
+
+    assert split_protocol("S3://b/k") == ("s3", "b/k")
+    assert split_protocol("file:///x") == ("file", "/x")
+    assert split_protocol("weird/dir://name") == ("", "weird/dir://name")
+    assert split_protocol("mod:function") == ("", "mod:function")

@@ -72,7 +72,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
     remote = Location.parse("s3://bucket/p", storage_options={"secret": SECRET}, remote_config=drt.RemoteConfig(
         cache_dir=str(tmp / "node"))).backend()
     objects = [*_foreign_datasets(tmp), Location.parse("s3://bucket/p", storage_options={"secret": SECRET}),
-        local, local.open("manifest.json", local.size("manifest.json")), remote,
+        local, local.open("manifest.json", local.size("manifest.json")), remote, remote.node, remote.prefetcher,
         rt, dataset, layout, CacheReader([layout]), open_cache_set(tmp / "caches" / "set")[0],
         open_cache_set(tmp / "caches" / "set")[0].parts[0], next(iter(dataset)), next(dataset.iter_batches(4)),
         drt.ReaderConfig(seed=0), drt.WriterConfig(), drt.ShardCompression("zstd"), drt.WriterProfilerConfig(),
