@@ -73,14 +73,7 @@ class Files:
 
     def names(self, directory: str) -> list[str]:
         """The names of the files directly in ``directory``, sorted."""
-        backend = self.backend(directory)
-        store = getattr(backend, "store", None)
-        if store is not None:
-            return sorted(name for name in store.list() if "/" not in name)
-        root = Path(directory)
-        if not root.is_dir():
-            raise FileNotFoundError(f"no such directory: {root}")
-        return sorted(p.name for p in root.iterdir() if p.is_file())
+        return self.backend(directory).names()
 
     def expand(self, locations: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
         """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``, a
@@ -112,12 +105,9 @@ class Files:
 
     def is_dir(self, location: str) -> bool:
         """True when ``location`` is a local directory, or a URL prefix (no file of its own)."""
-        if is_url(location):
-            if location.endswith("/"):
-                return True
-            store = getattr(self.backend(location), "store")  # noqa: B009 - a RemoteBackend: backend_for decided
-            return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
-        return Location.parse(location).path.is_dir()
+        if is_url(location) and location.endswith("/"):
+            return True
+        return self.backend(location).is_dir()
 
 
 class MemoryFile(StoredFile):

@@ -137,6 +137,19 @@ class CacheBackend(ABC):
             CacheCorruptError: when it is not a regular file, or of another size.
         """
 
+    def names(self) -> list[str]:
+        """The names of the files directly at this location, sorted (how foreign formats list a directory; a
+        backend that cannot list leaves this out).
+
+        Raises:
+            FileNotFoundError: when no directory is there.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not list {self.where()}")
+
+    def is_dir(self) -> bool:
+        """True when the location is a directory (a URL prefix with no file of its own)."""
+        raise NotImplementedError(f"{type(self).__name__} does not tell directories from files")
+
     def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:  # noqa: B027 - local: no fetching
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
         plan); after a start or a resume the ``first`` of them first. A no-op for local caches."""

@@ -84,6 +84,14 @@ class LocalBackend(CacheBackend):
         if not stat.S_ISDIR(st.st_mode):
             raise CacheCorruptError(self.path, "not a directory (a cache is a directory)")
 
+    def names(self) -> list[str]:
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"no such directory: {self.path}")
+        return sorted(p.name for p in self.path.iterdir() if p.is_file())
+
+    def is_dir(self) -> bool:
+        return self.path.is_dir()
+
     def _open_regular(self, rel: str) -> tuple[int, int]:
         """Open ``rel`` and return (fd, size); only regular files pass."""
         path = self.where(rel)
