@@ -118,3 +118,16 @@ def test_a_token_stream_reads_through_a_backend_registered_in_one_file(tmp_path)
     assert np.array_equal(stream.window(0, 1000), tokens)
     assert {path.rsplit("/", 1)[1] for path, _, _ in RANGES} == {"000000.bin", "000001.bin", "000002.bin",
                                                                  "000003.bin"}
+
+
+def test_a_location_carries_its_options_and_settings_into_write_and_read(tmp_path):
+    """A ``Location`` given as the root or the path brings its remote settings: the cache lands in the node cache
+    directory it names, with no ``remote_config`` passed."""
+    rt = drt.DatasetRuntime(1)
+    node = tmp_path / "node"
+    root = Location.parse(f"memory://loc-{uuid.uuid4().hex[:8]}", remote_config=drt.RemoteConfig(cache_dir=str(node)))
+    (written,) = rt.write_cache(ListSource("a", 30), root, writer_config=drt.WriterConfig(show_progress=False))
+    assert isinstance(written, drt.CacheWriteSuccess), written
+    ds = rt.cached_dataset(root.join("a"), reader_config=drt.ReaderConfig(seed=0))
+    assert len(list(ds)) == 30
+    assert list((node / "data").glob("sha256-*")) and list((node / "small").iterdir())  # its node cache was used
