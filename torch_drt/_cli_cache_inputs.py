@@ -86,14 +86,14 @@ def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def location(path: str) -> Path | str:
     """A cache URL as it is; a local path must be an existing directory."""
-    from torch_drt.location import is_url
+    from torch_drt.locations.location import is_url
 
     return path if is_url(path) else existing_dir(path)
 
 
 def published(url: str, options: dict[str, Any] | None) -> bool:
     """True when a cache manifest is at ``url``."""
-    from torch_drt.cache.remote_store import RemoteStore
+    from torch_drt.locations.remote_store import RemoteStore
 
     try:
         return RemoteStore(url, options).read_or_none("manifest.json", 1) is not None

@@ -111,7 +111,7 @@ def _factory(target: str) -> Any:
 def _cache_loader(target: str, args: argparse.Namespace) -> Any:
     from torch_drt import _cli_cache_inputs as inputs
     from torch_drt.cache import DatasetRuntime, ReaderConfig
-    from torch_drt.location import is_url
+    from torch_drt.locations.location import is_url
 
     if not is_url(target) and not Path(target).is_dir():
         raise CliError(f"{target} is neither a cache directory, a URL nor module:function", 2)
@@ -123,8 +123,10 @@ def _cache_loader(target: str, args: argparse.Namespace) -> Any:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """``torch-drt profile TARGET``: the statistics table and verdict of N batches; ``--png``/``--json`` files."""
+    from torch_drt.locations.location import split_protocol
+
     target = args.target
-    looks_like_factory = ":" in target and "://" not in target and not Path(target).exists()
+    looks_like_factory = ":" in target and not split_protocol(target)[0] and not Path(target).exists()
     loader = _factory(target) if looks_like_factory else _cache_loader(target, args)
     stats, timeline = profile_loader(loader, args.batches)
     print(stats)

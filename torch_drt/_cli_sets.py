@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from torch_drt.cache import CacheCorruptError, WriterConfig, is_cache_set, open_cache_set
-from torch_drt.cache.backends import backend_for
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.locations import backend_for
+from torch_drt.locations.remote_store import RemoteStore
 
 __all__ = ["build_set", "ls_line", "set_info", "under_torchrun", "verify_set"]
 

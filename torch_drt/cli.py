@@ -41,7 +41,7 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
     """``torch-drt cache build``: write a cache (or a cache set) from a directory of files or a Python source spec."""
     from torch_drt._cli_sets import build_set, under_torchrun
     from torch_drt.cache import CacheSourcesError, DatasetRuntime, ShardCompression, WriterConfig, open_cache
-    from torch_drt.location import is_url
+    from torch_drt.locations.location import is_url
 
     options = inputs.storage_options(args)
     remote = is_url(args.root)
@@ -149,7 +149,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     options = inputs.storage_options(args)
     root = inputs.location(args.root)
     if isinstance(root, str):
-        from torch_drt.cache.remote_store import RemoteStore
+        from torch_drt.locations.remote_store import RemoteStore
 
         try:
             names = [n for n in RemoteStore(root, options).list_dirs() if not n.startswith(".")]

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 import torch_drt as drt
 from torch_drt.describe import described
-from torch_drt.location import Location
+from torch_drt.locations.location import Location
 from torch_drt.sources.template import redact
 
 try:

@@ -205,3 +205,32 @@ def test_verify_checks_every_part(runtime, tmp_path, parts):
     with pytest.raises(CacheCorruptError, match="checksum mismatch") as err:
         open_cache_set(tmp_path / "s", verify=True)
     assert err.value.path == shard
+
+
+def test_a_set_manifest_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """The set manifest is read through the local backend: a FIFO (or device) is no manifest, and opening it must
+    not wait for a writer that never comes."""
+    import os
+    import threading
+
+    set_dir = tmp_path / "set"
+    set_dir.mkdir()
+    os.mkfifo(set_dir / "cacheset.json")
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_cache_set(set_dir)
+        except BaseException as e:  # the test inspects it
+            outcome.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(20)
+    if reader.is_alive():  # let the blocked open return, then fail
+        os.close(os.open(set_dir / "cacheset.json", os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(20)
+        pytest.fail("reading a set manifest that is a FIFO waited for a writer")
+    (error,) = outcome
+    assert isinstance(error, CacheCorruptError) and "not a regular file" in str(error)
+    assert str(set_dir / "cacheset.json") in str(error)

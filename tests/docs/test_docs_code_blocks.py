@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PRINTED = {
     "index.md": ["['broken_v1'] [PosixPath('caches/records_v1')]"],
-    "remote-caches.md": ["s3://datasets/caches/images", "CacheWriteError True", "ok      s3://datasets/caches/images"],
+    "remote-caches.md": ["s3://datasets/caches/images", "CacheWriteError True", "ok      s3://datasets/caches/images",
+                         "2000 64"],
 }
 
 

@@ -64,6 +64,13 @@ def test_parquet_columns_and_single_file(tmp_path):
         ParquetDataset(tmp_path / "pq", columns=["nope"])
 
 
+def test_a_file_url_names_the_local_file(tmp_path):
+    """``file:///dir/b.parquet`` is the local file (its directory is ``/dir``, not ``file:/dir``)."""
+    expected = _parquet_dir(tmp_path / "pq")
+    ds = ParquetDataset(f"file://{tmp_path / 'pq' / 'b.parquet'}")
+    assert [ds[i] for i in range(len(ds))] == expected[30:]
+
+
 def test_schemas_must_agree(tmp_path):
     write_parquet(tmp_path / "a.parquet", 5)
     pq.write_table(pa.table({"other": [1, 2]}), tmp_path / "b.parquet")

@@ -18,9 +18,10 @@ ROOT = Path(torch_drt.__file__).parent
 
 # low to high; a module may import its own layer and lower ones
 LAYERS = [
-    {"_stage_clock", "_state_fields", "_threads", "checksums", "describe", "location", "publish", "random",
+    {"_stage_clock", "_state_fields", "_threads", "checksums", "describe", "nodecache", "publish", "random",
      "sampling"},
     {"sources", "transforms"},
+    {"locations"},  # a location and the backends that read its bytes (remote ones retry through sources/)
     {"cache"},
     {"formats", "nodes", "storage"},
     {"lm"},

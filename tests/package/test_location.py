@@ -1,4 +1,4 @@
-"""One owner decides local path vs URL: ``torch_drt.location.Location``; every entry point agrees with it."""
+"""One owner decides local path vs URL: ``torch_drt.locations.location.Location``; every entry point agrees with it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_drt.location import Location, is_url
+from torch_drt.locations.location import Location, is_url
 
 
 @pytest.mark.parametrize(
@@ -52,12 +52,36 @@ def test_join_and_accessors():
 def test_every_entry_point_reads_file_urls_as_local_paths(tmp_path):
     """``file://`` was a URL in lightning.py and build/part.py and a path elsewhere."""
     from torch_drt.build.part import Location as PartLocation
-    from torch_drt.cache.backends import LocalBackend, backend_for
     from torch_drt.cache.errors import CacheCorruptError
     from torch_drt.lightning import _location
+    from torch_drt.locations import LocalBackend, backend_for
 
     assert PartLocation is Location
     assert _location(f"file://{tmp_path}") == tmp_path
     assert isinstance(backend_for(f"file://{tmp_path}"), LocalBackend)
     assert CacheCorruptError(f"file://{tmp_path}/m.json", "bad").path == tmp_path / "m.json"
     assert CacheCorruptError("s3://b/m.json", "bad").path == "s3://b/m.json"
+
+
+@pytest.mark.parametrize(
+    ("given", "parent", "name"),
+    [
+        ("s3://bucket/dir/a.parquet", "s3://bucket/dir", "a.parquet"),
+        ("s3://bucket", "s3://", "bucket"),
+        ("file:///data/a.parquet", Path("/data"), "a.parquet"),
+        ("data/a.parquet", Path("data"), "a.parquet"),
+    ],
+)
+def test_parent_and_name(given, parent, name):
+    location = Location.parse(given, storage_options={"k": 1})
+    assert (location.parent.target, location.name) == (parent, name)
+    assert location.parent.storage_options == {"k": 1}
+
+
+def test_split_protocol_is_the_one_scheme_test():
+    from torch_drt.locations.location import split_protocol
+
+    assert split_protocol("S3://b/k") == ("s3", "b/k")
+    assert split_protocol("file:///x") == ("file", "/x")
+    assert split_protocol("weird/dir://name") == ("", "weird/dir://name")
+    assert split_protocol("mod:function") == ("", "mod:function")

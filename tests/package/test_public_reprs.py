@@ -14,7 +14,7 @@ from conftest import ListSource
 
 import torch_drt
 import torch_drt as drt
-from torch_drt.location import Location
+from torch_drt.locations.location import Location
 
 SECRET = "s3cr3t-T0KEN"
 MAX_REPR = 400
@@ -68,7 +68,11 @@ def built(tmp_path_factory) -> dict[str, Any]:
     document_storage = storage.DocumentStorage(tmp / "docs" / "d")
     packer = lm.PackerNode(document_storage, 8)
     sampler = nodes.CacheSampler(dataset)
+    local = Location.parse(a.path).backend()
+    remote = Location.parse("s3://bucket/p", storage_options={"secret": SECRET}, remote_config=drt.RemoteConfig(
+        cache_dir=str(tmp / "node"))).backend()
     objects = [*_foreign_datasets(tmp), Location.parse("s3://bucket/p", storage_options={"secret": SECRET}),
+        local, local.open("manifest.json", local.size("manifest.json")), remote, remote.node, remote.prefetcher,
         rt, dataset, layout, CacheReader([layout]), open_cache_set(tmp / "caches" / "set")[0],
         open_cache_set(tmp / "caches" / "set")[0].parts[0], next(iter(dataset)), next(dataset.iter_batches(4)),
         drt.ReaderConfig(seed=0), drt.WriterConfig(), drt.ShardCompression("zstd"), drt.WriterProfilerConfig(),
@@ -161,4 +165,5 @@ KNOWN_UNBUILT = {
     "torch_drt.lightning.CacheDataModule", "torch_drt.nodes.ItemBatcher", "torch_drt.nodes.OrderedMapper",
     "torch_drt.nodes.WeightedMixer", "torch_drt.storage.DocumentDataset",
     "torch_drt.formats.ShardSet",  # the base of the foreign formats, each built above
+    "torch_drt.locations.CacheBackend", "torch_drt.locations.StoredFile",  # the bases of the backends built above
 }

@@ -20,8 +20,8 @@ from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local,
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, CacheReader
-from torch_drt.cache.backends import backend_for
-from torch_drt.cache.node_cache import NodeCache
+from torch_drt.locations import backend_for
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,7 +136,7 @@ def test_a_downloader_killed_mid_shard_leaves_nothing_that_is_read(runtime, tmp_
     code = textwrap.dedent(f"""
         import torch_drt as drt
         from torch_drt.cache import CacheReader
-        from torch_drt.cache.backends import backend_for
+        from torch_drt.locations import backend_for
         config = drt.RemoteConfig(cache_dir={str(node)!r}, cache_limit=1 << 30, chunk_bytes=1024)
         reader = CacheReader.open([backend_for({url!r}, {options(proxy)!r}, config)])
         print("opened", flush=True)
@@ -215,7 +215,7 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_half_written_shard(runtime, 
         import errno, os, sys
         import torch_drt as drt
         from torch_drt.cache import CacheReader
-        from torch_drt.cache.backends import backend_for
+        from torch_drt.locations import backend_for
         config = drt.RemoteConfig(cache_dir={str(small / "node")!r}, cache_limit=1 << 30)
         reader = CacheReader.open([backend_for({url!r}, {options(proxy)!r}, config)])  # the index fits
         try:

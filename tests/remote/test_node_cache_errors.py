@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_drt.cache.node_cache import NodeCache
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_a_full_disk_while_a_manifest_copy_is_stored_is_named_and_leaves_nothing
     script = tmp_path / "fill.py"
     script.write_text(textwrap.dedent(f"""
         import errno, os
-        from torch_drt.cache.node_cache import NodeCache
+        from torch_drt.nodecache.node_cache import NodeCache
         cache = NodeCache({str(small / "node")!r}, 1 << 20)
         fd = os.open({str(small / "filler")!r}, os.O_WRONLY | os.O_CREAT)  # the disk fills up (another job, say)
         try:

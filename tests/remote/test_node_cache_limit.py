@@ -16,7 +16,7 @@ from remote_fixtures import moto_fixture, publish_local  # noqa: F401
 from remote_servers import s3_options
 
 import torch_drt as drt
-from torch_drt.cache.node_cache import NodeCache
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from torch_drt.cache import CacheCorruptError
-from torch_drt.cache.node_cache import NodeCache
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ DATA = b"shard-bytes-" * 100
 HOLDER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
-    from torch_drt.cache.node_cache import NodeCache
+    from torch_drt.nodecache.node_cache import NodeCache
 
     directory, marker = sys.argv[1], Path(sys.argv[2])
     data = b"shard-bytes-" * 100

@@ -17,7 +17,7 @@ import pytest
 from remote_fixtures import moto_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
-from torch_drt.cache.node_cache import NodeCache
+from torch_drt.nodecache.node_cache import NodeCache
 
 NOBODY = 65534
 as_root = pytest.mark.skipif(os.getuid() != 0, reason="another user's files need root to be made")

@@ -16,7 +16,7 @@ from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, remote
 
 import torch_drt as drt
 from torch_drt.cache import open_cache
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.locations.remote_store import RemoteStore
 
 pytestmark = pytest.mark.timeout(180)
 STALE = 2.0  # seconds: the writers' stale_writer_after
@@ -29,7 +29,7 @@ def _writer(name: str, n: int, opts: dict, pause: str) -> str:
         import os, signal, time
         import torch_drt as drt
         from conftest import ListSource
-        from torch_drt.cache.remote_store import RemoteStore
+        from torch_drt.locations.remote_store import RemoteStore
 
         pause = {pause!r}
         upload, uploads = RemoteStore.upload, []
@@ -51,7 +51,7 @@ def _writer(name: str, n: int, opts: dict, pause: str) -> str:
                 return _original(self, rel, *args, **kwargs)
             setattr(RemoteStore, verb, stop_first)
         try:
-            from torch_drt.cache import _conditional
+            from torch_drt.locations import _conditional
         except ImportError:  # releases before fencing wrote the manifest with put_new
             _conditional = None
         if _conditional is not None:
@@ -62,7 +62,7 @@ def _writer(name: str, n: int, opts: dict, pause: str) -> str:
                     time.sleep(0.5)
                 return put_if(store, rel, *args, **kwargs)
             _conditional.put_if = put_if_stop_first
-            from torch_drt.cache import remote_publish
+            from torch_drt.locations import remote_publish
             remote_publish.put_if = put_if_stop_first
         config = drt.RemoteConfig(upload_concurrency=1, stale_writer_after={STALE}, backoff=0.01)
         try:

@@ -125,7 +125,7 @@ def test_a_forked_child_lets_go_of_the_shards_its_parent_mapped(runtime, tmp_pat
         import os, time
         from pathlib import Path
         import torch_drt as drt
-        from torch_drt.cache._node_files import remove_unused
+        from torch_drt.nodecache._node_files import remove_unused
 
         config = drt.RemoteConfig(**{config.__dict__!r})
         ds = drt.DatasetRuntime(1).cached_dataset({url!r}, storage_options={options(proxy)!r}, remote_config=config,

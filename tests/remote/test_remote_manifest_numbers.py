@@ -11,7 +11,7 @@ import pytest
 from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.locations.remote_store import RemoteStore
 
 pytestmark = pytest.mark.timeout(120)
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)

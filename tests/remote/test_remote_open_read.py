@@ -18,7 +18,7 @@ from remote_servers import StaticServer
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, CacheReader, open_cache
-from torch_drt.cache.backends import backend_for
+from torch_drt.locations import backend_for
 
 pytestmark = pytest.mark.timeout(120)
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)

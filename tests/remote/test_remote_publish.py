@@ -18,8 +18,8 @@ from remote_fixtures import BUCKET, moto_fixture, options, proxy_fixture, remote
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, open_cache
-from torch_drt.cache.remote_publish import CLAIM_FILE
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.locations.remote_publish import CLAIM_FILE
+from torch_drt.locations.remote_store import RemoteStore
 
 pytestmark = pytest.mark.timeout(180)
 QUIET = drt.WriterConfig(show_progress=False, max_shard_bytes=300)
@@ -96,8 +96,8 @@ def _killed_at(step: str, name: str, opts: dict) -> str:
         import os, signal
         import torch_drt as drt
         from conftest import ListSource
-        from torch_drt.cache import remote_publish
-        from torch_drt.cache.remote_store import RemoteStore
+        from torch_drt.locations import remote_publish
+        from torch_drt.locations.remote_store import RemoteStore
 
         def die(url, step):
             if step == {step!r}:

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from torch_drt.cache.prefetch import ShardPrefetcher
+from torch_drt.nodecache.prefetch import ShardPrefetcher
 
 
 class CountedFile:

@@ -21,8 +21,8 @@ from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import BuildReport, PartOutcome
 from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set, publish_cache_set
 from torch_drt.cache.cache_set import read_cache_set
-from torch_drt.cache.remote_store import RemoteStore
-from torch_drt.location import is_url
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_store import RemoteStore
 
 __all__ = [
     "JOURNAL_FILE",
@@ -58,9 +58,7 @@ class BuildStart:
 def set_directory(root: str | Path, name: str) -> Path | str:
     """The directory of set ``name`` under ``root``: the one place that turns a build root into a location (a URL
     root gives the set's URL: parts are staged locally and uploaded, the set manifest written last)."""
-    if is_url(root):
-        return f"{str(root).rstrip('/')}/{name}"
-    return Path(str(root).removeprefix("file://")) / name
+    return Location.parse(root).join(name).target
 
 
 def read_journal(set_dir: Path | str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any] | None:

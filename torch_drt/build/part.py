@@ -15,7 +15,7 @@ from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
 from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, RemoteConfig, WriterConfig, open_cache
 from torch_drt.cache.writer import write_source
-from torch_drt.location import Location
+from torch_drt.locations.location import Location
 
 __all__ = ["PROGRESS_EVERY", "published_part", "write_part"]
 

@@ -21,9 +21,9 @@ if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
         CacheWriteResult,
         CacheWriteSuccess,
     )
-    from torch_drt.cache.remote_config import RemoteConfig
     from torch_drt.cache.runtime import DatasetRuntime
     from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
+    from torch_drt.locations.remote_config import RemoteConfig
 
 # loaded on first use, so importing one module of the cache (its errors, say) does not import all of it:
 # the loaders' modules import loader/, which must not need the whole cache package to load
@@ -49,7 +49,7 @@ _LAZY = {
     "open_cache_set": "torch_drt.cache.cache_set",
     "publish_cache_set": "torch_drt.cache.cache_set_publish",
     "ReaderConfig": "torch_drt.cache.config",
-    "RemoteConfig": "torch_drt.cache.remote_config",
+    "RemoteConfig": "torch_drt.locations.remote_config",
     "ShardCompression": "torch_drt.cache.config",
     "verify_checksums": "torch_drt.cache.validate",
     "WriterConfig": "torch_drt.cache.config",

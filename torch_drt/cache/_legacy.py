@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
+from torch_drt.locations import StoredFile
 
 __all__ = ["payload_index", "verify_embedded_metadata"]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.writer import WriteMode, write_source
+from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.publish import publish_lock, remove_stale_staging
 
 __all__ = ["write_in_processes"]

@@ -10,7 +10,7 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.sources.template import redact
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["check_origin"]
 

@@ -27,14 +27,14 @@ from torch_drt.cache._format import (
     validate_source_name,
 )
 from torch_drt.cache._set_origin import check_origin
-from torch_drt.cache.backends import CacheBackend, MissingFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
 from torch_drt.describe import described
-from torch_drt.location import Location
+from torch_drt.locations import CacheBackend, MissingFile, backend_for
+from torch_drt.locations.location import Location, split_protocol
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 SetLocation = str | Path | CacheBackend
 
@@ -102,7 +102,7 @@ class CacheSet:
 
     def part_path(self, part: CacheSetPart) -> Path | str:
         """Where ``part`` lives: a local path, or a URL (a part recorded as a URL, or any part of a remote set)."""
-        if "://" in part.location:  # recorded as a URL (or a file:// URL: a local path)
+        if split_protocol(part.location)[0]:  # recorded as a URL (or a file:// URL: a local path)
             return Location.parse(part.location).target
         return Location.parse(self.path).join(part.location).target
 
@@ -130,10 +130,7 @@ def is_cache_set(
     path: SetLocation, *, storage_options: Mapping[str, Any] | None = None, remote_config: RemoteConfig | None = None
 ) -> bool:
     """True when ``path`` (a directory or URL) holds a set manifest (whether or not the set is valid)."""
-    backend = _backend(path, storage_options, remote_config)
-    if backend.stats_cheaply:
-        return (Path(backend.where()) / SET_MANIFEST_FILE).is_file()
-    return _has(backend, SET_MANIFEST_FILE)
+    return _has(_backend(path, storage_options, remote_config), SET_MANIFEST_FILE)
 
 
 def _schema_json(schema: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
@@ -160,22 +157,11 @@ def _parse_part(entry: object, where: Path) -> CacheSetPart:
 
 
 def _read_set_manifest(backend: CacheBackend) -> bytes:
-    mpath = backend.where(SET_MANIFEST_FILE)
-    if not backend.stats_cheaply:
-        try:
-            return backend.read(SET_MANIFEST_FILE, _MAX_MANIFEST_BYTES)
-        except MissingFile:
-            raise CacheCorruptError(mpath, "set manifest is missing (not a published cache set)") from None
     try:
-        with open(mpath, "rb") as f:
-            raw = f.read(_MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
+        return backend.read(SET_MANIFEST_FILE, _MAX_MANIFEST_BYTES)
+    except MissingFile:
+        mpath = backend.where(SET_MANIFEST_FILE)
         raise CacheCorruptError(mpath, "set manifest is missing (not a published cache set)") from None
-    except OSError as e:
-        raise CacheCorruptError(mpath, f"set manifest cannot be read: {e}") from None
-    if len(raw) > _MAX_MANIFEST_BYTES:
-        raise CacheCorruptError(mpath, f"set manifest is larger than {_MAX_MANIFEST_BYTES} bytes")
-    return raw
 
 
 def read_cache_set(
@@ -301,8 +287,15 @@ def load_caches(
 
 
 def _has(backend: CacheBackend, rel: str) -> bool:
+    """Whether ``rel`` is there (valid or not): its size where that is cheap, else a read of it (a remote manifest
+    read now is the one the open reuses)."""
     try:
-        backend.read(rel, _MAX_MANIFEST_BYTES)
+        if backend.stats_cheaply:
+            backend.size(rel)
+        else:
+            backend.read(rel, _MAX_MANIFEST_BYTES)
     except MissingFile:
         return False
+    except CacheCorruptError:
+        return True  # there, but not a regular file or too large: reading it says what is wrong
     return True

@@ -27,27 +27,27 @@ from torch_drt.cache.cache_set import (
     validate_set_name,
 )
 from torch_drt.cache.validate import open_cache
-from torch_drt.location import Location
+from torch_drt.locations.location import Location, split_protocol
 from torch_drt.publish import fsync_dir
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["publish_cache_set"]
 
 
-def _location(set_dir: Path | str, part_dir: Path | str) -> str:
+def _location(set_dir: Location, part_dir: Location) -> str:
     """The part's path relative to the set when both lie under the set's root (the root can move), else absolute
     (or its URL)."""
-    if isinstance(set_dir, str) or isinstance(part_dir, str):
-        set_url, part_url = str(set_dir).rstrip("/"), str(part_dir).rstrip("/")
-        root = set_url.rsplit("/", 1)[0] + "/"
-        if "://" in set_url and part_url.startswith(root):
-            return posixpath.relpath(part_url.split("://", 1)[1], set_url.split("://", 1)[1])
-        return part_url
-    part, root = part_dir.resolve(), set_dir.resolve().parent
+    if set_dir.is_remote or part_dir.is_remote:
+        if set_dir.is_remote and part_dir.is_remote:
+            (scheme, set_rest), (part_scheme, part_rest) = split_protocol(set_dir.url), split_protocol(part_dir.url)
+            if scheme == part_scheme and part_rest.startswith(posixpath.dirname(set_rest) + "/"):
+                return posixpath.relpath(part_rest, set_rest)
+        return str(part_dir.target)
+    part, root = part_dir.path.resolve(), set_dir.path.resolve().parent
     if part.is_relative_to(root):
-        return Path(os.path.relpath(part, set_dir.resolve())).as_posix()
+        return Path(os.path.relpath(part, set_dir.path.resolve())).as_posix()
     return str(part)
 
 
@@ -81,8 +81,8 @@ def publish_cache_set(
         ValueError: naming the part whose schema or cache id does not fit the others; when ``parts`` is empty
             or the set name is invalid.
     """
-    set_dir = Location.parse(path).target
-    remote = isinstance(set_dir, str)
+    set_location = Location.parse(path, storage_options, remote_config)
+    set_dir, remote = set_location.target, set_location.is_remote
     name = validate_set_name(posixpath.basename(str(set_dir)))
     if not parts:
         raise ValueError("a cache set needs at least one part")
@@ -90,12 +90,12 @@ def publish_cache_set(
         raise FileExistsError(f"cache set already exists: {set_dir}")
     entries = []
     for part in parts:
-        backend = _backend(part if isinstance(part, str) else Path(part), storage_options, remote_config)
+        part_location = Location.parse(part, storage_options, remote_config)
+        backend = part_location.backend()
         layout = open_cache(backend)
-        where = backend.where() if not backend.stats_cheaply else Path(backend.where())
         entries.append(
             CacheSetPart(
-                _location(set_dir, where), layout.cache_id, layout.sample_count, layout.schema,
+                _location(set_location, part_location), layout.cache_id, layout.sample_count, layout.schema,
                 _manifest_sha256(backend),
             )
         )
@@ -129,7 +129,7 @@ def publish_cache_set(
 def _put_new_remote(
     set_url: str, body: Any, options: Mapping[str, Any] | None, config: RemoteConfig | None
 ) -> None:
-    from torch_drt.cache.remote_store import RemoteStore
+    from torch_drt.locations.remote_store import RemoteStore
 
     store = RemoteStore(set_url, options, config)
     if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):

@@ -29,9 +29,9 @@ from torch_drt.cache._format import (
     is_shard_name,
     loads_strict,
 )
-from torch_drt.cache.backends import CacheBackend, MissingFile
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.describe import described
+from torch_drt.locations import CacheBackend, MissingFile
 
 __all__ = ["CacheLayout", "manifest_digest", "parse_manifest", "read_manifest"]
 

@@ -1,7 +1,7 @@
 """The one read path of every cache reader: locate, gather, verify, decompress.
 
 ``CachedDataset`` iteration, the cache loader's consumers, ``CacheReaderNode`` and ``DocumentStorage`` all read
-through ``CacheReader``; where the bytes come from is the cache's backend (``torch_drt.cache.backends``).
+through ``CacheReader``; where the bytes come from is the cache's backend (``torch_drt.locations``).
 
 For each gather, per cache: the rows' index entries are looked up; every file read from is checked for its
 size (a truncated shard is an error, not a SIGBUS); the records are copied out; in format 2 each record's

@@ -9,23 +9,25 @@ from typing import Any
 
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
-from torch_drt.cache.backends import CacheBackend
 from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
 from torch_drt.cache.errors import CacheSourcesError
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.writer import WriteMode, write_source
-from torch_drt.location import Location
+from torch_drt.locations import CacheBackend
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.template import redact
 
 __all__ = ["DatasetRuntime"]
 
 
-def _root(root: str | Path) -> Path | str:
-    """A URL stays a str (``file://`` becomes a path); anything else is a local path."""
-    return Location.parse(root).target
+def _root(root: str | Path | Location, options: Mapping[str, Any] | None, config: RemoteConfig | None):
+    """``(target, storage_options, remote_config)`` of a root: a URL stays a str (``file://`` becomes a path),
+    anything else is a local path; a ``Location``'s own options and config fill those not given."""
+    where = Location.parse(root, options, config)
+    return where.target, where.storage_options, where.remote_config
 
 
 def _as_list(sources: Any) -> list[Any]:
@@ -40,7 +42,7 @@ def _require_backend(root: Path | str) -> None:
         return
     import fsspec
 
-    scheme = root.split("://", 1)[0]
+    scheme = Location.parse(root).scheme
     try:
         fsspec.get_filesystem_class(scheme)
     except ImportError as e:
@@ -136,7 +138,7 @@ class DatasetRuntime:
     def write_cache(
         self,
         sources: Any,
-        root: str | Path,
+        root: str | Path | Location,
         *,
         writer_config: WriterConfig | None = None,
         storage_options: Mapping[str, Any] | None = None,
@@ -147,7 +149,9 @@ class DatasetRuntime:
         Args:
             sources: one source or an iterable of sources (objects with ``name`` and ``__iter__``).
             root: the cache root directory, or a URL (``s3://bucket/caches``): each cache is then written to a
-                local staging directory and uploaded, its manifest last (see ``docs/remote-caches.md``).
+                local staging directory and uploaded, its manifest last (see ``docs/remote-caches.md``); or a
+                ``Location``, whose options and remote settings serve where ``storage_options`` and
+                ``remote_config`` are not given.
             writer_config: writer settings (defaults: ``WriterConfig()``).
             storage_options: fsspec options for a URL root (credentials, endpoint).
             remote_config: remote settings for a URL root.
@@ -165,14 +169,14 @@ class DatasetRuntime:
                 source, nothing written, as dataset-rt's writer processes do.
             KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
-        root = _root(root)
+        root, storage_options, remote_config = _root(root, storage_options, remote_config)
         _require_backend(root)
         config = writer_config or WriterConfig()
         return _successes(self._write(_as_list(sources), root, config, "create", storage_options, remote_config))
 
     def cached_dataset(
         self,
-        paths: str | Path | Iterable[str | Path],
+        paths: str | Path | Location | Iterable[str | Path | Location],
         *,
         reader_config: ReaderConfig,
         storage_options: Mapping[str, Any] | None = None,
@@ -181,9 +185,9 @@ class DatasetRuntime:
         """Load known caches into one dataset; a cache set's path stands for all its parts.
 
         Args:
-            paths: one cache (a directory as a str or ``Path``, or a URL such as ``s3://bucket/caches/name``) or
-                several. Local caches are memory-mapped; remote ones are read through the node cache (see
-                ``RemoteConfig``), opening only their manifest, index and metadata.
+            paths: one cache (a directory as a str or ``Path``, a URL such as ``s3://bucket/caches/name``, or a
+                ``Location`` carrying its options) or several. Local caches are memory-mapped; remote ones are read
+                through the node cache (see ``RemoteConfig``), opening only their manifest, index and metadata.
             reader_config: the reader settings.
             storage_options: fsspec options for URLs (credentials, ``client_kwargs={"endpoint_url": ...}``).
             remote_config: node cache, prefetch and read-mode settings for URLs.
@@ -195,7 +199,7 @@ class DatasetRuntime:
             OverflowError: when ``reader_config.seed`` is outside ``[0, 2**64)``, as in dataset-rt.
         """
         reader_config.check_seed()
-        paths = [paths] if isinstance(paths, str | Path | CacheBackend) else list(paths)
+        paths = [paths] if isinstance(paths, str | Path | Location | CacheBackend) else list(paths)
         loaded = [
             pair
             for p in paths
@@ -210,7 +214,7 @@ class DatasetRuntime:
     def from_cache_sources(
         self,
         sources: Any,
-        root: str | Path,
+        root: str | Path | Location,
         *,
         reader_config: ReaderConfig,
         writer_config: WriterConfig | None = None,
@@ -237,7 +241,7 @@ class DatasetRuntime:
             KeyboardInterrupt, SystemExit: raised by a source (in a writer process too), as in dataset-rt.
         """
         reader_config.check_seed()
-        sources, root = _as_list(sources), _root(root)
+        sources, (root, storage_options, remote_config) = _as_list(sources), _root(root, storage_options, remote_config)
         if not sources:
             raise ValueError("from_cache_sources needs at least one source")
         _require_backend(root)

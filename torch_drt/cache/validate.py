@@ -22,13 +22,13 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from torch_drt.cache._format import INDEX_FILE, KIND_TO_ARROW, METADATA_FILE, UID_KEY
-from torch_drt.cache.backends import CacheBackend, MissingFile, StoredFile, backend_for
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout, parse_manifest
 from torch_drt.checksums import xxh3_128_hex
+from torch_drt.locations import CacheBackend, MissingFile, StoredFile, backend_for
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_config import RemoteConfig
+    from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = [
     "CacheLayout",

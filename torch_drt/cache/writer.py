@@ -32,14 +32,14 @@ from torch_drt.cache._format import (
 )
 from torch_drt.cache._profile import SourceStages, WriterProfile
 from torch_drt.cache._shard_files import ShardFiles
+from torch_drt.cache._write_remote import write_remote
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_publish import write_remote
-from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.cache.validate import is_complete_cache, open_cache
 from torch_drt.checksums import sha256_file, xxh3_128_hex
-from torch_drt.location import is_url
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
+from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
 
 __all__ = ["write_source"]
@@ -186,7 +186,7 @@ def write_source(
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
     A URL root (``s3://bucket/caches``) is published remotely: the cache is written under a local staging root
-    (``RemoteConfig.staging_dir``), then uploaded (see ``torch_drt.cache.remote_publish``); its result's path is
+    (``RemoteConfig.staging_dir``), then uploaded (see ``torch_drt.locations.remote_publish``); its result's path is
     the cache's URL.
 
     Args:
@@ -208,21 +208,22 @@ def write_source(
         raises, whose traceback is also logged on the ``torch_drt.cache`` logger); nothing is published then.
     """
     raw_name = getattr(source, "name", None)
+    where = Location.parse(root, storage_options, remote_config)
     try:
         name = validate_source_name(raw_name)
-        if is_url(root):
-            RemoteStore(str(root), storage_options, remote_config)  # a URL with secrets in it is refused now
+        if where.is_remote:
+            RemoteStore(where.url, storage_options, remote_config)  # a URL with secrets in it is refused now
     except ValueError as e:
         return CacheWriteError(str(raw_name), str(e))
-    if is_url(root):
+    if where.is_remote:
         stage = functools.partial(_stage, config=config, position=position, profile=profile)
         try:
-            return write_remote(source, name, str(root), stage, mode, config.validate_cache,
+            return write_remote(source, name, where.url, stage, mode, config.validate_cache,
                                 remote_config or RemoteConfig(), storage_options)
         except Exception as e:  # an upload that failed after its retries: nothing is published
             logger.error("publishing the cache of source %r at %s failed", name, root, exc_info=True)
             return CacheWriteError(name, _describe(e))
-    root = Path(str(root).removeprefix("file://"))
+    root = where.path
     try:
         if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
             return reused

@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.formats._files import RangeReader
+from torch_drt.locations import StoredFile
 
 __all__ = ["arrow_source", "batched_rows", "decoding", "rows_of"]
 

@@ -15,23 +15,18 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import CacheBackend, StoredFile, backend_for
 from torch_drt.cache.errors import FormatError
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.location import Location, is_url
+from torch_drt.locations import CacheBackend, StoredFile, backend_for
+from torch_drt.locations.location import Location, is_url
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
 
 
 def split_location(location: str | Path) -> tuple[str, str]:
     """``(directory, name)`` of a file's path or URL."""
-    text = str(location)
-    if is_url(text):
-        scheme, _, rest = text.partition("://")
-        head, _, name = rest.rstrip("/").rpartition("/")
-        return (f"{scheme}://{head}" if head else f"{scheme}://"), name
-    path = Path(text)
-    return str(path.parent), path.name
+    parsed = Location.parse(location)
+    return str(parsed.parent.target), parsed.name
 
 
 class Files:
@@ -78,14 +73,7 @@ class Files:
 
     def names(self, directory: str) -> list[str]:
         """The names of the files directly in ``directory``, sorted."""
-        backend = self.backend(directory)
-        store = getattr(backend, "store", None)
-        if store is not None:
-            return sorted(name for name in store.list() if "/" not in name)
-        root = Path(directory)
-        if not root.is_dir():
-            raise FileNotFoundError(f"no such directory: {root}")
-        return sorted(p.name for p in root.iterdir() if p.is_file())
+        return self.backend(directory).names()
 
     def expand(self, locations: str | Path | Sequence[str | Path], suffixes: tuple[str, ...]) -> list[tuple[str, str]]:
         """``(directory, name)`` of each file: a file as given, a directory as its files ending in ``suffixes``, a
@@ -117,12 +105,9 @@ class Files:
 
     def is_dir(self, location: str) -> bool:
         """True when ``location`` is a local directory, or a URL prefix (no file of its own)."""
-        if is_url(location):
-            if location.endswith("/"):
-                return True
-            store = getattr(self.backend(location), "store")  # noqa: B009 - a RemoteBackend: backend_for decided
-            return bool(store.run("checking", "", lambda: store.fs.isdir(store.path(""))))
-        return Location.parse(location).path.is_dir()
+        if is_url(location) and location.endswith("/"):
+            return True
+        return self.backend(location).is_dir()
 
 
 class MemoryFile(StoredFile):

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import CacheBackend, StoredFile
 from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.formats._files import RangeReader
+from torch_drt.locations import CacheBackend, StoredFile
 
 __all__ = ["TarIndex", "index_tar", "kept_index"]
 

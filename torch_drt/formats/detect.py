@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from torch_drt.cache.errors import FormatError
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats._files import Files, many
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["FORMATS", "detect_format", "open_dataset"]
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import FormatError, UnsafeEncodingError
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats import _litdata_serializers as ser
 from torch_drt.formats._files import Files, MemoryFile, gather_one, many, offset_table
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations import StoredFile
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["LitDataset"]
 

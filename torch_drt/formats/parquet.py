@@ -11,12 +11,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from torch_drt.cache.backends import StoredFile
 from torch_drt.cache.errors import FormatError
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, rows_of
 from torch_drt.formats._files import Files
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations import StoredFile
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["ParquetDataset"]
 

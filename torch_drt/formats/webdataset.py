@@ -15,12 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from torch_drt.cache.backends import StoredFile
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.formats._braces import expand_braces
 from torch_drt.formats._files import Files, many, split_location
 from torch_drt.formats._tar_index import TarIndex, index_tar, kept_index
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations import StoredFile
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["WebDatasetShards"]
 

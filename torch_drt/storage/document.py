@@ -13,11 +13,11 @@ import numpy as np
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.reader import CacheReader
 from torch_drt.cache.records import CacheInput, CacheWriteError
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
 from torch_drt.describe import described
-from torch_drt.location import Location
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
 

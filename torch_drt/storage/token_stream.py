@@ -14,15 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache.backends import MissingFile
-from torch_drt.cache.backends.remote import RemoteBackend
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_publish import publish_directory
-from torch_drt.cache.remote_store import RemoteStore
 from torch_drt.checksums import sha256_file
 from torch_drt.describe import described
-from torch_drt.location import is_url
+from torch_drt.locations.base import StoredFile
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
+from torch_drt.locations.remote_publish import publish_directory
+from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
 __all__ = ["TokenStreamDataset", "TokenStreamStorage", "TokenStreamWriter"]
@@ -56,11 +55,9 @@ class TokenStreamWriter:
     ) -> None:
         if shard_elements < 1:
             raise ValueError(f"{shard_elements=} must be > 0")
-        self._store = RemoteStore(f"{str(root).rstrip('/')}/{name}", storage_options, remote_config) if is_url(
-            root
-        ) else None
-        local = Path(tempfile.mkdtemp(prefix="torch_drt-stream-")) if self._store else Path(str(root).removeprefix(
-            "file://"))
+        where = Location.parse(root, storage_options, remote_config)
+        self._store = RemoteStore(where.join(name).url, storage_options, remote_config) if where.is_remote else None
+        local = Path(tempfile.mkdtemp(prefix="torch_drt-stream-")) if self._store else where.path
         self.root, self.name = local, name
         self.dtype = np.dtype(dtype)
         self.shard_elements = shard_elements
@@ -149,11 +146,12 @@ class TokenStreamWriter:
 
 
 class TokenStreamStorage:
-    """A published token stream, memory-mapped read-only (or, at a URL, read through the node cache: each shard
-    is downloaded once per node, verified against its SHA-256); pickles as its location.
+    """A published token stream, read through its location's backend: memory-mapped read-only where it is local
+    (windows are views of the maps), read through the node cache at a URL (each shard downloaded once per node,
+    verified against its SHA-256); pickles as its location.
 
     Args:
-        path: the stream's directory or URL.
+        path: the stream's directory or URL (or a ``Location``).
         storage_options: fsspec options for a URL.
         remote_config: remote settings for a URL.
 
@@ -163,39 +161,33 @@ class TokenStreamStorage:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | Location,
         *,
         storage_options: Mapping[str, Any] | None = None,
         remote_config: RemoteConfig | None = None,
     ) -> None:
-        self._options, self._config = dict(storage_options or {}), remote_config
-        self._remote = RemoteBackend(str(path), storage_options, remote_config) if is_url(path) else None
-        self.path: Path | str = self._remote.location if self._remote else Path(str(path).removeprefix("file://"))
+        location = Location.parse(path, storage_options, remote_config)
+        self._location, self._backend = location, location.backend()
+        self.path: Path | str = location.target
         manifest = self._manifest()
         self.dtype = np.dtype(manifest["dtype"])
-        self._maps: list[Any] = []
+        self._files: list[StoredFile] = []
+        self._arrays: list[np.ndarray | None] = []  # a shard's elements, where its file is a lasting map
         for shard in manifest["shards"]:
             nbytes = shard["elements"] * self.dtype.itemsize
-            if self._remote is not None:
-                self._maps.append(self._remote.open(shard["name"], nbytes, checksum=("sha256", shard["sha256"])))
-                continue
-            file = self.path / shard["name"]
-            if not file.exists() or file.stat().st_size != nbytes:
-                raise CacheCorruptError(file, f"shard should hold {shard['elements']} elements")
-            # a plain ndarray over the mapping: slicing it is much cheaper than slicing an np.memmap
-            self._maps.append(
-                np.memmap(file, dtype=self.dtype, mode="r").view(np.ndarray) if shard["elements"] else None
-            )
+            file = self._backend.open(shard["name"], nbytes, checksum=("sha256", shard["sha256"]))
+            self._files.append(file)
+            # a plain ndarray over the map: slicing it is much cheaper than slicing an np.memmap
+            self._arrays.append(np.frombuffer(file.view(), dtype=self.dtype) if file.lasting else None)
         sizes = [int(s["elements"]) for s in manifest["shards"]]
         self._starts = [0, *itertools.accumulate(sizes)]
         self.total_elements = self._starts[-1]
 
     def _manifest(self) -> dict[str, Any]:
-        where = self._remote.where(MANIFEST) if self._remote else self.path / MANIFEST
+        where = self._backend.where(MANIFEST)
         try:
-            raw = self._remote.read(MANIFEST, 64 << 20) if self._remote else (self.path / MANIFEST).read_bytes()
-            manifest = json.loads(raw)
-        except (OSError, ValueError, MissingFile) as e:
+            manifest = json.loads(self._backend.read(MANIFEST, 64 << 20))
+        except (OSError, ValueError) as e:  # a CacheCorruptError (a missing file, say) is a ValueError too
             raise CacheCorruptError(where, f"not a token stream manifest: {e}") from None
         if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
             raise CacheCorruptError(where, f"kind {manifest.get('kind') if isinstance(manifest, dict) else None!r} "
@@ -203,33 +195,32 @@ class TokenStreamStorage:
         return manifest
 
     def __reduce__(self):
-        if self._remote is not None:
-            return (_reopen, (self.path, self._options, self._config))
-        return (TokenStreamStorage, (str(self.path),))
+        location = self._location
+        return (_reopen, (str(self.path), location.storage_options, location.remote_config))
 
     def _slice(self, shard: int, start: int, stop: int) -> np.ndarray:
-        """Elements ``[start, stop)`` of one shard: a view of a local map, a copy of a remote shard's bytes."""
-        m = self._maps[shard]
-        if self._remote is None:
-            return m[start:stop]
+        """Elements ``[start, stop)`` of one shard: a view of a lasting map, else a copy of the bytes read."""
+        array = self._arrays[shard]
+        if array is not None:
+            return array[start:stop]
         size = self.dtype.itemsize
-        (data,) = m.gather([start * size], [stop * size])
+        (data,) = self._files[shard].gather([start * size], [stop * size])
         return np.frombuffer(data, dtype=self.dtype)
 
     def _shard_len(self, shard: int) -> int:
         return self._starts[shard + 1] - self._starts[shard]
 
     def window(self, start: int, length: int) -> np.ndarray:
-        """Elements [start, start+length): a view inside one local shard, a copy across shards (or when remote)."""
+        """Elements [start, start+length): a view inside one mapped shard, a copy across shards (or when the shard
+        is read by ranges)."""
         if start < 0 or start + length > self.total_elements:
             raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
         starts = self._starts
         shard = bisect.bisect_right(starts, start) - 1
         local = start - starts[shard]
-        if local + length <= starts[shard + 1] - starts[shard]:  # the common case, inlined: one view of a local map
-            if self._remote is None:
-                return self._maps[shard][local : local + length]
-            return self._slice(shard, local, local + length)
+        if local + length <= starts[shard + 1] - starts[shard]:  # the common case, inlined: one view of a map
+            array = self._arrays[shard]
+            return array[local : local + length] if array is not None else self._slice(shard, local, local + length)
         parts, need = [], length
         while need:
             if local < self._shard_len(shard):
@@ -243,7 +234,7 @@ class TokenStreamStorage:
         return described(self, str(self.path), dtype=str(self.dtype), elements=self.total_elements)
 
 
-def _reopen(path: str, options: dict[str, Any], config: RemoteConfig | None) -> TokenStreamStorage:
+def _reopen(path: str, options: Mapping[str, Any] | None, config: RemoteConfig | None) -> TokenStreamStorage:
     return TokenStreamStorage(path, storage_options=options, remote_config=config)
 
 

@@ -32,7 +32,7 @@ from torch_drt.sampling.budget import ConsumerPlan, batch_counts
 
 if TYPE_CHECKING:
     from torch_drt.cache._loader_log import ReaderEvents
-    from torch_drt.cache.backends import CacheBackend
+    from torch_drt.locations import CacheBackend
 
 __all__ = ["RowFetcher"]
 

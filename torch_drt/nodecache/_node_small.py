@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from torch_drt.cache._node_files import disk_full
+from torch_drt.nodecache._node_files import disk_full
 
 __all__ = ["ManifestCopies"]
 

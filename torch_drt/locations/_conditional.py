@@ -12,10 +12,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any
 
-from torch_drt.cache._store_errors import s3_error_code
+from torch_drt.locations._store_errors import s3_error_code
 
 if TYPE_CHECKING:
-    from torch_drt.cache.remote_store import RemoteStore
+    from torch_drt.locations.remote_store import RemoteStore
 
 __all__ = ["put_if", "read_versioned", "remove_if"]
 

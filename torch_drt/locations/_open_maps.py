@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from torch_drt.cache.node_cache import PinnedFile
+from torch_drt.nodecache.node_cache import PinnedFile
 
 __all__ = ["Mapped", "OpenMaps", "maps"]
 

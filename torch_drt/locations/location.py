@@ -4,36 +4,71 @@ The rule is fsspec's protocol rule: a string ``scheme://rest`` is a URL of that 
 ``Path``, a plain string) is a local path, and ``file://`` and ``local://`` URLs are local paths too. Every
 public function that takes a location parses it here, once, at the door; code behind the door asks the parsed
 ``Location`` (``is_remote``, ``path``, ``url``) instead of looking for ``"://"`` again.
+
+``Location.backend()`` is the one place that turns a location into the backend reading its bytes: a scheme's
+backend is whatever class registered it (``register_backend``, as fsspec's ``register_implementation``);
+``local.py`` registers ``file``, ``remote.py`` every other URL (through fsspec). A new backend (``gs://`` with its
+own ranged reads, say) is one module that subclasses ``CacheBackend`` and calls ``register_backend``.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-__all__ = ["Location", "is_url"]
+if TYPE_CHECKING:
+    from torch_drt.locations.base import CacheBackend
+
+__all__ = ["ANY_URL", "Location", "is_url", "register_backend", "split_protocol"]
 
 _LOCAL_SCHEMES = frozenset({"file", "local"})
+ANY_URL = "*"  # the backend of a URL whose scheme registered none of its own
+_BACKENDS: dict[str, type[CacheBackend]] = {}
 
 
-def _split(location: str) -> tuple[str, str]:
-    """``(scheme, rest)`` of ``scheme://rest``; ``("", location)`` for a plain path."""
+def split_protocol(location: str) -> tuple[str, str]:
+    """``(scheme, rest)`` of ``scheme://rest`` (the scheme lower-cased); ``("", location)`` for a plain path.
+
+    This is the one test of whether a string carries a scheme (fsspec's ``split_protocol``); ``file://`` and
+    ``local://`` carry one too: ``is_url`` and ``Location.parse`` say which schemes are local.
+    """
     scheme, sep, rest = location.partition("://")
     if not sep or not scheme or "/" in scheme:
         return "", location
     return scheme.lower(), rest
 
 
+
+def register_backend(scheme: str, backend: type[CacheBackend], *, replace: bool = False) -> None:
+    """Make ``backend`` read the locations of ``scheme`` (``"file"``: local paths; ``ANY_URL``: every URL whose
+    scheme has no backend of its own).
+
+    Args:
+        scheme: a URL scheme (lower case, no ``://``).
+        backend: a ``CacheBackend`` subclass; ``backend.from_location(location)`` makes one.
+        replace: allow replacing a backend already registered for ``scheme``.
+
+    Raises:
+        ValueError: for a malformed scheme, or one already registered to another backend without ``replace``.
+    """
+    if not isinstance(scheme, str) or not (scheme == ANY_URL or re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme)):
+        raise ValueError(f"{scheme=} is not a lower-case URL scheme")
+    if scheme in _BACKENDS and _BACKENDS[scheme] is not backend and not replace:
+        raise ValueError(f"{scheme=} is read by {_BACKENDS[scheme].__name__} already (pass replace=True)")
+    _BACKENDS[scheme] = backend
+
+
 def is_url(location: object) -> bool:
     """True for a string that names a remote location (``scheme://...`` other than ``file://``/``local://``)."""
     if not isinstance(location, str):
         return False
-    scheme, _ = _split(location)
+    scheme, _ = split_protocol(location)
     return bool(scheme) and scheme not in _LOCAL_SCHEMES
 
 
@@ -92,7 +127,7 @@ class Location:
             return cls(Path(location), storage_options, remote_config)
         if not isinstance(location, str):
             raise TypeError(f"a location must be a str, a path or a Location, got {type(location).__name__}")
-        scheme, rest = _split(location)
+        scheme, rest = split_protocol(location)
         if not scheme:
             return cls(Path(location), storage_options, remote_config)
         if scheme in _LOCAL_SCHEMES:
@@ -129,16 +164,43 @@ class Location:
     @property
     def scheme(self) -> str:
         """The URL's scheme (``s3``, ``https``, ...), ``"file"`` for a local location."""
-        return _split(self.target)[0] if isinstance(self.target, str) else "file"
+        return split_protocol(self.target)[0] if isinstance(self.target, str) else "file"
 
     def join(self, *names: str) -> Location:
         """The location of ``names`` below this one (``/``-separated, ``..`` resolved for URLs)."""
         if isinstance(self.target, str):
-            scheme, rest = _split(self.target)
+            scheme, rest = split_protocol(self.target)
             target: Path | str = f"{scheme}://{posixpath.normpath(posixpath.join(rest, *names))}"
         else:
             target = Path(os.path.normpath(self.target.joinpath(*names)))
         return replace(self, target=target)
+
+    @property
+    def name(self) -> str:
+        """The last component (a file's name)."""
+        return split_protocol(self.target)[1].rpartition("/")[2] if isinstance(self.target, str) else self.target.name
+
+    @property
+    def parent(self) -> Location:
+        """The location one level up (a URL's bucket has ``scheme://`` above it)."""
+        if isinstance(self.target, str):
+            scheme, rest = split_protocol(self.target)
+            return replace(self, target=f"{scheme}://{rest.rpartition('/')[0]}")
+        return replace(self, target=self.target.parent)
+
+    def backend(self) -> CacheBackend:
+        """The backend that reads this location's bytes (the one registered for its scheme, else the one for
+        ``ANY_URL``), made with this location's options and remote configuration.
+
+        Raises:
+            ValueError: when no backend is registered for it.
+        """
+        import torch_drt.locations  # noqa: F401 - the package's backends register on import
+
+        backend = _BACKENDS.get(self.scheme) or (_BACKENDS.get(ANY_URL) if self.is_remote else None)
+        if backend is None:
+            raise ValueError(f"no backend reads {self.redacted()!r} (scheme {self.scheme!r})")
+        return backend.from_location(self)
 
     def redacted(self) -> str:
         """The location as shown to people: a URL without credentials, query or fragment; a path as it is."""

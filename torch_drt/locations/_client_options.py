@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["client_options"]
 

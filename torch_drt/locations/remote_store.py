@@ -15,10 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from torch_drt.cache._client_options import client_options
-from torch_drt.cache._inherited_clients import client_lock, made
-from torch_drt.cache._store_errors import described_failure, s3_error_code
-from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.locations._client_options import client_options
+from torch_drt.locations._inherited_clients import client_lock, made
+from torch_drt.locations._store_errors import described_failure, s3_error_code
+from torch_drt.locations.location import split_protocol
+from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.retry import RetryPolicy
 from torch_drt.sources.template import redact
 
@@ -42,7 +43,7 @@ def _check_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         raise ValueError(f"{redact(url)!r} is not a valid URL") from None
-    if not parts.scheme or not url[len(parts.scheme) :].startswith("://"):
+    if not split_protocol(url)[0]:
         raise ValueError(f"{redact(url)!r} is not a scheme://location URL")
     if "@" in parts.netloc or parts.query or parts.fragment or url.rstrip("?#") != url:
         raise ValueError(
@@ -68,7 +69,7 @@ class RemoteStore:
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, config: RemoteConfig | None = None):
         self.url = _check_url(url)
-        self.scheme = self.url.split("://", 1)[0]
+        self.scheme = split_protocol(self.url)[0]
         self.options = dict(storage_options or {})
         self.config = config or RemoteConfig()
         self.policy = RetryPolicy(self.config.retries, self.config.backoff, self.config.max_backoff)

@@ -21,22 +21,15 @@ successor's objects nor publishes over them.
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
-from torch_drt.cache._conditional import put_if, remove_if
-from torch_drt.cache._format import MANIFEST_FILE
-from torch_drt.cache._publish_claim import CLAIM_FILE, Claim, NameBusyError, StaleWriterError
-from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import RemoteStore
-from torch_drt.cache.validate import is_complete_cache
+from torch_drt.locations._conditional import put_if, remove_if
+from torch_drt.locations._publish_claim import CLAIM_FILE, Claim, NameBusyError, StaleWriterError
+from torch_drt.locations.remote_store import RemoteStore
 
-__all__ = ["CLAIM_FILE", "NameBusyError", "StaleWriterError", "publish_directory", "write_remote"]
+__all__ = ["CLAIM_FILE", "NameBusyError", "StaleWriterError", "publish_directory"]
 
 logger = logging.getLogger("torch_drt.cache")
 
@@ -113,44 +106,3 @@ def publish_directory(local: Path, store: RemoteStore, manifest: str, *, stale_a
     finally:
         claim.release()
         _reached(store.url, "released")
-
-
-def write_remote(
-    source: Any,
-    name: str,
-    root: str,
-    stage: Callable[[Any, Path], CacheWriteResult],
-    mode: str,
-    verify: bool,
-    remote: RemoteConfig,
-    options: Mapping[str, Any] | None,
-) -> CacheWriteResult:
-    """Write ``source`` with ``stage(source, staging_root)`` (the local writer) under a local staging root, then
-    publish it at ``root/name``; ``mode="reuse"`` accepts a cache already published there (by another writer too).
-
-    Raises:
-        Exception: what the upload raises after its retries (the caller reports it); nothing is published then.
-    """
-    store = RemoteStore(f"{root.rstrip('/')}/{name}", options, remote)
-    check = {"storage_options": options, "remote_config": remote}
-    if store.read_or_none(MANIFEST_FILE, 1) is not None:
-        if mode == "create":
-            return CacheWriteError(name, f"cache already exists: {store.url}")
-        if is_complete_cache(store.url, verify=verify, **check):
-            logger.info("reused the cache of source %r at %s", name, store.url)
-            return CacheWriteSuccess(name, store.url)
-        return CacheWriteError(name, f"a cache is published at {store.url} but does not open; remove it to rebuild")
-    staging = Path(tempfile.mkdtemp(prefix="torch_drt-publish-", dir=remote.staging_dir))
-    try:
-        written = stage(source, staging)
-        if isinstance(written, CacheWriteError):
-            return written
-        publish_directory(staging / name, store, MANIFEST_FILE)
-    except FileExistsError as e:
-        if mode == "reuse" and is_complete_cache(store.url, **check):
-            logger.info("reused the cache of source %r at %s (another writer published it first)", name, store.url)
-            return CacheWriteSuccess(name, store.url)
-        return CacheWriteError(name, str(e))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return CacheWriteSuccess(name, store.url)

@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch_drt.cache.backends._open_maps import MapKey, Mapped, maps
-from torch_drt.cache.backends.base import StoredFile
-from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.checksums import sha256_file, xxh3_128_hex
+from torch_drt.locations._open_maps import MapKey, Mapped, maps
+from torch_drt.locations.base import StoredFile
+from torch_drt.locations.errors import CacheCorruptError
 
 if TYPE_CHECKING:
-    from torch_drt.cache.backends.remote import RemoteBackend
+    from torch_drt.locations.remote import RemoteBackend
 
 __all__ = ["RemoteFile", "damaged_again", "keep_mapped_only", "verify_download"]
 

@@ -1,9 +1,10 @@
 """Where the bytes of a cache come from: one small base class; each backend is one module beside it.
 
-A backend answers for one cache location. The read path asks it for three things only: the size of a file,
-a small file read whole (manifest, index, metadata), and an opened file (a shard or the index) from which byte
-ranges are gathered. Everything above it (validation, checksums, decompression, samples) is shared, so a new
-place to keep caches (object storage, say) is one new module here.
+A backend answers for one location. The read path asks it for three things only (the three methods a backend
+overrides, as an fsspec implementation overrides ``spec.py``'s defaults): the size of a file, a small file read
+whole (manifest, index, metadata), and an opened file (a shard or the index) from which byte ranges are gathered.
+Everything above it (validation, checksums, decompression, samples) is shared, so a new place to keep caches is
+one new module that subclasses ``CacheBackend`` and registers its scheme (``register_backend``).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from torch_drt.cache.errors import CacheCorruptError
+from torch_drt.locations.errors import MissingFile
+
+if TYPE_CHECKING:
+    from torch_drt.locations.location import Location
 
 __all__ = ["CacheBackend", "MissingFile", "StoredFile"]
-
-
-class MissingFile(CacheCorruptError):
-    """A file the cache needs is not there (backends raise it so that callers can say which file it is)."""
 
 
 class StoredFile(ABC):
@@ -33,12 +34,18 @@ class StoredFile(ABC):
         self.where = where
         self.size = size
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.where)!r}, size={self.size})"
+
     @abstractmethod
     def gather(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Return the bytes ``[starts[i], ends[i])`` for each ``i``; every range lies inside ``[0, size]``."""
 
+    lasting = False  # True when ``view()`` stays valid until ``close()`` (a local map)
+
     def view(self) -> memoryview | None:
-        """The whole file as a read-only buffer, or None when the backend reads by ranges only."""
+        """The whole file as a read-only buffer, or None when the backend reads by ranges only (or has no copy of
+        the file now)."""
         return None
 
     @abstractmethod
@@ -80,14 +87,18 @@ class CacheBackend(ABC):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.location!r})"
 
-    @abstractmethod
+    @classmethod
+    def from_location(cls, location: Location) -> CacheBackend:
+        """The backend of ``location`` (what ``Location.backend()`` calls; the default passes its target)."""
+        return cls(location.url if location.is_remote else str(location.path))
+
     def where(self, rel: str = "") -> Path | str:
         """The location of ``rel`` (or of the cache itself), as errors name it."""
+        return f"{self.location}/{rel}" if rel else self.location
 
-    @abstractmethod
-    def check_root(self) -> None:
+    def check_root(self) -> None:  # noqa: B027 - a store without directories has nothing to check
         """Raise ``FileNotFoundError`` when nothing is at the location, ``CacheCorruptError`` when it is no cache
-        directory."""
+        directory (by default nothing is checked: a missing manifest is reported by its read)."""
 
     @abstractmethod
     def size(self, rel: str) -> int:
@@ -125,6 +136,19 @@ class CacheBackend(ABC):
             MissingFile: when it is missing.
             CacheCorruptError: when it is not a regular file, or of another size.
         """
+
+    def names(self) -> list[str]:
+        """The names of the files directly at this location, sorted (how foreign formats list a directory; a
+        backend that cannot list leaves this out).
+
+        Raises:
+            FileNotFoundError: when no directory is there.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not list {self.where()}")
+
+    def is_dir(self) -> bool:
+        """True when the location is a directory (a URL prefix with no file of its own)."""
+        raise NotImplementedError(f"{type(self).__name__} does not tell directories from files")
 
     def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:  # noqa: B027 - local: no fetching
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous

@@ -22,14 +22,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
-from torch_drt.cache.backends._ranges import coalesce
-from torch_drt.cache.backends._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
-from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.node_cache import NodeCache
-from torch_drt.cache.prefetch import ShardPrefetcher
-from torch_drt.cache.remote_config import RemoteConfig
-from torch_drt.cache.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.locations._ranges import coalesce, read_coalesced
+from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
+from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
+from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.location import ANY_URL, Location, register_backend
+from torch_drt.locations.remote_config import RemoteConfig
+from torch_drt.locations.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.nodecache.node_cache import NodeCache
+from torch_drt.nodecache.prefetch import ShardPrefetcher
 
 __all__ = ["RemoteBackend", "RemoteFile"]
 
@@ -57,6 +58,10 @@ class RemoteBackend(CacheBackend):
         self.store = RemoteStore(location, self.storage_options, self.config)
         self._local: tuple[int, NodeCache, ShardPrefetcher] | None = None  # this process's, resolved once
         super().__init__(self.store.url)
+
+    @classmethod
+    def from_location(cls, location: Location) -> RemoteBackend:
+        return cls(location.url, location.storage_options, location.remote_config)
 
     def __reduce__(self):
         return (type(self), (self.location, self.storage_options, self.config))
@@ -100,6 +105,12 @@ class RemoteBackend(CacheBackend):
 
     def check_root(self) -> None:
         """Nothing to check without a request: a location without a manifest is reported by the manifest read."""
+
+    def names(self) -> list[str]:
+        return sorted(name for name in self.store.list() if "/" not in name)
+
+    def is_dir(self) -> bool:
+        return bool(self.store.run("checking", "", lambda: self.store.fs.isdir(self.store.path(""))))
 
     def _missing(self, rel: str) -> MissingFile:
         return MissingFile(self.where(rel), "file is missing")
@@ -257,7 +268,8 @@ class RemoteBackend(CacheBackend):
             if file.downloadable and shards_mode:
                 self.prefetcher.demand(file, waited=False)  # served by ranges now: it downloads if there is room
         if remote:
-            self._read_by_ranges(remote, starts, ends, out)
+            read_coalesced(self._ranges, [(f.rel, rows) for f, rows in remote], starts, ends, self.config.range_gap,
+                           self.config.range_max, out)
         for file, rows in waits:
             got = file.slices([starts[i] for i in rows], [ends[i] for i in rows], wait=True)
             assert got is not None
@@ -270,23 +282,6 @@ class RemoteBackend(CacheBackend):
         requests, _ = coalesce(starts, ends, self.config.range_gap, self.config.range_max)
         return 2 * sum(b - a for a, b in requests) > file.size
 
-    def _read_by_ranges(
-        self, remote: list[tuple[RemoteFile, list[int]]], starts: Sequence[int], ends: Sequence[int], out: list[bytes]
-    ) -> None:
-        rels, req_starts, req_ends, plans = [], [], [], []
-        for file, rows in remote:
-            requests, where = coalesce([starts[i] for i in rows], [ends[i] for i in rows],
-                                       self.config.range_gap, self.config.range_max)
-            plans.append((rows, len(rels), where))
-            for a, b in requests:
-                rels.append(file.rel)
-                req_starts.append(a)
-                req_ends.append(b)
-        data = self._ranges(rels, req_starts, req_ends)
-        for rows, first, where in plans:
-            for i, (req, offset) in zip(rows, where):
-                out[i] = data[first + req][offset : offset + ends[i] - starts[i]]
-
 
 def _place(out: list[bytes], rows: Sequence[int], got: Sequence[bytes]) -> None:
     for i, d in zip(rows, got):
@@ -297,3 +292,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+register_backend(ANY_URL, RemoteBackend)  # fsspec reads every scheme it knows

@@ -16,9 +16,10 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from torch_drt.cache.backends.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.checksums import sha256_file
+from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
+from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.location import register_backend
 
 __all__ = ["LocalBackend", "LocalFile"]
 
@@ -28,6 +29,8 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW
 
 class LocalFile(StoredFile):
     """A regular file mapped read-only."""
+
+    lasting = True
 
     def __init__(self, where: Path, fd: int, size: int) -> None:
         super().__init__(where, size)
@@ -80,6 +83,14 @@ class LocalBackend(CacheBackend):
             raise CacheCorruptError(self.path, f"cache path cannot be read: {e.strerror or e}") from None
         if not stat.S_ISDIR(st.st_mode):
             raise CacheCorruptError(self.path, "not a directory (a cache is a directory)")
+
+    def names(self) -> list[str]:
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"no such directory: {self.path}")
+        return sorted(p.name for p in self.path.iterdir() if p.is_file())
+
+    def is_dir(self) -> bool:
+        return self.path.is_dir()
 
     def _open_regular(self, rel: str) -> tuple[int, int]:
         """Open ``rel`` and return (fd, size); only regular files pass."""
@@ -161,3 +172,6 @@ class LocalBackend(CacheBackend):
         for number in set(numbers):
             files[number].check()
         return [files[s]._map[a:b] for s, a, b in zip(numbers, starts, ends)]
+
+
+register_backend("file", LocalBackend)

@@ -88,6 +88,10 @@ class ShardPrefetcher:
         self._threads: list[threading.Thread] = []
         self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
 
+    def __repr__(self) -> str:
+        shown = f"concurrency={self.concurrency}, bytes_ahead={self.bytes_ahead}, fetched={self.fetched}"
+        return f"ShardPrefetcher({shown})"
+
     @classmethod
     def shared(cls, concurrency: int, bytes_ahead: int) -> ShardPrefetcher:
         """The one prefetcher of this process for these bounds."""

@@ -20,8 +20,8 @@ import threading
 import time
 import uuid
 
-from torch_drt.cache._conditional import put_if, read_versioned, remove_if
-from torch_drt.cache.remote_store import RemoteStore
+from torch_drt.locations._conditional import put_if, read_versioned, remove_if
+from torch_drt.locations.remote_store import RemoteStore
 
 __all__ = ["CLAIM_FILE", "Claim", "NameBusyError", "StaleWriterError"]
 

@@ -34,8 +34,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from torch_drt.cache._node_dir import file_mode, prepare
-from torch_drt.cache._node_files import (
+from torch_drt.nodecache._node_dir import file_mode, prepare
+from torch_drt.nodecache._node_files import (
     create,
     disk_full,
     downloading,
@@ -47,8 +47,8 @@ from torch_drt.cache._node_files import (
     preallocate,
     too_large,
 )
-from torch_drt.cache._node_small import ManifestCopies
-from torch_drt.cache.pinned_file import PinnedFile
+from torch_drt.nodecache._node_small import ManifestCopies
+from torch_drt.nodecache.pinned_file import PinnedFile
 
 __all__ = ["NodeCache", "PinnedFile"]
 
@@ -64,7 +64,7 @@ class NodeCache(ManifestCopies):
 
     Args:
         directory: the cache directory (created ``0700`` when missing; one found must be this user's and
-            writable by nobody else: ``torch_drt.cache._node_dir``); must be local to the node.
+            writable by nobody else: ``torch_drt.nodecache._node_dir``); must be local to the node.
         limit: bytes the cache may hold.
         group: share the cache with the directory's group on purpose (``2770`` directories, ``0660`` files).
         lock_wait: seconds to wait for another process's lock (a download, the space accounting, a manifest copy)
