@@ -108,6 +108,7 @@ class PipelineLoader(_TorchdataLoader):
     return_indices: bool = False
     in_order: bool = True
     _device: Any = None
+    _autotune: Any = None  # a LoaderAutotune (torch_drt.loader._autotune) with num_workers/prefetch_depth="auto"
 
     def _setup_pipeline(self, mode: LoaderMode, stats: bool | None = None) -> None:
         self._mode = mode
@@ -171,8 +172,14 @@ class PipelineLoader(_TorchdataLoader):
         return LoaderStats.of(self._stats, getattr(self, "num_workers", 0) or 0, self._mode.mapper.method)
 
     def state_dict(self) -> dict[str, Any]:
-        """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded)."""
-        return self._mode.state_dict(*self._position.snapshot())
+        """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded); with
+        ``num_workers="auto"`` or ``prefetch_depth="auto"``, the setting chosen too (``"autotune"``)."""
+        state = self._mode.state_dict(*self._position.snapshot())
+        if self._autotune is not None:
+            from torch_drt.loader._autotune import STATE_KEY
+
+            state[STATE_KEY] = self._autotune.state()
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at a checkpoint on the next ``iter()``.
@@ -184,10 +191,15 @@ class PipelineLoader(_TorchdataLoader):
             ValueError: when the state does not describe this loader (a running iterator is then left alone).
         """
         epoch, cursor = self._mode.parse_state(state_dict)
+        tuned = None
+        if self._autotune is not None and isinstance(state_dict, Mapping) and "autotune" in state_dict:
+            tuned = self._autotune.parse(state_dict["autotune"])
         if self._position.active:
             self._position.stop()
             self._generation += 1
         self._position.load(epoch, cursor)
+        if tuned is not None:
+            self._autotune.load(self, state_dict["autotune"], tuned)
 
     def close(self) -> None:
         """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""
