@@ -12,24 +12,19 @@ and whether the search settled, are kept in ``state_dict()["autotune"]``: a resu
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from time import perf_counter_ns
 from typing import Any
 
+from torchdata.nodes import BaseNode
+
 from torch_drt._state_fields import StateFields
-from torch_drt.loader._arguments import MAX_WORKERS
+from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
 
-__all__ = [
-    "AUTO",
-    "STATE_KEY",
-    "LoaderAutotune",
-    "apply_setting",
-    "batch_bytes",
-    "check_autotune",
-    "default_memory_cap",
-    "start_setting",
-]
+__all__ = ["AUTO", "STATE_KEY", "AutotuneRequest", "LoaderAutotune", "apply_setting", "batch_bytes",
+           "default_memory_cap"]
 
 AUTO = "auto"
 STATE_KEY = "autotune"
@@ -40,45 +35,82 @@ MAX_DEPTH = 16
 MAX_TUNED_WORKERS = 64  # the search's ceiling: 4 per CPU (I/O waits), at least 8
 
 
-def check_autotune(num_workers: Any, prefetch_depth: Any, prefetch_factor: Any, memory_cap: Any,
-                   stats: Any) -> tuple[bool, bool]:
-    """``(tune num_workers, tune prefetch_depth)``; the arguments that go with them checked first.
+@dataclasses.dataclass(frozen=True)
+class AutotuneRequest:
+    """What a ``StatefulDataLoader``'s arguments ask to tune, checked up front (``AutotuneRequest.of``).
 
-    Raises:
-        ValueError: on ``"auto"`` misspelt, with ``prefetch_factor``, with ``stats=False``, on a bad
-            ``autotune_memory_cap`` or one given without anything to tune.
+    Attributes:
+        workers, depth: whether ``num_workers`` / ``prefetch_depth`` are ``"auto"``.
+        start: where the search starts: one worker and one batch ahead for what is tuned, the given values
+            otherwise (``prefetch_depth=None``: 2).
+        memory_cap: ``autotune_memory_cap``.
     """
-    tune_workers, tune_depth = num_workers == AUTO, prefetch_depth == AUTO
-    if isinstance(num_workers, str) and not tune_workers:
-        raise ValueError(f"{num_workers=} must be an int in [0, {MAX_WORKERS}] or 'auto'")
-    if isinstance(prefetch_depth, str) and not tune_depth:
-        raise ValueError(f"{prefetch_depth=} must be an int > 0, None or 'auto'")
-    if tune_depth and prefetch_factor is not None:
-        raise ValueError(f"prefetch_depth='auto' tunes the batches loaded ahead: give no {prefetch_factor=}")
-    if tune_workers and prefetch_factor is not None:
-        raise ValueError(
-            f"num_workers='auto' changes the workers: give batches ahead as prefetch_depth, not {prefetch_factor=}"
-        )
-    if tune_depth and num_workers == 0:
-        raise ValueError("prefetch_depth='auto' loads ahead on workers: it needs num_workers > 0 or 'auto'")
-    if memory_cap is not None:
-        if not isinstance(memory_cap, int) or isinstance(memory_cap, bool) or memory_cap < 1:
-            raise ValueError(f"autotune_memory_cap={memory_cap!r} must be an int > 0 (bytes) or None")
-        if not (tune_workers or tune_depth):
+
+    workers: bool
+    depth: bool
+    start: Setting
+    memory_cap: int | None
+
+    @classmethod
+    def of(cls, dataset: Any, num_workers: Any, prefetch_depth: Any, prefetch_factor: Any, memory_cap: Any,
+           stats: Any) -> AutotuneRequest:
+        """The request of these arguments.
+
+        Raises:
+            ValueError: on ``"auto"`` misspelt, with ``prefetch_factor``, with ``stats=False``, for a stream, on a
+                bad ``autotune_memory_cap`` or one given without anything to tune.
+        """
+        workers, depth = num_workers == AUTO, prefetch_depth == AUTO
+        if isinstance(num_workers, str) and not workers:
+            raise ValueError(f"{num_workers=} must be an int in [0, {MAX_WORKERS}] or 'auto'")
+        if isinstance(prefetch_depth, str) and not depth:
+            raise ValueError(f"{prefetch_depth=} must be an int > 0, None or 'auto'")
+        if workers and prefetch_factor is not None:
             raise ValueError(
-                f"autotune_memory_cap={memory_cap} bounds num_workers='auto' and prefetch_depth='auto': give one"
+                f"num_workers='auto' changes the workers: give batches ahead as prefetch_depth, not {prefetch_factor=}"
             )
-    if (tune_workers or tune_depth) and stats is False:
-        raise ValueError("num_workers='auto' and prefetch_depth='auto' tune from the loader's statistics: stats=False "
-                         "turns them off")
-    return tune_workers, tune_depth
+        if depth and prefetch_factor is not None:
+            raise ValueError(f"prefetch_depth='auto' tunes the batches loaded ahead: give no {prefetch_factor=}")
+        if depth and num_workers == 0:
+            raise ValueError("prefetch_depth='auto' loads ahead on workers: it needs num_workers > 0 or 'auto'")
+        if memory_cap is not None:
+            if not isinstance(memory_cap, int) or isinstance(memory_cap, bool) or memory_cap < 1:
+                raise ValueError(f"autotune_memory_cap={memory_cap!r} must be an int > 0 (bytes) or None")
+            if not (workers or depth):
+                raise ValueError(
+                    f"autotune_memory_cap={memory_cap} bounds num_workers='auto' and prefetch_depth='auto': give one"
+                )
+        if (workers or depth) and stats is False:
+            raise ValueError("num_workers='auto' and prefetch_depth='auto' tune from the loader's statistics: "
+                             "stats=False turns them off")
+        if (workers or depth) and (isinstance(dataset, BaseNode) or is_iterable_dataset(dataset)):
+            raise ValueError(
+                "num_workers='auto' and prefetch_depth='auto' tune a map-style dataset's loader (its batches are "
+                f"loaded again after a change of workers); give numbers for {type(dataset).__name__}"
+            )
+        start = Setting(1 if workers else num_workers, 1 if depth else 2 if prefetch_depth is None else prefetch_depth)
+        return cls(workers, depth, start, memory_cap)
 
+    @property
+    def tuning(self) -> bool:
+        """Whether anything is tuned."""
+        return self.workers or self.depth
 
-def start_setting(num_workers: Any, prefetch_depth: Any, tune_workers: bool, tune_depth: bool) -> Setting:
-    """Where the search starts: one worker and one batch ahead for what is tuned, the given values otherwise
-    (``prefetch_depth=None``: 2). Unchecked given values pass through to the loader's own checks."""
-    depth = 1 if tune_depth else 2 if prefetch_depth is None else prefetch_depth
-    return Setting(1 if tune_workers else num_workers, depth)
+    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[Any, Any]:
+        """The loader's ``num_workers`` and ``prefetch_depth`` to start with (the given ones when not tuned)."""
+        return (self.start.workers if self.workers else num_workers,
+                self.start.depth if self.depth else prefetch_depth)
+
+    def autotune(self, loader: Any) -> LoaderAutotune | None:
+        """The search of ``loader`` (built with ``initial()``'s values), or None when nothing is tuned."""
+        if not self.tuning:
+            return None
+        try:
+            epoch_batches: int | None = len(loader)
+        except TypeError:  # a sampler without __len__
+            epoch_batches = None
+        return LoaderAutotune(self.start, self.workers, self.depth, self.memory_cap,
+                              loader.worker_method == "process", epoch_batches)
 
 
 def default_memory_cap() -> int:
@@ -144,16 +176,6 @@ class LoaderAutotune:
         self.measure = self._measured
         self.batches = 0  # delivered while searching
         self._begin()
-
-    @classmethod
-    def of(cls, loader: Any, start: Setting, tune_workers: bool, tune_depth: bool,
-           memory_cap: int | None) -> LoaderAutotune:
-        """The autotune of a ``StatefulDataLoader`` built with ``start``."""
-        try:
-            epoch_batches: int | None = len(loader)
-        except TypeError:  # a sampler without __len__
-            epoch_batches = None
-        return cls(start, tune_workers, tune_depth, memory_cap, loader.worker_method == "process", epoch_batches)
 
     @property
     def setting(self) -> Setting:

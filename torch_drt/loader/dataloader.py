@@ -23,7 +23,7 @@ from torch_drt.loader._arguments import (
     start_method,
     worker_method_for,
 )
-from torch_drt.loader._autotune import LoaderAutotune, check_autotune, start_setting
+from torch_drt.loader._autotune import AutotuneRequest
 from torch_drt.loader._fetch import default_collate
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
@@ -69,8 +69,7 @@ class StatefulDataLoader(SplitLoader):
         batch_sampler: an iterable of lists of indices: each list is one batch (not with ``batch_size``,
             ``shuffle``, ``sampler`` or ``drop_last``), used as given.
         num_workers: batches loaded in parallel (0: in the calling thread); processes, as torch's, unless
-            ``worker_method="thread"``; ``"auto"``: tuned from ``stats()`` during the first batches (map-style
-            datasets; docs/bottleneck.md), kept in ``state_dict()``.
+            ``worker_method="thread"``; ``"auto"``: tuned in the first batches (map-style; docs/bottleneck.md).
         collate_fn: ``collate_fn(items) -> batch``; default torch's ``default_collate`` (``[]`` when empty).
         pin_memory: pin batches for the accelerator; a no-op with a warning without one.
         drop_last: drop the last global batch when incomplete; else it is padded and the padding removed, so a
@@ -105,8 +104,7 @@ class StatefulDataLoader(SplitLoader):
         device: copy batches to this device (non-blocking after pinning).
         stats: record where the time goes (``loader.stats()``: per stage and worker, the caller's waits, a
             verdict); None: on unless the environment variable ``TORCH_DRT_STATS`` is ``0`` (always on to autotune).
-        autotune_memory_cap: bytes the autotuned workers and batches ahead may hold, by their measured memory
-            (None: half the memory available).
+        autotune_memory_cap: bytes the tuned workers and batches ahead may hold (None: half the memory available).
     """
 
     VERSION = MapMode.VERSION
@@ -156,9 +154,8 @@ class StatefulDataLoader(SplitLoader):
         autotune_memory_cap: int | None = None,
     ) -> None:
         check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
-        tune = check_autotune(num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats)
-        start = start_setting(num_workers, prefetch_depth, *tune)
-        num_workers, prefetch_depth = start.workers, start.depth if tune[1] else prefetch_depth
+        tune = AutotuneRequest.of(dataset, num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats)
+        num_workers, prefetch_depth = tune.initial(num_workers, prefetch_depth)
         check_workers(num_workers)
         check_worker_arguments(
             num_workers, timeout, worker_init_fn, multiprocessing_context, prefetch_factor, prefetch_depth,
@@ -180,11 +177,6 @@ class StatefulDataLoader(SplitLoader):
             raise TypeError(
                 "dataset must be map-style (__len__ and __getitem__), an IterableDataset or a torchdata node, got "
                 f"{type(dataset).__name__}"
-            )
-        if any(tune) and (node_mode or iterable):
-            raise ValueError(
-                "num_workers='auto' and prefetch_depth='auto' tune a map-style dataset's loader (its batches are "
-                f"loaded again after a change of workers); give numbers for {type(dataset).__name__}"
             )
         if node_mode and (shuffle or sampler is not None or batch_sampler is not None):
             raise ValueError("a node yields its own order: shuffle, sampler and batch_sampler apply to map-style data")
@@ -227,10 +219,9 @@ class StatefulDataLoader(SplitLoader):
                 raise TypeError(
                     f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
                 ) from e
-        self._setup_pipeline(mode, True if any(tune) else stats)
+        self._setup_pipeline(mode, True if tune.tuning else stats)
         self._batch_sampler = batch_sampler  # (the base class resets it)
-        if any(tune):
-            self._autotune = LoaderAutotune.of(self, start, *tune, autotune_memory_cap)
+        self._autotune = tune.autotune(self)
 
     def _forks(self) -> bool:
         """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
