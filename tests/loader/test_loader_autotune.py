@@ -195,3 +195,16 @@ def test_a_malformed_autotune_state_is_refused_with_its_field():
     state[STATE_KEY] = {"num_workers": 0, "prefetch_depth": 2}
     with pytest.raises(ValueError, match=r"state\['autotune'\]\['num_workers'\]"):
         loader.load_state_dict(state)
+
+
+def test_process_workers_are_restarted_at_the_chosen_count_and_the_data_is_kept():
+    kwargs = dict(batch_size=BATCH, shuffle=True, seed=5)
+    fixed = firsts(StatefulDataLoader(Rows(2000), **kwargs))
+    loader = StatefulDataLoader(Rows(2000), num_workers="auto", multiprocessing_context="fork", **kwargs)
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(100)]
+    assert loader._autotune.done and loader.num_workers == 4
+    assert len(loader._mode.mapper.worker_pids()) == 4
+    assert firsts(head + list(it)) == fixed
