@@ -208,3 +208,17 @@ def test_process_workers_are_restarted_at_the_chosen_count_and_the_data_is_kept(
     assert loader._autotune.done and loader.num_workers == 4
     assert len(loader._mode.mapper.worker_pids()) == 4
     assert firsts(head + list(it)) == fixed
+
+
+def test_the_search_ends_at_its_budget_on_the_best_setting_measured():
+    loader = auto_loader()
+    loader._autotune.measure = model_of(loader)
+    loader._autotune.budget = 25  # (by default 5% of an epoch, at least 64 batches)
+    it = iter(loader)
+    for _ in range(24):
+        next(it)
+    assert not loader._autotune.done
+    next(it)
+    measured = loader._autotune.climb.history
+    assert loader._autotune.done and len(measured) == 2  # trials of 10 and 11 batches; the third was cut short
+    assert loader.num_workers == loader._mode.mapper.num_workers == measured[-1][0].workers == 2

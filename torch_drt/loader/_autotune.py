@@ -194,19 +194,20 @@ class LoaderAutotune:
         self._count, self._t0, self._mark = 0, 0, (0, 0)
 
     def delivered(self, loader: Any, batch: Any) -> None:
-        """A batch was delivered to the caller: count it; at a trial's end, apply the next setting."""
+        """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply
+        the next setting (the best one measured, when the search ends)."""
         self.batches += 1
         self._count += 1
-        if self._count == self._warmup:
+        before = self.setting
+        if self.budget is not None and self.batches >= self.budget:
+            self.settle()  # the trial running is cut short: its setting was not measured to pay
+        elif self._count == self._warmup:
             self._t0, self._mark = perf_counter_ns(), self._recorded(loader)
             return
-        if self._count < self._warmup + self._length:
+        elif self._count < self._warmup + self._length:
             return
-        trial = self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0)
-        before = self.setting
-        self.climb.observe(trial)
-        if self.budget is not None and self.batches >= self.budget and not self.done:
-            self.settle()
+        else:
+            self.climb.observe(self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0))
         if self.setting != before:
             apply_setting(loader, self.setting)
         self._begin()
