@@ -65,6 +65,13 @@ def test_every_setting_tried_after_the_first_fits_the_cap():
     assert search.best.workers == 3  # the most the cap allows (w * 10000 + (w + d) * 1000 <= 35000, d >= 1)
 
 
+def test_a_fixed_num_workers_is_kept_under_a_cap_too_small_for_it():
+    memory = MemoryModel(1000, False, batch_bytes=1000)
+    search = HillClimb(Setting(4, 1), memory, max_workers=4, tune_workers=False)
+    search.observe(Trial(100.0, 0.5, 1000, 0))
+    assert search.done and search.best == search.current == Setting(4, 1)  # the cap bounds only what is searched
+
+
 def test_batch_bytes_counts_tensors_through_containers():
     batch = {"x": torch.zeros(4, 10, dtype=torch.int64), "y": [b"abc", "de"], "z": (torch.zeros(3),)}
     assert batch_bytes(batch) == 320 + 3 + 2 + 12

@@ -84,7 +84,7 @@ class HillClimb:
         self.current = self.best = start
         self._best_rate = 0.0
         self._phase = "workers" if tune_workers else "depth" if tune_depth else "done"
-        self._tune_depth = tune_depth
+        self._tune_workers, self._tune_depth = tune_workers, tune_depth
         self._failed: int | None = None  # the fewest workers measured not to pay
         self._refined = False
         self.done = self._phase == "done"
@@ -137,14 +137,17 @@ class HillClimb:
         return None
 
     def _fit(self, setting: Setting) -> Setting:
-        """``setting``, shrunk (depth, then workers) until it fits the cap, never below 1 and 1."""
+        """``setting``, shrunk until it fits the cap (never below one worker and one batch ahead, nor a fixed value)."""
         return setting if self.memory.fits(setting) else self._shrink(setting)
 
     def _shrink(self, setting: Setting) -> Setting:
+        """The setting less what does not fit: batches ahead first, then workers (only those searched)."""
         workers, depth = setting.workers, setting.depth
-        while not self.memory.fits(Setting(workers, depth)) and (workers > 1 or depth > 1):
-            if depth > 1:
+        while not self.memory.fits(Setting(workers, depth)):
+            if depth > 1 and self._tune_depth:
                 depth -= 1
-            else:
+            elif workers > 1 and self._tune_workers:
                 workers -= 1
+            else:
+                break
         return Setting(workers, depth)

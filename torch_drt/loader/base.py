@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.describe import described
+from torch_drt.loader._autotune import STATE_KEY as AUTOTUNE_KEY
 from torch_drt.loader._sampler_view import LoaderShards
 from torch_drt.loader._stats_recorder import StatsRecorder, stats_enabled
 from torch_drt.loader.iterator import LoaderIterator
@@ -176,9 +177,7 @@ class PipelineLoader(_TorchdataLoader):
         ``num_workers="auto"`` or ``prefetch_depth="auto"``, the setting chosen too (``"autotune"``)."""
         state = self._mode.state_dict(*self._position.snapshot())
         if self._autotune is not None:
-            from torch_drt.loader._autotune import STATE_KEY
-
-            state[STATE_KEY] = self._autotune.state()
+            state[AUTOTUNE_KEY] = self._autotune.state()
         return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -192,14 +191,14 @@ class PipelineLoader(_TorchdataLoader):
         """
         epoch, cursor = self._mode.parse_state(state_dict)
         tuned = None
-        if self._autotune is not None and isinstance(state_dict, Mapping) and "autotune" in state_dict:
-            tuned = self._autotune.parse(state_dict["autotune"])
+        if self._autotune is not None and isinstance(state_dict, Mapping) and AUTOTUNE_KEY in state_dict:
+            tuned = self._autotune.parse(state_dict[AUTOTUNE_KEY])
         if self._position.active:
             self._position.stop()
             self._generation += 1
         self._position.load(epoch, cursor)
         if tuned is not None:
-            self._autotune.load(self, state_dict["autotune"], tuned)
+            self._autotune.load(self, state_dict[AUTOTUNE_KEY], tuned)
 
     def close(self) -> None:
         """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""
