@@ -214,8 +214,7 @@ class LoaderAutotune:
 
     def settle(self) -> None:
         """End the search at the best setting measured."""
-        climb = self.climb
-        climb.current, climb.done = climb._fit(climb.best), True
+        self.climb.settle()
 
     def _recorded(self, loader: Any) -> tuple[int, int]:
         stats = loader._stats

@@ -112,6 +112,12 @@ class HillClimb:
         self.current = self.best if proposal is None else proposal
         return self.current
 
+    def settle(self) -> Setting:
+        """End the search now, at the best setting measured (within the cap)."""
+        self._phase, self.done = "done", True
+        self.current = self.best = self._fit(self.best)
+        return self.current
+
     def _next(self, trial: Trial, improved: bool) -> Setting | None:
         """The next proposal within the current phase (None: the phase is over)."""
         best, waits = self.best, trial.wait_share >= CONSUMER_BOUND
