@@ -49,16 +49,19 @@ def cmd_formats_info(args: argparse.Namespace) -> int:
 def cmd_formats_verify(args: argparse.Namespace) -> int:
     """``torch-drt formats verify``: read every sample of each dataset (checking every checksum its format keeps);
     1 when any is damaged."""
+    from torch_drt._progress import Progress
     from torch_drt.cache.errors import CacheCorruptError, UnsafeEncodingError
 
     status = 0
     for location in args.locations:
         try:
             _, ds = _open(args, location)
-            for shard in range(ds.num_shards):
-                start, stop = int(ds.shard_starts[shard]), int(ds.shard_starts[shard + 1])
-                for at in range(start, stop, 256):  # a shard's samples a few at a time
-                    ds.__getitems__(list(range(at, min(at + 256, stop))))
+            with Progress("verify", location, total=len(ds), unit="samples") as bar:
+                for shard in range(ds.num_shards):
+                    start, stop = int(ds.shard_starts[shard]), int(ds.shard_starts[shard + 1])
+                    for at in range(start, stop, 256):  # a shard's samples a few at a time
+                        ds.__getitems__(list(range(at, min(at + 256, stop))))
+                        bar.add(min(256, stop - at))
         except UnsafeEncodingError as e:
             print(f"refused {location}: {e}")
             status = 1
@@ -86,6 +89,7 @@ def add_formats(sub: Any) -> None:
     info.set_defaults(func=cmd_formats_info)
     verify = group.add_parser("verify", help="read every sample; non-zero exit when a dataset is damaged")
     verify.add_argument("locations", nargs="+", help="directories, files, brace patterns or URLs")
+    verify.add_argument("--quiet", action="store_true", help="no progress bar")
     verify.set_defaults(func=cmd_formats_verify)
     for command in (info, verify):
         command.add_argument("--format", choices=FORMATS, help="the format (default: told from what lies there)")

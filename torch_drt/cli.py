@@ -23,6 +23,7 @@ from torch_drt._cli_bench import add_bench
 from torch_drt._cli_common import CliError, CliParser, non_negative_int, positive_int, report
 from torch_drt._cli_formats import add_formats
 from torch_drt._cli_profile import add_profile
+from torch_drt._progress import enabled, silenced
 
 __all__ = ["build_parser", "main"]
 
@@ -51,7 +52,7 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
     config = WriterConfig(
         max_shard_bytes=args.max_shard_bytes,
         shard_compression=ShardCompression(args.compression),
-        show_progress=not args.quiet,
+        show_progress=not args.quiet and enabled(),
         validate_cache=args.verify,
     )
     source = inputs.build_source(args)
@@ -216,6 +217,7 @@ def _add_cache(sub: Any) -> None:
     )
     info.set_defaults(func=cmd_cache_info)
     verify = cache.add_parser("verify", help="verify every checksum; non-zero exit on corruption")
+    verify.add_argument("--quiet", action="store_true", help="no progress bar")
     verify.add_argument("paths", nargs="+", help="cache (or set) directories or URLs")
     verify.set_defaults(func=cmd_cache_verify)
     ls = cache.add_parser("ls", help="list the caches under a root")
@@ -248,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False):
+        with silenced():
+            return int(args.func(args))
     return int(args.func(args))
 
 

@@ -161,11 +161,38 @@ def test_invalid_inputs(tmp_path):
     assert "pw" not in str(err.value)
 
 
-def test_one_progress_bar_for_the_whole_build(tmp_path, capsys):
-    build_cache_set(split_rows(make_rows(300), rows_per_part=50), tmp_path, "s")
-    err = capsys.readouterr().err
-    assert "set s: 100%" in err and "300/300" in err
-    assert "s-0000" not in err  # no bar per part
+def test_one_progress_bar_for_the_whole_build_on_a_terminal(tmp_path, capsys, monkeypatch):
+    import os
+    import pty
+    import sys
+    import threading
+
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def read() -> None:  # drained as it is written: a full terminal would block the writer
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal was closed
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    with open(slave, "w") as terminal:
+        monkeypatch.setattr(sys, "stderr", terminal)
+        build_cache_set(split_rows(make_rows(300), rows_per_part=50), tmp_path / "a", "s")
+        monkeypatch.undo()
+    reader.join(timeout=20)
+    os.close(master)
+    shown = b"".join(chunks).decode()
+    assert "build set s [" in shown and "300/300 rows" in shown, shown
+    assert "s-0000" not in shown  # no bar per part
+    build_cache_set(split_rows(make_rows(300), rows_per_part=50), tmp_path / "b", "s")
+    assert capsys.readouterr().err == ""  # stderr is not a terminal: no bar
 
 
 def test_row_ranges_over_a_random_access_source(tmp_path):

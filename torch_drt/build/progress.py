@@ -8,7 +8,8 @@ __all__ = ["BuildProgress"]
 
 
 class BuildProgress:
-    """A thread-safe count of the build's input rows, shown as one tqdm bar when ``enabled``.
+    """A thread-safe count of the build's input rows, shown as one bar when ``enabled`` and stderr is a terminal
+    (``torch_drt._progress``).
 
     Args:
         name: the set's name (the bar's label).
@@ -17,28 +18,31 @@ class BuildProgress:
     """
 
     def __init__(self, name: str, total: int | None, *, enabled: bool) -> None:
-        from tqdm.auto import tqdm
+        from torch_drt._progress import Progress
 
         self._lock = threading.Lock()
         self.done = 0
-        self._bar = tqdm(total=total, desc=f"set {name}", unit=" rows", disable=not enabled, dynamic_ncols=True)
+        self._bar = Progress("build set", name, total, "rows") if enabled else None
 
     def add(self, n: int) -> None:
         """Count ``n`` more rows."""
         with self._lock:
             self.done += n
-            self._bar.update(n)
+            if self._bar is not None:
+                self._bar.add(n)
 
     def set(self, done: int) -> None:
         """Show ``done`` rows in all (counts reported by the workers)."""
         with self._lock:
             if done > self.done:
-                self._bar.update(done - self.done)
+                if self._bar is not None:
+                    self._bar.add(done - self.done)
                 self.done = done
 
     def close(self) -> None:
         """Close the bar."""
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
     def __enter__(self) -> BuildProgress:
         return self

@@ -159,13 +159,17 @@ def verify_checksums(layout: CacheLayout) -> None:
     Raises:
         CacheCorruptError: naming the first file whose checksum differs or is absent from the manifest.
     """
-    for rel, expected in layout.checksums.items():
-        path = layout.backend.where(rel)
-        if len(expected) != 64 or expected.strip("0") == "":
-            raise CacheCorruptError(path, f"manifest records no usable checksum ({expected!r})")
-        actual = layout.backend.sha256(rel)
-        if actual != expected:
-            raise CacheCorruptError(path, f"checksum mismatch: expected {expected}, found {actual}")
+    from torch_drt._progress import Progress
+
+    with Progress("verify", layout.path, total=len(layout.checksums), unit="files") as bar:
+        for rel, expected in layout.checksums.items():
+            path = layout.backend.where(rel)
+            if len(expected) != 64 or expected.strip("0") == "":
+                raise CacheCorruptError(path, f"manifest records no usable checksum ({expected!r})")
+            actual = layout.backend.sha256(rel)
+            if actual != expected:
+                raise CacheCorruptError(path, f"checksum mismatch: expected {expected}, found {actual}")
+            bar.add(1)
 
 
 def _check_shard_sizes(layout: CacheLayout) -> None:

@@ -24,7 +24,7 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "default_collate", "fetch_stage", "map_fetcher", "pin_batch"]
+__all__ = ["BatchFetcher", "default_collate", "fetch_stage", "item_threads", "map_fetcher", "pin_batch"]
 
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
@@ -46,6 +46,11 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
     )
 
 
+def item_threads(loader: Any) -> int:
+    """Threads fetching items: ``num_workers x item_concurrency`` with thread workers, else ``item_concurrency``."""
+    return max(1, loader.num_workers if loader.worker_method == "thread" else 1) * loader.item_concurrency
+
+
 def map_fetcher(loader: Any) -> BatchFetcher:
     """The ``BatchFetcher`` of a ``StatefulDataLoader`` over a map-style dataset."""
     threads = loader.worker_method == "thread"
@@ -56,7 +61,7 @@ def map_fetcher(loader: Any) -> BatchFetcher:
         loader.item_concurrency,
         pin=loader.pin_memory and threads,
         seed=loader.seed,
-        item_threads=max(1, loader.num_workers if threads else 1) * loader.item_concurrency,
+        item_threads=item_threads(loader),
     )
 
 
@@ -154,11 +159,15 @@ class BatchFetcher:
         if self.event_loop is not None and method == "thread":
             self.event_loop.start(getattr(self.dataset, "aclose", None))
 
-    def close(self) -> None:
-        """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
+    def close_items(self) -> None:
+        """Stop the item threads (the next batch starts new ones)."""
         if self.item_pool is not None:
             self.item_pool.close()
             self.item_pool = None
+
+    def close(self) -> None:
+        """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
+        self.close_items()
         if self.event_loop is not None:
             self.event_loop.stop(getattr(self.dataset, "aclose", None))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.describe import described
+from torch_drt.loader._autotune import STATE_KEY as AUTOTUNE_KEY
 from torch_drt.loader._sampler_view import LoaderShards
 from torch_drt.loader._stats_recorder import StatsRecorder, stats_enabled
 from torch_drt.loader.iterator import LoaderIterator
@@ -108,6 +109,7 @@ class PipelineLoader(_TorchdataLoader):
     return_indices: bool = False
     in_order: bool = True
     _device: Any = None
+    _autotune: Any = None  # a LoaderAutotune (torch_drt.loader._autotune) with num_workers/prefetch_depth="auto"
 
     def _setup_pipeline(self, mode: LoaderMode, stats: bool | None = None) -> None:
         self._mode = mode
@@ -171,8 +173,12 @@ class PipelineLoader(_TorchdataLoader):
         return LoaderStats.of(self._stats, getattr(self, "num_workers", 0) or 0, self._mode.mapper.method)
 
     def state_dict(self) -> dict[str, Any]:
-        """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded)."""
-        return self._mode.state_dict(*self._position.snapshot())
+        """A small JSON-serialisable checkpoint of the batches delivered so far (prefetched ones excluded); with
+        ``num_workers="auto"`` or ``prefetch_depth="auto"``, the setting chosen too (``"autotune"``)."""
+        state = self._mode.state_dict(*self._position.snapshot())
+        if self._autotune is not None:
+            state[AUTOTUNE_KEY] = self._autotune.state()
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Resume at a checkpoint on the next ``iter()``.
@@ -184,10 +190,15 @@ class PipelineLoader(_TorchdataLoader):
             ValueError: when the state does not describe this loader (a running iterator is then left alone).
         """
         epoch, cursor = self._mode.parse_state(state_dict)
+        tuned = None
+        if self._autotune is not None and isinstance(state_dict, Mapping) and AUTOTUNE_KEY in state_dict:
+            tuned = self._autotune.parse(state_dict[AUTOTUNE_KEY])
         if self._position.active:
             self._position.stop()
             self._generation += 1
         self._position.load(epoch, cursor)
+        if tuned is not None:
+            self._autotune.load(self, state_dict[AUTOTUNE_KEY], tuned)
 
     def close(self) -> None:
         """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""

@@ -23,6 +23,7 @@ from torch_drt.loader._arguments import (
     start_method,
     worker_method_for,
 )
+from torch_drt.loader._autotune import AutotuneRequest
 from torch_drt.loader._fetch import default_collate
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
@@ -68,7 +69,7 @@ class StatefulDataLoader(SplitLoader):
         batch_sampler: an iterable of lists of indices: each list is one batch (not with ``batch_size``,
             ``shuffle``, ``sampler`` or ``drop_last``), used as given.
         num_workers: batches loaded in parallel (0: in the calling thread); processes, as torch's, unless
-            ``worker_method="thread"``.
+            ``worker_method="thread"``; ``"auto"``: tuned in the first batches (map-style; docs/bottleneck.md).
         collate_fn: ``collate_fn(items) -> batch``; default torch's ``default_collate`` (``[]`` when empty).
         pin_memory: pin batches for the accelerator; a no-op with a warning without one.
         drop_last: drop the last global batch when incomplete; else it is padded and the padding removed, so a
@@ -91,7 +92,7 @@ class StatefulDataLoader(SplitLoader):
             ``"thread"`` (opt-in speed-up: one dataset shared by worker threads; see docs/drop-in.md).
         item_concurrency: items of one batch fetched at once.
         prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress (default 2; not with
-            ``prefetch_factor``).
+            ``prefetch_factor``); ``"auto"``: tuned as ``num_workers="auto"``.
         transform: applied to each item on the workers, before ``collate_fn``: ``transform(index, item)``, or
             ``transform(item)`` for a torchvision transform, an ``nn.Module``, a torch_drt transform or a
             one-argument callable (the rule: ``torch_drt.loader.transform_hook``).
@@ -102,7 +103,8 @@ class StatefulDataLoader(SplitLoader):
         world_size: number of ranks; giving it (or ``rank``) splits by rank.
         device: copy batches to this device (non-blocking after pinning).
         stats: record where the time goes (``loader.stats()``: per stage and worker, the caller's waits, a
-            verdict); None: on unless the environment variable ``TORCH_DRT_STATS`` is ``0``.
+            verdict); None: on unless the environment variable ``TORCH_DRT_STATS`` is ``0`` (always on to autotune).
+        autotune_memory_cap: bytes the tuned workers and batches ahead may hold (None: half the memory available).
     """
 
     VERSION = MapMode.VERSION
@@ -124,7 +126,7 @@ class StatefulDataLoader(SplitLoader):
         shuffle: bool | None = None,
         sampler: Iterable[int] | None = None,
         batch_sampler: Iterable[list[int]] | None = None,
-        num_workers: int = 0,
+        num_workers: int | Literal["auto"] = 0,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -141,7 +143,7 @@ class StatefulDataLoader(SplitLoader):
         seed: int | None = None,
         worker_method: Literal["thread", "process"] | None = None,
         item_concurrency: int = 1,
-        prefetch_depth: int | None = None,
+        prefetch_depth: int | Literal["auto"] | None = None,
         transform: Callable[..., Any] | None = None,
         return_indices: bool = False,
         split_by_rank: bool | None = None,
@@ -149,8 +151,11 @@ class StatefulDataLoader(SplitLoader):
         world_size: int | None = None,
         device: str | torch.device | None = None,
         stats: bool | None = None,
+        autotune_memory_cap: int | None = None,
     ) -> None:
         check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
+        tune = AutotuneRequest.of(dataset, num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats)
+        num_workers, prefetch_depth = tune.initial(num_workers, prefetch_depth)
         check_workers(num_workers)
         check_worker_arguments(
             num_workers, timeout, worker_init_fn, multiprocessing_context, prefetch_factor, prefetch_depth,
@@ -214,8 +219,9 @@ class StatefulDataLoader(SplitLoader):
                 raise TypeError(
                     f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
                 ) from e
-        self._setup_pipeline(mode, stats)
+        self._setup_pipeline(mode, True if tune.tuning else stats)
         self._batch_sampler = batch_sampler  # (the base class resets it)
+        self._autotune = tune.autotune(self)
 
     def _forks(self) -> bool:
         """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""

@@ -51,6 +51,8 @@ class LoaderIterator:
         self._period = self._countdown = 1
         self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
         self._started = False
+        tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
+        self._tune = tune if tune is not None and not tune.done else None
         if self._stats is not None:
             self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
             self._stats.live = weakref.ref(self)
@@ -78,7 +80,10 @@ class LoaderIterator:
             if self._stats is not None:
                 self._countdown -= 1
                 if self._countdown <= 0:
-                    return self._timed_next()
+                    out = self._timed_next()
+                    if self._tune is not None:
+                        self._tuned(out)
+                    return out
             try:
                 batch, indices, last = self._next()
             except StopIteration:
@@ -99,9 +104,17 @@ class LoaderIterator:
                     self.flush_stats(perf_counter_ns())
             if self._device is not None:
                 batch = move_to_device(batch, self._device)
+            if self._tune is not None:
+                self._tuned(batch)
             return (batch, indices) if self._with_indices else batch
         finally:
             self._lock.release()
+
+    def _tuned(self, batch: Any) -> None:
+        """Tell the loader's autotune a batch was delivered (it may change the workers for the next ones)."""
+        self._tune.delivered(self._loader, batch)
+        if self._tune.done:
+            self._tune = None
 
     def _timed_next(self) -> Any:
         """``__next__``'s body, timed; it stands for the ``_period`` calls since the previous timed one."""

@@ -40,12 +40,18 @@ def _reached(url: str, step: str) -> None:
 
 
 def _upload_all(store: RemoteStore, local: Path, files: Sequence[str], parallel: int, claim: Claim) -> None:
+    from torch_drt._progress import Progress
+
+    sizes = {rel: (local / rel).stat().st_size for rel in files}
+
     def upload(rel: str) -> None:
         claim.fence(store.join(rel))
         if not store.upload(local / rel, rel, create=True):
             raise StaleWriterError(f"{store.join(rel)}: another writer wrote this file while this one uploaded")
+        bar.add(sizes[rel])
 
-    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="torch_drt-upload") as pool:
+    with Progress("upload", store.url, total=sum(sizes.values()), unit="B") as bar, \
+            ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="torch_drt-upload") as pool:
         for future in [pool.submit(upload, rel) for rel in files]:
             future.result()
 

@@ -109,10 +109,9 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.timeout = timeout
         self.adaptive = adaptive and method == "thread" and num_workers > 0
         self.inline_below_s = inline_below_s
-        transport = SharedMemoryTransport() if transport is None else transport
-        if transport.slots is None:  # more than one worker's results in flight, plus the one being unpacked
-            transport = dataclasses.replace(transport, slots=-(-in_flight // max(1, num_workers)) + 2)
-        self.transport = transport
+        self._adaptive_asked = adaptive
+        self._given = SharedMemoryTransport() if transport is None else transport
+        self.transport = self._sized(self._given)
         self.worker_init = worker_init
         self.in_order = in_order
         self._pool: ThreadPool | ProcessPool | None = None
@@ -128,6 +127,25 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.stats: Any = None
         self.record_next = 0
         self._clock: MapperClock | None = None
+
+    def _sized(self, transport: SharedMemoryTransport) -> SharedMemoryTransport:
+        """``transport`` with its ring slots: as given, else a worker's share of the items in flight, plus two."""
+        if transport.slots is not None:
+            return transport
+        return dataclasses.replace(transport, slots=-(-self.in_flight // max(1, self.num_workers)) + 2)
+
+    def resize(self, num_workers: int, in_flight: int) -> None:
+        """Run with ``num_workers`` and ``in_flight`` from the next ``reset()`` on (the workers are stopped when
+        their number or their transport changes; the items pending are dropped then)."""
+        if num_workers < 0 or (num_workers and in_flight < num_workers):
+            raise ValueError(f"{num_workers=} must be >= 0 and {in_flight=} >= it")
+        restart = num_workers != self.num_workers or (self.method == "process" and in_flight != self.in_flight)
+        if restart:
+            self.close()
+        self.num_workers, self.in_flight = num_workers, in_flight
+        self.adaptive = self._adaptive_asked and self.method == "thread" and num_workers > 0
+        self.transport = self._sized(self._given)
+        self._inline = num_workers == 0
 
     def __repr__(self) -> str:
         return described(self, self.source, self.map_fn, num_workers=self.num_workers, method=self.method,

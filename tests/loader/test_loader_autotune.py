@@ -1,0 +1,231 @@
+"""num_workers="auto" / prefetch_depth="auto" (issue 28): the search, its memory cap, its checkpoint.
+
+Throughput is not measured here: a cost model reads the setting the loader's pipeline really runs (its mapper's
+workers and batches in flight) and says what a trial of it would measure, so the choices are deterministic and a
+setting that was never applied to the pipeline cannot pay. One test runs the real measurements, asserting data and
+state only.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_drt import StatefulDataLoader
+from torch_drt.loader._autotune import STATE_KEY, batch_bytes
+from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
+
+ROW = 100  # int64 per item: 800 bytes
+BATCH = 4
+
+
+class Rows:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((ROW,), i, dtype=torch.int64)
+
+
+def worker_bound(workers: int, depth: int, per_worker: float = 50.0, consumer: float = 1000.0) -> Trial:
+    """A pipeline whose worker stage is slow: each worker loads ``per_worker`` batches/s, the caller takes up to
+    ``consumer``; batches ahead smooth a little (2% each, up to 4)."""
+    rate = min(consumer, workers * per_worker * (1 + 0.02 * min(depth, 4)))
+    return Trial(throughput=rate, wait_share=1 - rate / consumer)
+
+
+def climb(model, cap: int = 1 << 40, batch: int = 0, worker: int = 0, processes: bool = False) -> HillClimb:
+    search = HillClimb(Setting(1, 1), MemoryModel(cap, processes), max_workers=32)
+    for _ in range(40):
+        if search.done:
+            break
+        s = search.current
+        trial = model(s.workers, s.depth)
+        search.observe(Trial(trial.throughput, trial.wait_share, batch, worker))
+    assert search.done
+    return search
+
+
+def test_a_slow_worker_stage_gets_more_workers_than_a_fast_one():
+    slow = climb(worker_bound)
+    fast = climb(lambda w, d: worker_bound(w, d, per_worker=5000.0))
+    assert slow.best.workers >= 16, slow.history
+    assert fast.best.workers <= 2, fast.history
+
+
+def test_every_setting_tried_after_the_first_fits_the_cap():
+    memory = dict(batch=1000, worker=10_000)
+    search = climb(worker_bound, cap=35_000, **memory, processes=False)
+    model = MemoryModel(35_000, False, memory["batch"], memory["worker"])
+    assert all(model.fits(s) for s, _ in search.history[1:]), search.history
+    assert model.fits(search.best)
+    assert search.best.workers == 3  # the most the cap allows (w * 10000 + (w + d) * 1000 <= 35000, d >= 1)
+
+
+def test_a_fixed_num_workers_is_kept_under_a_cap_too_small_for_it():
+    memory = MemoryModel(1000, False, batch_bytes=1000)
+    search = HillClimb(Setting(4, 1), memory, max_workers=4, tune_workers=False)
+    search.observe(Trial(100.0, 0.5, 1000, 0))
+    assert search.done and search.best == search.current == Setting(4, 1)  # the cap bounds only what is searched
+
+
+def test_batch_bytes_counts_tensors_through_containers():
+    batch = {"x": torch.zeros(4, 10, dtype=torch.int64), "y": [b"abc", "de"], "z": (torch.zeros(3),)}
+    assert batch_bytes(batch) == 320 + 3 + 2 + 12
+
+
+def model_of(loader, per_worker: float = 50.0, seen: list | None = None):
+    """A ``measure`` reading the pipeline's own workers and depth (not the setting the tuner believes in)."""
+
+    def measure(_loader, batch, setting, batches, elapsed_ns):
+        mapper = loader._mode.mapper
+        workers, depth = mapper.num_workers, mapper.in_flight - mapper.num_workers
+        if seen is not None:
+            seen.append((workers, depth))
+        trial = worker_bound(workers, depth, per_worker)
+        return Trial(trial.throughput, trial.wait_share, batch_bytes(batch), 0)
+
+    return measure
+
+
+def auto_loader(n: int = 20000, **kwargs) -> StatefulDataLoader:
+    loader = StatefulDataLoader(Rows(n), batch_size=BATCH, shuffle=True, seed=7, worker_method="thread",
+                                num_workers="auto", prefetch_depth="auto", **kwargs)
+    loader._autotune.climb.max_workers = 32  # (by default: 4 per CPU of this machine)
+    return loader
+
+
+def firsts(batches) -> list[int]:
+    return [int(v) for b in batches for v in b[:, 0]]
+
+
+def test_the_choice_is_in_the_state_and_a_resume_runs_it_without_tuning():
+    fixed = firsts(StatefulDataLoader(Rows(20000), batch_size=BATCH, shuffle=True, seed=7))
+    loader = auto_loader()
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(400)]
+    assert loader._autotune.done
+    state = loader.state_dict()
+    chosen = state[STATE_KEY]
+    assert chosen["done"] is True and chosen["num_workers"] >= 8, loader._autotune.climb.history
+    assert loader._mode.mapper.num_workers == chosen["num_workers"] == loader.num_workers
+    tail = list(it)
+    assert firsts(head + tail) == fixed  # changes of workers mid-epoch lose and repeat nothing
+
+    resumed = auto_loader()
+
+    def no_search(*args):
+        raise AssertionError("a resumed loader searched again")
+
+    resumed._autotune.measure = no_search
+    resumed.load_state_dict(state)
+    assert (resumed.num_workers, resumed.prefetch_depth) == (chosen["num_workers"], chosen["prefetch_depth"])
+    assert firsts(resumed) == fixed[400 * BATCH:]
+    assert resumed._mode.mapper.num_workers == chosen["num_workers"]
+    assert resumed.state_dict()[STATE_KEY]["num_workers"] == chosen["num_workers"]
+
+
+def test_a_checkpoint_taken_while_searching_resumes_the_search_from_its_setting():
+    loader = auto_loader()
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    for _ in range(20):
+        next(it)
+    state = loader.state_dict()[STATE_KEY]
+    assert state["done"] is False and state["num_workers"] > 1
+    resumed = auto_loader()
+    resumed._autotune.measure = model_of(resumed)
+    resumed.load_state_dict(loader.state_dict())
+    assert resumed.num_workers == state["num_workers"] and not resumed._autotune.done
+    it = iter(resumed)
+    for _ in range(400):
+        next(it)
+    assert resumed._autotune.done and resumed.num_workers >= 8 > state["num_workers"]
+
+
+def test_the_memory_cap_bounds_workers_and_batches_ahead():
+    one = ROW * 8 * BATCH  # bytes of one batch
+    loader = auto_loader(autotune_memory_cap=5 * one)
+    seen: list = []
+    loader._autotune.measure = model_of(loader, seen=seen)
+    for _ in loader:
+        pass
+    state = loader.state_dict()[STATE_KEY]
+    assert state["batch_bytes"] == one and state["memory_cap"] == 5 * one
+    assert state["done"] and state["num_workers"] + state["prefetch_depth"] <= 5
+    assert state["num_workers"] == 4  # the cost model pays for workers: the cap is the bound
+    assert all(w + d <= 5 for w, d in seen), seen
+
+
+def test_real_measurements_with_process_workers_keep_the_data():
+    kwargs = dict(batch_size=BATCH, shuffle=True, seed=3)
+    fixed = firsts(StatefulDataLoader(Rows(600), **kwargs))
+    loader = StatefulDataLoader(Rows(600), num_workers="auto", multiprocessing_context="fork", **kwargs)
+    assert firsts(loader) == fixed
+    state = loader.state_dict()[STATE_KEY]
+    assert state["num_workers"] >= 1 and state["prefetch_depth"] == 2 and state["batch_bytes"] == ROW * 8 * BATCH
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_workers": "many"}, "num_workers='many' must be an int"),
+        ({"prefetch_depth": "deep", "num_workers": 2}, "prefetch_depth='deep' must be"),
+        ({"num_workers": "auto", "prefetch_factor": 2}, "not prefetch_factor=2"),
+        ({"prefetch_depth": "auto", "num_workers": 0}, "needs num_workers > 0"),
+        ({"num_workers": "auto", "autotune_memory_cap": 0}, "autotune_memory_cap=0 must be an int > 0"),
+        ({"num_workers": 2, "autotune_memory_cap": 1 << 20}, "give one"),
+        ({"num_workers": "auto", "stats": False}, "stats=False"),
+    ],
+)
+def test_arguments_are_checked_up_front(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StatefulDataLoader(Rows(8), **kwargs)
+
+
+def test_auto_is_refused_for_streams():
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    with pytest.raises(ValueError, match="map-style dataset's loader"):
+        StatefulDataLoader(Stream(), num_workers="auto")
+
+
+def test_a_malformed_autotune_state_is_refused_with_its_field():
+    loader = auto_loader()
+    state = loader.state_dict()
+    state[STATE_KEY] = {"num_workers": 0, "prefetch_depth": 2}
+    with pytest.raises(ValueError, match=r"state\['autotune'\]\['num_workers'\]"):
+        loader.load_state_dict(state)
+
+
+def test_process_workers_are_restarted_at_the_chosen_count_and_the_data_is_kept():
+    kwargs = dict(batch_size=BATCH, shuffle=True, seed=5)
+    fixed = firsts(StatefulDataLoader(Rows(2000), **kwargs))
+    loader = StatefulDataLoader(Rows(2000), num_workers="auto", multiprocessing_context="fork", **kwargs)
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(100)]
+    assert loader._autotune.done and loader.num_workers == 4
+    assert len(loader._mode.mapper.worker_pids()) == 4
+    assert firsts(head + list(it)) == fixed
+
+
+def test_the_search_ends_at_its_budget_on_the_best_setting_measured():
+    loader = auto_loader()
+    loader._autotune.measure = model_of(loader)
+    loader._autotune.budget = 25  # (by default 5% of an epoch, at least 64 batches)
+    it = iter(loader)
+    for _ in range(24):
+        next(it)
+    assert not loader._autotune.done
+    next(it)
+    measured = loader._autotune.climb.history
+    assert loader._autotune.done and len(measured) == 2  # trials of 10 and 11 batches; the third was cut short
+    assert loader.num_workers == loader._mode.mapper.num_workers == measured[-1][0].workers == 2

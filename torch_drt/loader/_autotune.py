@@ -1,0 +1,287 @@
+"""LoaderAutotune: ``num_workers="auto"`` and ``prefetch_depth="auto"`` on a ``StatefulDataLoader``.
+
+The loader starts with one worker and one batch ahead. Each batch delivered is counted here (``delivered``): after
+a warm-up of ``in_flight`` batches (new workers filling the pipeline), a trial of ``2 * in_flight`` batches (at
+least ``MIN_TRIAL``) measures the batches per second the caller received, the share of its time it waited
+(``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
+``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
+position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
+when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches). The chosen setting,
+and whether the search settled, are kept in ``state_dict()["autotune"]``: a resume runs them without tuning again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from time import perf_counter_ns
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_drt._state_fields import StateFields
+from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
+from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
+
+__all__ = ["AUTO", "STATE_KEY", "AutotuneRequest", "LoaderAutotune", "apply_setting", "batch_bytes",
+           "default_memory_cap"]
+
+AUTO = "auto"
+STATE_KEY = "autotune"
+MIN_TRIAL = 8
+BUDGET_SHARE = 0.05
+MIN_BUDGET = 64
+MAX_DEPTH = 16
+MAX_TUNED_WORKERS = 64  # the search's ceiling: 4 per CPU (I/O waits), at least 8
+
+
+@dataclasses.dataclass(frozen=True)
+class AutotuneRequest:
+    """What a ``StatefulDataLoader``'s arguments ask to tune, checked up front (``AutotuneRequest.of``).
+
+    Attributes:
+        workers, depth: whether ``num_workers`` / ``prefetch_depth`` are ``"auto"``.
+        start: where the search starts: one worker and one batch ahead for what is tuned, the given values
+            otherwise (``prefetch_depth=None``: 2).
+        memory_cap: ``autotune_memory_cap``.
+    """
+
+    workers: bool
+    depth: bool
+    start: Setting
+    memory_cap: int | None
+
+    @classmethod
+    def of(cls, dataset: Any, num_workers: Any, prefetch_depth: Any, prefetch_factor: Any, memory_cap: Any,
+           stats: Any) -> AutotuneRequest:
+        """The request of these arguments.
+
+        Raises:
+            ValueError: on ``"auto"`` misspelt, with ``prefetch_factor``, with ``stats=False``, for a stream, on a
+                bad ``autotune_memory_cap`` or one given without anything to tune.
+        """
+        workers, depth = num_workers == AUTO, prefetch_depth == AUTO
+        if isinstance(num_workers, str) and not workers:
+            raise ValueError(f"{num_workers=} must be an int in [0, {MAX_WORKERS}] or 'auto'")
+        if isinstance(prefetch_depth, str) and not depth:
+            raise ValueError(f"{prefetch_depth=} must be an int > 0, None or 'auto'")
+        if workers and prefetch_factor is not None:
+            raise ValueError(
+                f"num_workers='auto' changes the workers: give batches ahead as prefetch_depth, not {prefetch_factor=}"
+            )
+        if depth and prefetch_factor is not None:
+            raise ValueError(f"prefetch_depth='auto' tunes the batches loaded ahead: give no {prefetch_factor=}")
+        if depth and num_workers == 0:
+            raise ValueError("prefetch_depth='auto' loads ahead on workers: it needs num_workers > 0 or 'auto'")
+        if memory_cap is not None:
+            if not isinstance(memory_cap, int) or isinstance(memory_cap, bool) or memory_cap < 1:
+                raise ValueError(f"autotune_memory_cap={memory_cap!r} must be an int > 0 (bytes) or None")
+            if not (workers or depth):
+                raise ValueError(
+                    f"autotune_memory_cap={memory_cap} bounds num_workers='auto' and prefetch_depth='auto': give one"
+                )
+        if (workers or depth) and stats is False:
+            raise ValueError("num_workers='auto' and prefetch_depth='auto' tune from the loader's statistics: "
+                             "stats=False turns them off")
+        if (workers or depth) and (isinstance(dataset, BaseNode) or is_iterable_dataset(dataset)):
+            raise ValueError(
+                "num_workers='auto' and prefetch_depth='auto' tune a map-style dataset's loader (its batches are "
+                f"loaded again after a change of workers); give numbers for {type(dataset).__name__}"
+            )
+        start = Setting(1 if workers else num_workers, 1 if depth else 2 if prefetch_depth is None else prefetch_depth)
+        return cls(workers, depth, start, memory_cap)
+
+    @property
+    def tuning(self) -> bool:
+        """Whether anything is tuned."""
+        return self.workers or self.depth
+
+    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[Any, Any]:
+        """The loader's ``num_workers`` and ``prefetch_depth`` to start with (the given ones when not tuned)."""
+        return (self.start.workers if self.workers else num_workers,
+                self.start.depth if self.depth else prefetch_depth)
+
+    def autotune(self, loader: Any) -> LoaderAutotune | None:
+        """The search of ``loader`` (built with ``initial()``'s values), or None when nothing is tuned."""
+        if not self.tuning:
+            return None
+        try:
+            epoch_batches: int | None = len(loader)
+        except TypeError:  # a sampler without __len__
+            epoch_batches = None
+        return LoaderAutotune(self.start, self.workers, self.depth, self.memory_cap,
+                              loader.worker_method == "process", epoch_batches)
+
+
+def default_memory_cap() -> int:
+    """Half of the memory available now (``MemAvailable``; without ``/proc``, half of the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+
+
+def batch_bytes(batch: Any, depth: int = 0) -> int:
+    """The bytes a batch holds: its tensors' and arrays' data, bytes and strings, through lists, tuples and dicts."""
+    nbytes = getattr(batch, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if isinstance(batch, bytes | bytearray | str):
+        return len(batch)
+    if depth > 8:
+        return 0
+    if isinstance(batch, dict):
+        return sum(batch_bytes(value, depth + 1) for value in batch.values())
+    if isinstance(batch, list | tuple):
+        return sum(batch_bytes(value, depth + 1) for value in batch)
+    return 0
+
+
+def private_bytes(pid: int) -> int:
+    """A process's private memory (``Private_Clean + Private_Dirty`` of ``/proc/<pid>/smaps_rollup``); 0 unknown."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(("Private_Clean", "Private_Dirty")))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class LoaderAutotune:
+    """One loader's search and its chosen setting (see the module docstring).
+
+    Args:
+        start: the first setting (a fixed ``num_workers`` or ``prefetch_depth`` stays as given).
+        tune_workers, tune_depth: what to search.
+        memory_cap: the cap in bytes (None: ``default_memory_cap()``).
+        processes: whether the workers are processes (their memory is measured).
+        epoch_batches: batches per epoch, when known (the search's budget).
+
+    Attributes:
+        measure: ``measure(loader, batch, setting, batches, elapsed_ns) -> Trial``: what a trial measured (a test
+            may put a cost model here).
+    """
+
+    def __init__(self, start: Setting, tune_workers: bool, tune_depth: bool, memory_cap: int | None,
+                 processes: bool, epoch_batches: int | None) -> None:
+        self.cap = default_memory_cap() if memory_cap is None else memory_cap
+        self.tune_workers, self.tune_depth, self.processes = tune_workers, tune_depth, processes
+        max_workers = min(MAX_TUNED_WORKERS, max(8, 4 * (os.cpu_count() or 1))) if tune_workers else start.workers
+        self.climb = HillClimb(start, MemoryModel(self.cap, processes), max_workers, MAX_DEPTH if tune_depth else
+                               start.depth, tune_workers, tune_depth)
+        self.budget = None if epoch_batches is None else max(MIN_BUDGET, int(epoch_batches * BUDGET_SHARE))
+        self.measure = self._measured
+        self.batches = 0  # delivered while searching
+        self._begin()
+
+    @property
+    def setting(self) -> Setting:
+        """The setting to run now (the chosen one once ``done``)."""
+        return self.climb.current
+
+    @property
+    def done(self) -> bool:
+        """Whether the search settled."""
+        return self.climb.done
+
+    def _begin(self) -> None:
+        """A new trial of ``setting``: warm-up first, then the measured batches."""
+        in_flight = self.setting.workers + self.setting.depth
+        self._warmup, self._length = in_flight, max(MIN_TRIAL, 2 * in_flight)
+        self._count, self._t0, self._mark = 0, 0, (0, 0)
+
+    def delivered(self, loader: Any, batch: Any) -> None:
+        """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply
+        the next setting (the best one measured, when the search ends)."""
+        self.batches += 1
+        self._count += 1
+        before = self.setting
+        if self.budget is not None and self.batches >= self.budget:
+            self.settle()  # the trial running is cut short: its setting was not measured to pay
+        elif self._count == self._warmup:
+            self._t0, self._mark = perf_counter_ns(), self._recorded(loader)
+            return
+        elif self._count < self._warmup + self._length:
+            return
+        else:
+            self.climb.observe(self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0))
+        if self.setting != before:
+            apply_setting(loader, self.setting)
+        self._begin()
+
+    def settle(self) -> None:
+        """End the search at the best setting measured."""
+        self.climb.settle()
+
+    def _recorded(self, loader: Any) -> tuple[int, int]:
+        stats = loader._stats
+        stats.flush()
+        return stats.wall_ns, stats.wait_ns
+
+    def _measured(self, loader: Any, batch: Any, setting: Setting, batches: int, elapsed_ns: int) -> Trial:
+        wall, wait = self._recorded(loader)
+        wall, wait = wall - self._mark[0], wait - self._mark[1]
+        workers = sum(map(private_bytes, loader._mode.mapper.worker_pids())) if self.processes else 0
+        return Trial(
+            throughput=batches * 1e9 / max(1, elapsed_ns),
+            wait_share=min(1.0, wait / wall) if wall > 0 else 1.0,
+            batch_bytes=batch_bytes(batch),
+            worker_bytes=workers // max(1, setting.workers) if workers else 0,
+        )
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the setting running (the chosen one once ``done``), and the memory model."""
+        memory = self.climb.memory
+        return {"num_workers": self.setting.workers, "prefetch_depth": self.setting.depth, "done": self.done,
+                "memory_cap": self.cap, "batch_bytes": memory.batch_bytes, "worker_bytes": memory.worker_bytes}
+
+    def parse(self, state: Any) -> tuple[Setting, bool]:
+        """``(setting, done)`` of a checkpoint's ``state["autotune"]``.
+
+        Raises:
+            ValueError: naming the field that does not describe an autotuned setting.
+        """
+        fields = StateFields(state, "autotune", path=f"state[{STATE_KEY!r}]", keys=("num_workers", "prefetch_depth"))
+        workers = fields.int("num_workers", low=1, high=MAX_WORKERS)
+        depth = fields.int("prefetch_depth", low=1, high=1 << 16)
+        done = fields.bool("done", default=False)
+        for key in ("batch_bytes", "worker_bytes"):
+            fields.int(key, low=0, high=1 << 62, default=0)
+        return Setting(workers, depth), done
+
+    def load(self, loader: Any, state: Any, parsed: tuple[Setting, bool]) -> None:
+        """Run a checkpoint's setting: as chosen when its search had settled, else the search goes on from it."""
+        setting, done = parsed
+        if not self.tune_workers:
+            setting = Setting(self.setting.workers, setting.depth)
+        if not self.tune_depth:
+            setting = Setting(setting.workers, self.setting.depth)
+        memory = self.climb.memory
+        memory.batch_bytes, memory.worker_bytes = state.get("batch_bytes", 0), state.get("worker_bytes", 0)
+        self.climb = HillClimb(setting, memory, self.climb.max_workers, self.climb.max_depth, self.tune_workers,
+                               self.tune_depth)
+        self.climb.done = done
+        self.batches = 0
+        self._begin()
+        apply_setting(loader, setting)
+
+
+def apply_setting(loader: Any, setting: Setting) -> None:
+    """Run ``loader`` with ``setting`` from now on: a running epoch goes on from its delivered position (the
+    batches in flight are dropped and loaded again by the new workers)."""
+    from torch_drt.loader._fetch import item_threads
+
+    loader.num_workers, loader.prefetch_depth = setting.workers, setting.depth
+    mode, position = loader._mode, loader._position
+    cursor = position.cursor() if position.active else None
+    mode.mapper.resize(setting.workers, loader.in_flight)
+    fetcher = getattr(mode, "fetcher", None)
+    if fetcher is not None and getattr(fetcher, "item_threads", None) not in (None, item_threads(loader)):
+        fetcher.close_items()
+        fetcher.item_threads = item_threads(loader)
+    if position.active:
+        loader._start_workers(position.epoch)
+        mode.mapper.reset(mode.start_state(position.epoch, cursor))

@@ -1,0 +1,159 @@
+"""HillClimb: the search behind ``num_workers="auto"`` / ``prefetch_depth="auto"``, free of any loader.
+
+It proposes a ``Setting`` (workers, batches ahead), is told what the last trial measured (``Trial``) and proposes
+the next, until it settles. Workers first: doubled while throughput rises by ``WORKER_GAIN`` and the caller still
+waits for data, then one step between the best and the first that did not pay; then batches ahead, doubled while
+throughput rises by ``DEPTH_GAIN``. Every setting it proposes after the first trial fits the memory cap: its
+``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is at most the cap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["DEPTH_GAIN", "WORKER_GAIN", "HillClimb", "MemoryModel", "Setting", "Trial"]
+
+WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
+DEPTH_GAIN = 1.05
+CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Setting:
+    """Workers and batches loaded ahead beyond them (``in_flight = workers + depth``)."""
+
+    workers: int
+    depth: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """What a setting's trial measured: batches per second delivered to the caller, the share of its time the
+    caller waited for data, and the memory seen (bytes of the largest batch, private bytes per worker)."""
+
+    throughput: float
+    wait_share: float
+    batch_bytes: int = 0
+    worker_bytes: int = 0
+
+
+@dataclasses.dataclass
+class MemoryModel:
+    """The memory a setting holds, estimated: ``workers * worker_bytes + (workers + depth + extra) * batch_bytes``
+    (``extra``: a process worker's transport keeps two more batches per worker); compared with ``cap`` bytes."""
+
+    cap: int
+    processes: bool = False
+    batch_bytes: int = 0
+    worker_bytes: int = 0
+
+    def estimate(self, setting: Setting) -> int:
+        """Bytes ``setting`` holds by this model."""
+        batches = setting.workers + setting.depth + (2 * setting.workers if self.processes else 0)
+        return setting.workers * self.worker_bytes + batches * self.batch_bytes
+
+    def fits(self, setting: Setting) -> bool:
+        """Whether ``setting``'s estimate is within the cap."""
+        return self.estimate(setting) <= self.cap
+
+    def learn(self, trial: Trial) -> None:
+        """Keep the largest batch and worker seen."""
+        self.batch_bytes = max(self.batch_bytes, trial.batch_bytes)
+        self.worker_bytes = max(self.worker_bytes, trial.worker_bytes)
+
+
+class HillClimb:
+    """Proposes settings from trials (see the module docstring).
+
+    Args:
+        start: the first setting (its ``workers`` kept when ``tune_workers`` is false, its ``depth`` likewise).
+        memory: the memory model and cap.
+        max_workers: the most workers to try.
+        max_depth: the most batches ahead to try.
+        tune_workers, tune_depth: which of the two to search.
+
+    Attributes:
+        current: the setting to run now.
+        best: the best setting measured so far (``current`` once ``done``).
+        done: whether the search settled.
+    """
+
+    def __init__(self, start: Setting, memory: MemoryModel, max_workers: int, max_depth: int = 16,
+                 tune_workers: bool = True, tune_depth: bool = True) -> None:
+        self.memory, self.max_workers, self.max_depth = memory, max_workers, max_depth
+        self.current = self.best = start
+        self._best_rate = 0.0
+        self._phase = "workers" if tune_workers else "depth" if tune_depth else "done"
+        self._tune_workers, self._tune_depth = tune_workers, tune_depth
+        self._failed: int | None = None  # the fewest workers measured not to pay
+        self._refined = False
+        self.done = self._phase == "done"
+        self.history: list[tuple[Setting, Trial]] = []
+
+    def observe(self, trial: Trial) -> Setting:
+        """The trial of ``current`` ended: the next setting to run (``best`` once the search settles)."""
+        self.memory.learn(trial)
+        self.history.append((self.current, trial))
+        gain = WORKER_GAIN if self._phase == "workers" else DEPTH_GAIN
+        improved = trial.throughput >= self._best_rate * gain
+        if improved:
+            self.best, self._best_rate = self.current, trial.throughput
+        elif self._phase == "workers":
+            self._failed = self.current.workers if self._failed is None else min(self._failed, self.current.workers)
+        self.best = self._fit(self.best)  # what was learnt of the memory may rule it out now
+        tried = {setting for setting, _ in self.history}
+        proposal = self._next(trial, improved)
+        while proposal is None or proposal in tried or not self.memory.fits(proposal):
+            if self._phase == "done":
+                proposal = None
+                break
+            proposal = self._advance()
+        self.done = proposal is None
+        self.current = self.best if proposal is None else proposal
+        return self.current
+
+    def settle(self) -> Setting:
+        """End the search now, at the best setting measured (within the cap)."""
+        self._phase, self.done = "done", True
+        self.current = self.best = self._fit(self.best)
+        return self.current
+
+    def _next(self, trial: Trial, improved: bool) -> Setting | None:
+        """The next proposal within the current phase (None: the phase is over)."""
+        best, waits = self.best, trial.wait_share >= CONSUMER_BOUND
+        if self._phase == "workers":
+            if self._refined:
+                return None
+            if improved and waits and best.workers < self.max_workers and self._failed is None:
+                return self._fit(Setting(min(self.max_workers, 2 * best.workers), best.depth))
+            if self._failed is not None and self._failed - best.workers > 1:
+                self._refined = True  # one step between the best and the first that did not pay
+                return self._fit(Setting((best.workers + self._failed) // 2, best.depth))
+            return None
+        if self._phase == "depth" and improved and waits and best.depth < self.max_depth:
+            return self._fit(Setting(best.workers, min(self.max_depth, 2 * best.depth)))
+        return None
+
+    def _advance(self) -> Setting | None:
+        """Leave the current phase: the next phase's first proposal, if any."""
+        if self._phase == "workers" and self._tune_depth:
+            self._phase = "depth"
+            return self._fit(Setting(self.best.workers, min(self.max_depth, 2 * self.best.depth)))
+        self._phase = "done"
+        return None
+
+    def _fit(self, setting: Setting) -> Setting:
+        """``setting``, shrunk until it fits the cap (never below one worker and one batch ahead, nor a fixed value)."""
+        return setting if self.memory.fits(setting) else self._shrink(setting)
+
+    def _shrink(self, setting: Setting) -> Setting:
+        """The setting less what does not fit: batches ahead first, then workers (only those searched)."""
+        workers, depth = setting.workers, setting.depth
+        while not self.memory.fits(Setting(workers, depth)):
+            if depth > 1 and self._tune_depth:
+                depth -= 1
+            elif workers > 1 and self._tune_workers:
+                workers -= 1
+            else:
+                break
+        return Setting(workers, depth)
