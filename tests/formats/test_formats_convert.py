@@ -191,3 +191,28 @@ def test_cli_convert_and_top_level_info_verify(tmp_path, capsys):
     assert out.count("ok") == 2
     assert main(["convert", str(FIXTURES / "litdata" / "pickled"), str(tmp_path / "p")]) == 1
     assert "UnsafeEncodingError" in capsys.readouterr().err and not (tmp_path / "p").exists()
+
+
+def test_the_source_streams_shard_by_shard_a_batch_at_a_time():
+    from torch_drt.formats.convert import _Source
+    from torch_drt.formats.shard_set import ShardSet
+
+    class Counting(ShardSet):
+        def __init__(self):
+            super().__init__([100] * 50, [f"s{k}" for k in range(50)], cache_shards=1)
+            self.loads: list[int] = []
+
+        def _load(self, shard):
+            self.loads.append(shard)
+            return shard
+
+        def _sample(self, decoded, shard, index):
+            return {"shard": decoded, "index": index, "blob": b"x"}
+
+    ds = Counting()
+    source = _Source(ds, "c", ["shard", "index"], None, (), batch=8)
+    it = iter(source)
+    first = [next(it) for _ in range(250)]
+    assert ds.loads == [0, 1, 2]  # shards in order, each decoded once; nothing read ahead of the writer
+    assert first[249].metadata == {"shard": 2, "index": 49}
+    assert len(list(it)) == 5000 - 250 and ds.loads == list(range(50))
