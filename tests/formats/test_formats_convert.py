@@ -175,6 +175,13 @@ def test_remote_source_to_remote_cache_on_s3(tmp_path, s3):
     assert status == 0
     summary = json.loads(out.getvalue())
     assert summary["samples"] == len(expected) and summary["format"] == "mds"
+    # top-level info tells a cache URL (cache info) from a foreign dataset's URL (formats info)
+    for url, key, value in (("s3://bucket/conv/caches/mds", "sample_count", len(expected)),
+                            ("s3://bucket/conv/mds", "format", "mds")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["info", url, "--json", "--storage-options", json.dumps(s3)]) == 0
+        assert json.loads(out.getvalue())[key] == value
 
 
 def test_cli_convert_and_top_level_info_verify(tmp_path, capsys):
