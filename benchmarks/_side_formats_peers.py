@@ -88,6 +88,10 @@ def loader(cfg: dict, work: Path):
                           persistent_workers=workers > 0)
     if system == "litdata":
         import litdata as ld
+        from litdata.streaming import downloader
+
+        # its obstore client refuses plain http (moto's endpoint; real S3 is https): allow it, nothing else changes
+        downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": "true"}
 
         ds = ld.StreamingDataset(f"s3://{cfg['bucket']}/{cfg['prefix']}", cache_dir=str(local), shuffle=True, seed=1,
                                  storage_options={"endpoint_url": cfg["proxy"]})
