@@ -17,6 +17,7 @@ from typing import Any
 
 from torch_drt.cache.records import CacheInput
 from torch_drt.cache.remote_config import RemoteConfig
+from torch_drt.describe import described
 from torch_drt.formats.fields import encode_fields
 from torch_drt.formats.shard_set import ShardSet
 
@@ -49,6 +50,10 @@ class Converted:
     columns: dict[str, str]
     payload: str | None
     payload_fields: tuple[str, ...]
+
+    def __repr__(self) -> str:  # bounded: many fields print as their count
+        return described(self, path=str(self.path), format=self.format, samples=self.samples, columns=self.columns,
+                         payload=self.payload, payload_fields=self.payload_fields)
 
 
 def column_name(field: str) -> str:
