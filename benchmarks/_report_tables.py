@@ -128,3 +128,30 @@ def remote_table(r: dict) -> list[str]:
         "",
     ]
     return rows
+
+
+def formats_table(r: dict) -> list[str]:
+    """Datasets in other formats (bench_formats.py): torch_drt against each system's own loader on its files."""
+    rows = [
+        f"## Datasets in other formats: {r['samples']:,} x {r['size']:,} B, MDS, LitData and WebDataset on moto S3 "
+        f"behind a {r['latency'] * 1e3:.0f} ms proxy, Parquet local; shuffled, batch {r['batch']}, medians of "
+        f"{r['repeats']} interleaved rounds",
+        "",
+        "| format | library | workers | time to first batch (ms) | cold epoch 1 (samples/s) | warm epoch 2 "
+        "(samples/s) | torch_drt: cold, warm, first batch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system, libraries in r["results"].items():
+        ours = libraries["torch_drt"]
+        for w in ("w0", "w2"):
+            for name, figures in libraries.items():
+                f, o = figures[w], ours[w]
+                if reason := skip_reason(f):
+                    rows.append(f"| {system} | {name} | {w[1:]} | skipped: {' '.join(reason.split())} | | | |")
+                    continue
+                ratios = "" if name == "torch_drt" or skip_reason(o) else (
+                    f"{ratio(o['epoch1'], f['epoch1'])}, {ratio(o['epoch2'], f['epoch2'])}, "
+                    f"{o['ttfb'] / f['ttfb']:.2f} of theirs")
+                rows.append(f"| {system} | {name} | {w[1:]} | {f['ttfb'] * 1e3:.0f} | {fmt(f['epoch1'])} "
+                            f"| {fmt(f['epoch2'])} | {ratios} |")
+    return [*rows, ""]

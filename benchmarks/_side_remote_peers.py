@@ -136,6 +136,10 @@ def _item(i: int) -> dict:
 
 def litdata_run(cfg: dict, data: list[bytes], work: Path) -> dict:
     import litdata as ld
+    from litdata.streaming import downloader
+
+    # its obstore client refuses plain http (moto's endpoint; real S3 is https): allow it, nothing else changes
+    downloader._OBSTORE_CLIENT_OPTIONS = {**downloader._OBSTORE_CLIENT_OPTIONS, "allow_http": "true"}
 
     _DATA[:] = data
     bucket, prefix = cfg["bucket"], f"lit-{cfg['samples']}-{cfg['size']}-{cfg['shard_bytes']}"

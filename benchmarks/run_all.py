@@ -26,6 +26,7 @@ from _report_tables import (  # noqa: E402
     build_table,
     cache_table,
     fmt,
+    formats_table,
     packing_section,
     ratio,
     remote_table,
@@ -205,6 +206,8 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
         lines += build_table(bu)
     if (rm := results.get("bench_remote.py")) is not None:
         lines += remote_table(rm)
+    if (fm := results.get("bench_formats.py")) is not None:
+        lines += formats_table(fm)
     lines += ["## Raw output", ""]
     for script, text in outputs.items():
         lines += [f"### {script}", "", "```", text.strip(), "```", ""]
@@ -249,6 +252,7 @@ def main() -> None:
         ("bench_packing.py", ["--repeats", repeats] + (["--resume-tokens", "20000000"] if args.quick else [])),
         ("bench_build.py", ["--repeats", repeats] + (["--samples", "2000", "--parts", "20"] if args.quick else [])),
         ("bench_remote.py", ["--repeats", repeats] + (["--samples", "8000"] if args.quick else [])),
+        ("bench_formats.py", ["--repeats", repeats] + (["--samples", "4000"] if args.quick else [])),
     ]
     results, outputs = {}, {}
     for script, extra in plan:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the benchmark side environments (run once; the benchmarks report a peer as skipped without them), in
 # $TORCH_DRT_BENCH_ENVS or the default that benchmarks/_envs.py prints (outside the source tree, or a .bench/ kept):
-#   peers  Python 3.11 with torch, MosaicML Streaming, LitData and Grain (they pin numpy, so not in .venv)
+#   peers  Python 3.11 with torch, MosaicML Streaming, LitData, Grain and datasets (they pin numpy, so not in .venv)
 #   py313  Python 3.13 with dataloader-rs and guideloom (they install only there), and torch for guideloom
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,10 @@ if [[ ! -x "${ENVS}/peers/bin/python" ]]; then
   "${ENVS}/peers/bin/pip" install -q mosaicml-streaming litdata "torchdata>=0.11,<0.12"
 fi
 "${ENVS}/peers/bin/python" -c "import grain" 2>/dev/null || "${ENVS}/peers/bin/pip" install -q grain  # bench_packing.py
+# bench_formats.py: datasets' with_format("torch") (datasets 5 needs huggingface-hub 2, which breaks Streaming's
+# transformers import: keep both below)
+"${ENVS}/peers/bin/python" -c "import datasets" 2>/dev/null ||
+  "${ENVS}/peers/bin/pip" install -q "datasets<5" "huggingface-hub>=0.34,<1.0"
 # a pyenv shim answers `command -v` but may not run: take the first interpreter that does
 PY313=""
 for candidate in $(command -v python3.13 2>/dev/null) $(ls ~/.pyenv/versions/3.13*/bin/python3.13 2>/dev/null); do

@@ -1,4 +1,4 @@
-"""The ``torch-drt`` command: the demo, the cache tools (build, info, verify, ls) and the benchmarks.
+"""The ``torch-drt`` command: the demo, the cache tools (build, info, verify, ls), convert, the benchmarks.
 
 Every failure is one line on stderr (``torch-drt: error: ...``) and a non-zero exit status: 2 for bad
 arguments, 1 for a failed operation, 130 after Ctrl-C; ``--traceback`` shows the Python traceback instead.
@@ -21,6 +21,7 @@ from typing import Any
 from torch_drt import _cli_cache_inputs as inputs
 from torch_drt._cli_bench import add_bench
 from torch_drt._cli_common import CliError, CliParser, non_negative_int, positive_int, report
+from torch_drt._cli_convert import add_convert, add_info_verify
 from torch_drt._cli_formats import add_formats
 from torch_drt._cli_profile import add_profile
 from torch_drt._progress import enabled, silenced
@@ -244,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(sub)
     add_bench(sub)
     add_formats(sub)
+    add_convert(sub)
+    add_info_verify(sub)
     add_profile(sub)
     return parser
 

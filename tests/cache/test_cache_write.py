@@ -31,6 +31,19 @@ def test_round_trip_every_compression_and_many_shards(runtime, tmp_path, algo):
     assert {s.cache_id for s in samples} == {layout.cache_id}
 
 
+def test_a_source_without_metadata_writes_a_cache_that_opens(runtime, tmp_path):
+    class NoMetadata:
+        name = "bare"
+
+        def __iter__(self):
+            return (drt.CacheInput(payload(i), {}) for i in range(5))
+
+    (res,) = runtime.write_cache(NoMetadata(), tmp_path, writer_config=QUIET)
+    assert open_cache(res.path, verify=True).sample_count == 5
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [(s.data, s.metadata) for s in ds] == [(payload(i), {}) for i in range(5)]
+
+
 def test_manifest_records_version_counts_schema_and_checksums(make_cache):
     path = make_cache(n=12)
     manifest = json.loads((path / "manifest.json").read_text())

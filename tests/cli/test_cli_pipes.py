@@ -34,7 +34,8 @@ def test_every_option_argument_and_command_has_help():
 
 def test_the_walk_sees_every_command():  # the help check above covers the whole tree, not only the top
     paths = {path for path, _ in _parsers(build_parser())}
-    assert {"torch-drt demo", "torch-drt cache build", "torch-drt cache info", "torch-drt bench"} <= paths
+    assert {"torch-drt demo", "torch-drt cache build", "torch-drt cache info", "torch-drt bench",
+            "torch-drt convert", "torch-drt info", "torch-drt verify"} <= paths
 
 
 def test_cache_info_json_prints_only_json(capsys, make_cache):

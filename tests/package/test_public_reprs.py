@@ -127,6 +127,8 @@ def _foreign_datasets(tmp) -> list[Any]:
         formats.ParquetDataset(str(tmp / "t.parquet")), formats.ArrowDataset(str(tmp / "t.arrow")),
         formats.WebDatasetShards([str(tmp / "s.tar")]), formats.MDSDataset(str(fixtures / "mds" / "plain")),
         formats.LitDataset(str(fixtures / "litdata" / "plain")),
+        formats.convert(str(fixtures / "mds" / "plain"), str(tmp / "converted"),
+                        writer_config=drt.WriterConfig(show_progress=False)),
     ]
 
 

@@ -64,6 +64,7 @@ class MetadataColumns:
         self.schema: list[tuple[str, str]] | None = None
         self._keys: frozenset[str] = frozenset()
         self._columns: list[tuple[str, str, type, list]] = []
+        self._rows = 0
 
     def payload(self, i: int, item: Any) -> bytes:
         """Check sample ``i`` and keep its metadata; return its payload as bytes."""
@@ -93,7 +94,13 @@ class MetadataColumns:
                         f"sample {i}: metadata key {key!r} expected {kind}, got {type(value).__name__} ({value!r})"
                     ) from None
             values.append(value)
+        self._rows += 1
         return data
+
+    def _no_columns(self, metadata: dict[bytes, bytes] | None = None) -> pa.Table:
+        """A table of no columns and one row per sample (``pa.table`` of no columns has no rows)."""
+        batch = pa.RecordBatch.from_struct_array(pa.nulls(self._rows, pa.struct([])))
+        return pa.Table.from_batches([batch], schema=pa.schema([], metadata=metadata))
 
     def write(self, path: Path, uid_of: Callable[[str], str]) -> str:
         """Write the columns as an Arrow IPC file that names its cache in its schema metadata.
@@ -104,12 +111,13 @@ class MetadataColumns:
         assert self.schema is not None
         fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
         arrays = {k: pa.array(v, type=KIND_TO_ARROW[kind]) for k, kind, _, v in self._columns}
-        table = pa.table(arrays, schema=pa.schema(fields))
+        table = pa.table(arrays, schema=pa.schema(fields)) if fields else self._no_columns()
         digest = _Sha256Sink()
         with ipc.new_stream(pa.PythonFile(digest, mode="w"), table.schema) as w:
             w.write_table(table)
         uid = uid_of(digest.hexdigest())
-        table = table.replace_schema_metadata({UID_KEY: uid.encode()})
+        uid_key = {UID_KEY: uid.encode()}
+        table = table.replace_schema_metadata(uid_key) if fields else self._no_columns(uid_key)
         with ipc.new_file(str(path), table.schema) as w:
             w.write_table(table)
         return uid

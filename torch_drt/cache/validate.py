@@ -132,7 +132,10 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
     found = (table.schema.metadata or {}).get(UID_KEY, b"").decode(errors="replace")
     if layout.cache_uid and found != layout.cache_uid:
         raise CacheCorruptError(where, f"metadata is of cache {found[:40]!r}, the manifest of {layout.cache_uid!r}")
+    rows = table.num_rows
     table = table.replace_schema_metadata(None)
+    if not table.num_columns:  # pyarrow drops the rows of a table of no columns when its schema changes
+        table = pa.Table.from_batches([pa.RecordBatch.from_struct_array(pa.nulls(rows, pa.struct([])))])
     expected = [n for n, _ in layout.schema]
     if table.column_names != expected:
         raise CacheCorruptError(where, f"metadata columns {table.column_names} differ from manifest {expected}")

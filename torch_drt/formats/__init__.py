@@ -2,7 +2,9 @@
 that every torch_drt loader takes: ``len``, ``__getitem__`` (a dict of fields), ``shard_groups()``."""
 
 from torch_drt.formats.arrow import ArrowDataset
+from torch_drt.formats.convert import Converted, ConvertError, convert
 from torch_drt.formats.detect import FORMATS, detect_format, open_dataset
+from torch_drt.formats.fields import decode_fields, encode_fields, sample_fields
 from torch_drt.formats.litdata import LitDataset
 from torch_drt.formats.mds import MDSDataset
 from torch_drt.formats.parquet import ParquetDataset
@@ -12,11 +14,17 @@ from torch_drt.formats.webdataset import WebDatasetShards
 __all__ = [
     "FORMATS",
     "ArrowDataset",
+    "ConvertError",
+    "Converted",
     "LitDataset",
     "MDSDataset",
     "ParquetDataset",
     "ShardSet",
     "WebDatasetShards",
+    "convert",
+    "decode_fields",
     "detect_format",
+    "encode_fields",
     "open_dataset",
+    "sample_fields",
 ]
