@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 
-from torch_drt.cache._dataset_position import DatasetPosition, Order, Window
+from torch_drt.cache._dataset_position import DatasetPosition, Window
 from torch_drt.cache._metadata_files import MetadataFiles
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig

@@ -13,7 +13,6 @@ from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset as _CachedDataset
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.cache.runtime import DatasetRuntime as _DatasetRuntime
 from torch_drt.cache.runtime import _as_list, _root
 from torch_drt.compat.dataset_rt.dataset import CachedDataset
@@ -22,6 +21,7 @@ from torch_drt.compat.dataset_rt.results import (
     CacheSourcesDatasetResult,
     CacheSourcesDatasetSuccess,
 )
+from torch_drt.locations.remote_config import RemoteConfig
 
 
 class DatasetRuntime(_DatasetRuntime):
