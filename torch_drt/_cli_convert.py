@@ -63,7 +63,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def _is_cache(location: str, options: dict[str, Any] | None) -> bool:
     """True for a torch_drt cache or cache set (a manifest there), False for anything else."""
     from torch_drt.cache import is_cache_set
-    from torch_drt.location import is_url
+    from torch_drt.locations.location import is_url
 
     if "{" in location or location.endswith((".tar", ".parquet", ".pq", ".arrow", ".feather", ".ipc")):
         return False

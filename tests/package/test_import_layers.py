@@ -21,7 +21,7 @@ LAYERS = [
     {"_stage_clock", "_state_fields", "_threads", "checksums", "describe", "nodecache", "publish", "random",
      "sampling"},
     {"sources", "transforms"},
-    {"locations"},  # a location and the backends that read its bytes (remote ones retry through sources/)
+    {"_progress", "locations"},  # a location and the backends that read its bytes (remote ones retry through sources/)
     {"cache"},
     {"formats", "nodes", "storage"},
     {"lm"},

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from torch_drt.cache.records import CacheInput
-from torch_drt.cache.remote_config import RemoteConfig
 from torch_drt.describe import described
 from torch_drt.formats.fields import encode_fields
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations.location import Location
+from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["ConvertError", "Converted", "column_name", "convert"]
 
@@ -148,13 +149,13 @@ def _first_fields(ds: ShardSet, metadata: Sequence[str] | None, payload: str | N
     return list(metadata), () if payload is not None else rest
 
 
-def _exists(root: Path | str, name: str, storage_options: Mapping[str, Any] | None,
-            remote_config: RemoteConfig | None) -> bool:
-    if isinstance(root, Path):
-        return (root / name).exists() or (root / name).is_symlink()
-    from torch_drt.cache.remote_store import RemoteStore
+def _exists(where: Location) -> bool:
+    if not where.is_remote:
+        return where.path.exists() or where.path.is_symlink()
+    from torch_drt.locations.remote_store import RemoteStore
 
-    return RemoteStore(f"{root}/{name}", storage_options, remote_config).read_or_none("manifest.json", 1) is not None
+    store = RemoteStore(where.url, where.storage_options, where.remote_config)
+    return store.read_or_none("manifest.json", 1) is not None
 
 
 def convert(
@@ -201,16 +202,19 @@ def convert(
     from torch_drt.cache import CacheSourcesError, DatasetRuntime, WriterConfig
     from torch_drt.cache._format import validate_source_name
     from torch_drt.formats.detect import detect_format, open_dataset
-    from torch_drt.location import is_url
 
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"{batch_size=} must be an int >= 1")
-    text = str(dst).rstrip("/")
-    root: Path | str = text.rpartition("/")[0] if is_url(text) else Path(text).absolute().parent
-    name = validate_source_name(text.rpartition("/")[2] if is_url(text) else Path(text).name)
     dst_options = storage_options if dst_storage_options is None else dst_storage_options
-    if _exists(root, name, dst_options, remote_config):
-        raise FileExistsError(f"{text} already exists: convert writes a new cache, remove it first or choose another")
+    where = Location.parse(dst, dst_options, remote_config)
+    if not where.is_remote:
+        where = Location.parse(where.path.absolute())
+    name = validate_source_name(where.name)
+    if _exists(where):
+        raise FileExistsError(
+            f"{where.redacted()} already exists: convert writes a new cache, remove it first or choose another"
+        )
+    root = where.parent.target
     fmt = format or detect_format(src, storage_options, remote_config)
     extra: dict[str, Any] = {"allow_pickle": True} if allow_pickle else {}
     if fmt != "webdataset":  # a tar's samples are read by ranges: no decoded shards are kept
