@@ -71,8 +71,8 @@ def test_orders_are_pinned(n, head, digest):
 
 @pytest.mark.parametrize("n", [20_000, 70_000])
 def test_a_table_made_after_many_small_calls_gives_the_walked_order(n):
-    """A domain read one batch per call is tabulated once the calls have asked for a share of it (the walks of many
-    small calls cost more): the positions before and after the table are the network's, walked per position."""
+    """A domain read one batch per call is tabulated after a few calls (the walks' fixed costs would soon exceed the
+    table's): the positions before and after the table are the network's, walked per position."""
     perm = KeyedPermutation(n, seed=4, epoch=3)
     order = np.random.default_rng(0).permutation(n)
     pieces = [perm(order[i : i + 256]) for i in range(0, n, 256)]
@@ -80,3 +80,12 @@ def test_a_table_made_after_many_small_calls_gives_the_walked_order(n):
     walked = KeyedPermutation(n, seed=4, epoch=3)._walk(order.astype(np.uint64))  # no table: the network itself
     assert np.concatenate(pieces).tolist() == walked.tolist()
     assert np.concatenate(pieces).dtype == np.int64
+
+
+def test_a_large_domain_read_in_few_large_calls_is_not_tabulated_at_once():
+    """A sampler's window of 65,536 positions over a 2**18 domain walks it, as before: no table of the whole
+    domain before the first batch (the time to the first batch stays that of one window)."""
+    perm = KeyedPermutation(70_000, seed=1)
+    window = perm(np.arange(65_536))
+    assert perm._table is None
+    assert window.tolist() == KeyedPermutation(70_000, seed=1)(np.arange(70_000))[:65_536].tolist()

@@ -1,5 +1,5 @@
-"""A keyed permutation of [0, n) in O(1) memory (domains read in many calls: one table): any position maps to its
-index directly."""
+"""A keyed permutation of [0, n) in O(1) memory (small domains, or ones read in many calls: one table): any position
+maps to its index directly."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ __all__ = ["KeyedPermutation"]
 
 _ROUNDS = 6
 _TABLE = 1 << 12  # domains up to this size are tabulated on first use (one pass of the network over all of it)
-_TABLE_MAX = 1 << 20  # larger domains up to this one (a 4 MiB table) once the calls asked for a 64th of it
-_TABLE_SHARE = 64
+_TABLE_ONE_CALL = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more
+_TABLE_MAX = 1 << 20  # larger domains up to this one (a 4 MiB table) after domain / 2**14 calls (4 for 2**16)
+_CALL_SHARE = 14  # a walk's fixed cost (some 17 rounds of the network) is that of tabulating 2**14 values
 
 
 class KeyedPermutation:
@@ -24,8 +25,8 @@ class KeyedPermutation:
     through it until it lands inside (cycle-walking), which keeps the map a bijection of [0, n). It is the same
     for every batch size, world size and worker count, and position p is computed without computing the
     positions before it. Small domains are tabulated on first use (the network runs once over the whole domain
-    and a call is one lookup), domains up to ``2**20`` once the calls have asked for a 64th of them (the walks of
-    many small calls, one batch each, cost more than that); larger ones store nothing per element.
+    and a call is one lookup), domains up to ``2**20`` after ``domain / 2**14`` calls (a batch per call: the walks'
+    fixed costs would soon exceed the table's); larger ones store nothing per element.
 
     Args:
         n: size of the domain (>= 1).
@@ -45,7 +46,7 @@ class KeyedPermutation:
         self._keys = [np.uint64(extend_key(base, r)) for r in range(_ROUNDS)]  # derive_key(seed, epoch, r)
         self._domain = 1 << (2 * self._half_bits)
         self._table: np.ndarray | None = None
-        self._asked = 0  # positions asked so far, while there is no table
+        self._calls = 0  # calls so far, while there is no table
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         shift = np.uint64(self._half_bits)
@@ -68,8 +69,13 @@ class KeyedPermutation:
         if x.size and int(x.max()) >= self.n:
             raise IndexError(f"position {int(x.max())} is outside [0, {self.n})")
         if self._table is None:
-            self._asked += x.size
-            if self._domain <= _TABLE or _TABLE_MAX >= self._domain <= _TABLE_SHARE * self._asked:
+            self._calls += 1
+            domain = self._domain
+            if (
+                domain <= _TABLE
+                or _TABLE_ONE_CALL >= domain <= 16 * x.size
+                or _TABLE_MAX >= domain <= self._calls << _CALL_SHARE
+            ):
                 self._table = self._tabulate()
         out = self._walk(x.ravel()) if self._table is None else self._table[x.ravel()].astype(np.int64)
         return out.reshape(x.shape)
