@@ -2,10 +2,8 @@
 
 Workload (issue 2): 20,000 samples of 4 KiB with an int label. Prints samples/s, MB/s and ratios.
 
-It also prints what integrity costs on reads (issue 10), on one torch_drt cache, the configurations interleaved
-within each repeat, medians: reads as shipped (record checksums and file size checks), without the XXH3 record
-checks, and without either (what reads cost before both). Sequential reads touch one shard per batch; shuffled
-reads over small shards touch many, which is the worst case of the per-gather size check.
+It also prints what integrity costs on reads (issue 10), with ``bench_integrity.py``'s workloads and table: reads
+as shipped (record checksums and file size checks), without the XXH3 record checks, and without either.
 
     python benchmarks/bench_cache.py [--samples 20000] [--repeats 3]
 """
@@ -20,6 +18,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_integrity import bench_integrity, print_integrity
 
 PAYLOAD = 4096
 
@@ -70,56 +69,6 @@ def bench_torch_drt(root: Path, payloads: list[bytes], repeats: int) -> tuple[fl
         assert n == len(payloads)
 
     return write_rate, _median_rate(read, len(payloads), repeats)
-
-
-def _integrity_switches(ds, record_checks: bool, size_checks: bool) -> None:
-    """Benchmark-only switches (private attributes): turn the record checksums and the size checks off or on."""
-    for cache in ds.reader._caches:
-        cache.checksum = cache.index["checksum"] if record_checks else None
-        for file in [*cache.shards, cache.index_file]:
-            if size_checks:
-                file.__dict__.pop("check", None)
-            else:
-                file.check = lambda: None
-
-
-def bench_integrity(root: Path, payloads: list[bytes], repeats: int) -> list[tuple[str, dict[str, float]]]:
-    """Read samples/s per (workload, configuration), configurations interleaved within each round."""
-    import torch_drt as drt
-
-    rt = drt.DatasetRuntime(num_workers=2)
-    workloads = []
-    for label, shard_bytes, shuffle, api in [
-        ("iter_batches(1024), sequential", 64 << 20, False, "batches"),
-        ("iter_batches(1024), shuffled", 1 << 20, True, "batches"),
-        ("CachedSample iteration, sequential", 64 << 20, False, "samples"),
-    ]:
-        cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=shard_bytes)
-        ds = rt.from_cache_sources(
-            Source(f"integrity{shard_bytes}", payloads, drt.CacheInput),
-            root,
-            writer_config=cfg,
-            reader_config=drt.ReaderConfig(seed=0, shuffle=shuffle),
-        )
-        workloads.append((f"{label}, {len(ds.layouts[0].shards)} shard(s)", ds, api))
-    configs = {"checked": (True, True), "no record checks": (False, True), "no checks": (False, False)}
-    passes = max(1, -(-200_000 // len(payloads)))  # each timed block reads about 200,000 samples
-    out = []
-    for label, ds, api in workloads:
-        times: dict[str, list[float]] = {c: [] for c in configs}
-        for _ in range(max(5, repeats) + 1):  # the first round warms the page cache and is dropped
-            for config, switches in configs.items():
-                _integrity_switches(ds, *switches)
-                t0 = time.perf_counter()
-                if api == "batches":
-                    n = sum(len(b.data) for _ in range(passes) for b in ds.iter_batches(1024))
-                else:
-                    n = sum(1 for _ in range(passes) for _ in ds)
-                times[config].append(time.perf_counter() - t0)
-                assert n == passes * len(payloads)
-        _integrity_switches(ds, True, True)
-        out.append((label, {c: passes * len(payloads) / statistics.median(t[1:]) for c, t in times.items()}))
-    return out
 
 
 def bench_dataset_rt(root: Path, payloads: list[bytes], repeats: int) -> tuple[float, float] | str:
@@ -208,14 +157,7 @@ def main() -> None:
                 f"{figures['read']:>16,.0f} {figures['read'] * mb / args.samples:>10,.1f}   (its torch loader, "
                 f"batch 256: {figures['loader']:,.0f} samples/s)"
             )
-    print(f"# integrity on reads (target: record checks cost <= 5%): samples/s, median of {max(5, args.repeats)}")
-    print(f"{'workload':<50} {'checked':>10} {'no record checks':>17} {'no checks':>10} {'record cost':>12} {'all':>7}")
-    for label, rates in integrity:
-        checked, unchecked, bare = rates["checked"], rates["no record checks"], rates["no checks"]
-        print(
-            f"{label:<50} {checked:>10,.0f} {unchecked:>17,.0f} {bare:>10,.0f} "
-            f"{1 - checked / unchecked:>12.1%} {1 - checked / bare:>7.1%}"
-        )
+    print_integrity(integrity, args.repeats)
     if args.json:
         import json
 

@@ -155,14 +155,20 @@ def exit_batch(token: contextvars.Token) -> None:
 def map_items(
     fn: Callable[[int, Any], Any], indices: Sequence[int], items: Sequence[Any], positions: Sequence[int]
 ) -> list:
-    """``[fn(index, item) ...]``, each call in its item's scope (``item_scope``'s hot path for loaders)."""
-    out = []
-    for index, item, position in zip(indices, items, positions):
-        token = _item.set(position)
-        try:
-            out.append(fn(index, item))
-        finally:
-            _item.reset(token)
+    """``[fn(index, item) ...]``, each call in its item's scope (``item_scope``'s hot path for loaders).
+
+    Each item sets the scope's position (a context copied during a call keeps that call's item); the scope is
+    left once, after the last item or the first error: one ``reset`` per batch restores what was before it.
+    """
+    out: list = []
+    append, enter = out.append, _item.set
+    token = enter(_item.get())
+    try:
+        for index, item, position in zip(indices, items, positions):
+            enter(position)
+            append(fn(index, item))
+    finally:
+        _item.reset(token)
     return out
 
 

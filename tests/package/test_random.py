@@ -76,3 +76,32 @@ def test_item_scope_alone_reproduces_an_item() -> None:
     with item_scope(seed=7, epoch=1, position=4):
         c = item_numpy_generator().random(3)
     assert (a == b).all() and not (a == c).all()
+
+
+def test_map_items_scopes_each_item_and_leaves_the_scope_after_the_batch_or_an_error() -> None:
+    import contextvars
+
+    from torch_drt.random import map_items
+
+    seen, copies = [], []
+
+    def fn(index: int, item: str) -> str:
+        seen.append((index, item_generator().initial_seed()))
+        copies.append(contextvars.copy_context())  # a context copied during an item keeps that item
+        if item == "boom":
+            raise ValueError(item)
+        return item * 2
+
+    with batch_scope(3, 1, [5, 6, 7], [20, 21, 22]):
+        assert map_items(fn, [5, 6, 7], ["a", "b", "c"], [20, 21, 22]) == ["aa", "bb", "cc"]
+        with pytest.raises(RuntimeError, match="needs the index"):
+            item_generator()  # no item scope left behind
+        with item_scope(position=21):
+            with pytest.raises(ValueError, match="boom"):
+                map_items(fn, [5, 7], ["x", "boom"], [20, 22])
+            assert item_generator().initial_seed() == item_seed(3, 1, 21)  # the enclosing item's scope is back
+    assert seen == [(i, item_seed(3, 1, p)) for i, p in [(5, 20), (6, 21), (7, 22), (5, 20), (7, 22)]]
+    with batch_scope(3, 1, [5, 6, 7], [20, 21, 22]):
+        assert [c.run(lambda: item_generator().initial_seed()) for c in copies[:3]] == [
+            item_seed(3, 1, p) for p in (20, 21, 22)
+        ]

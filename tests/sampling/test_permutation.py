@@ -67,3 +67,25 @@ def test_orders_are_pinned(n, head, digest):
     assert hashlib.sha256(whole.tobytes()).hexdigest()[:16] == digest
     assert np.concatenate(pieces).tolist() == whole[: len(pieces)].tolist()
     assert perm(np.arange(n)[::-1]).tolist() == whole[::-1].tolist()  # after single calls, one call of all
+
+
+@pytest.mark.parametrize("n", [20_000, 70_000])
+def test_a_table_made_after_many_small_calls_gives_the_walked_order(n):
+    """A domain read one batch per call is tabulated after a few calls (the walks' fixed costs would soon exceed the
+    table's): the positions before and after the table are the network's, walked per position."""
+    perm = KeyedPermutation(n, seed=4, epoch=3)
+    order = np.random.default_rng(0).permutation(n)
+    pieces = [perm(order[i : i + 256]) for i in range(0, n, 256)]
+    assert perm._table is not None and perm._table.nbytes == 4 * n  # tabulated on the way (int32)
+    walked = KeyedPermutation(n, seed=4, epoch=3)._walk(order.astype(np.uint64))  # no table: the network itself
+    assert np.concatenate(pieces).tolist() == walked.tolist()
+    assert np.concatenate(pieces).dtype == np.int64
+
+
+def test_a_large_domain_read_in_few_large_calls_is_not_tabulated_at_once():
+    """A sampler's window of 65,536 positions over a 2**18 domain walks it, as before: no table of the whole
+    domain before the first batch (the time to the first batch stays that of one window)."""
+    perm = KeyedPermutation(70_000, seed=1)
+    window = perm(np.arange(65_536))
+    assert perm._table is None
+    assert window.tolist() == KeyedPermutation(70_000, seed=1)(np.arange(70_000))[:65_536].tolist()

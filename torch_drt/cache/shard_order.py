@@ -51,6 +51,8 @@ class EpochPermutations:
     def at(self, stream: np.ndarray) -> np.ndarray:
         """Rows at stream positions ``stream``."""
         epochs, positions = np.divmod(np.asarray(stream, dtype=np.int64), self.n)
+        if len(epochs) and epochs[0] == epochs[-1] and (epochs == epochs[0]).all():  # a batch inside one epoch
+            return self._epoch(int(epochs[0]))(positions)
         out = np.empty(len(positions), dtype=np.int64)
         for e in np.unique(epochs).tolist():
             sel = epochs == e

@@ -70,7 +70,7 @@ class LoaderIterator:
         return self._generation != self._loader._generation
 
     def __next__(self) -> Any:
-        if not self._lock.acquire(blocking=False):
+        if not self._lock.acquire(False):  # positional: a keyword costs twice the call
             raise RuntimeError("another thread is advancing this loader iterator; use one thread per iterator")
         try:
             if self._done:

@@ -1,4 +1,5 @@
-"""A keyed permutation of [0, n) in O(1) memory (small domains: one table): any position maps to its index directly."""
+"""A keyed permutation of [0, n) in O(1) memory (small domains, or ones read in many calls: one table): any position
+maps to its index directly."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ __all__ = ["KeyedPermutation"]
 
 _ROUNDS = 6
 _TABLE = 1 << 12  # domains up to this size are tabulated on first use (one pass of the network over all of it)
-_TABLE_MAX = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more
+_TABLE_ONE_CALL = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more
+_TABLE_MAX = 1 << 20  # larger domains up to this one (a 4 MiB table) after domain / 2**14 calls (4 for 2**16)
+_CALL_SHARE = 14  # a walk's fixed cost (some 17 rounds of the network) is that of tabulating 2**14 values
 
 
 class KeyedPermutation:
@@ -22,8 +25,8 @@ class KeyedPermutation:
     through it until it lands inside (cycle-walking), which keeps the map a bijection of [0, n). It is the same
     for every batch size, world size and worker count, and position p is computed without computing the
     positions before it. Small domains are tabulated on first use (the network runs once over the whole domain
-    and a call is one lookup: the walks of many small calls cost more than that); large ones store nothing per
-    element.
+    and a call is one lookup), domains up to ``2**20`` after ``domain / 2**14`` calls (a batch per call: the walks'
+    fixed costs would soon exceed the table's); larger ones store nothing per element.
 
     Args:
         n: size of the domain (>= 1).
@@ -43,6 +46,7 @@ class KeyedPermutation:
         self._keys = [np.uint64(extend_key(base, r)) for r in range(_ROUNDS)]  # derive_key(seed, epoch, r)
         self._domain = 1 << (2 * self._half_bits)
         self._table: np.ndarray | None = None
+        self._calls = 0  # calls so far, while there is no table
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
         shift = np.uint64(self._half_bits)
@@ -64,15 +68,22 @@ class KeyedPermutation:
         x = np.asarray(positions, dtype=np.uint64)
         if x.size and int(x.max()) >= self.n:
             raise IndexError(f"position {int(x.max())} is outside [0, {self.n})")
-        if self._table is None and (self._domain <= _TABLE or _TABLE_MAX >= self._domain <= 16 * x.size):
-            self._table = self._tabulate()
-        out = self._walk(x.ravel()) if self._table is None else self._table[x.ravel()]
+        if self._table is None:
+            self._calls += 1
+            domain = self._domain
+            if (
+                domain <= _TABLE
+                or _TABLE_ONE_CALL >= domain <= 16 * x.size
+                or _TABLE_MAX >= domain <= self._calls << _CALL_SHARE
+            ):
+                self._table = self._tabulate()
+        out = self._walk(x.ravel()) if self._table is None else self._table[x.ravel()].astype(np.int64)
         return out.reshape(x.shape)
 
     def _tabulate(self) -> np.ndarray:
-        """The walked map of the whole domain: the network runs once over it, the walks are lookups."""
+        """The walked map of the whole domain as int32: the network runs once over it, the walks are lookups."""
         net = self._feistel(np.arange(self._domain, dtype=np.uint64)).astype(np.int64)
-        return self._cycle_walk(net[: self.n].copy(), net.__getitem__)
+        return self._cycle_walk(net[: self.n].copy(), net.__getitem__).astype(np.int32)
 
     def _walk(self, x: np.ndarray) -> np.ndarray:
         """The network with cycle-walking over positions ``x`` (uint64, in [0, n)), as int64."""

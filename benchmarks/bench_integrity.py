@@ -1,0 +1,166 @@
+"""What the per-record integrity check costs on reads (issues 10 and 26: record checks cost <= 5%).
+
+One torch_drt cache per layout (20,000 x 4 KiB by default, format 2: an XXH3-64 per record, checked on every
+read), read as shipped ("checked"), without the XXH3 record checks and without any check (the record checks and
+the per-gather file size checks off), the configurations interleaved within each round (medians of ``--repeats``
+rounds after a warm-up round that is dropped). Workloads:
+
+- batched: ``iter_batches(1024)``, sequential over large shards, shuffled over 1 MiB shards (many per gather);
+- per-sample: ``CachedSample`` iteration, sequential;
+- loader: ``to_torch_dataloader(batch_size=256, shuffle=True, num_workers=0)``, uint8 tensor batches.
+
+The last column is the floor of any per-record XXH3 check: the hash alone over the same records (the xxhash
+package's C routine, one call per record, a batch of records already in the CPU's caches), as a share of the
+checked read's time.
+The record cost cannot go below it without a cheaper hash or fewer checked bytes.
+
+    python benchmarks/bench_integrity.py [--samples 20000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+PAYLOAD = 4096
+CONFIGS = {"checked": (True, True), "no record checks": (False, True), "no checks": (False, False)}
+
+
+class _Source:
+    def __init__(self, name: str, payloads: list[bytes], make_input) -> None:
+        self.name, self.payloads, self.make_input = name, payloads, make_input
+
+    def __iter__(self):
+        for i, data in enumerate(self.payloads):
+            yield self.make_input(data, {"label": i % 1000})
+
+
+def integrity_switches(record_checks: bool, size_checks: bool) -> None:
+    """Benchmark-only switches (private attributes, class-wide: the loader's own readers too): turn the record
+    checksums and the file size checks off or on."""
+    from torch_drt.cache.backends.local import LocalFile
+    from torch_drt.cache.reader import _OpenedCache
+
+    for cls, name, on in ((_OpenedCache, "verify", record_checks), (LocalFile, "check", size_checks)):
+        original = cls.__dict__.get(f"_bench_{name}") or cls.__dict__[name]
+        setattr(cls, f"_bench_{name}", original)
+        setattr(cls, name, original if on else _off)
+
+
+def _off(*args: object) -> None:
+    return None
+
+
+def _to_array(sample):
+    return np.frombuffer(sample.data, dtype=np.uint8)
+
+
+def _stack(items):
+    import torch
+
+    return torch.from_numpy(np.stack(items))
+
+
+def _workloads(root: Path, payloads: list[bytes]) -> list[tuple[str, object]]:
+    import torch_drt as drt
+
+    rt = drt.DatasetRuntime(num_workers=2)
+    out = []
+    for label, shard_bytes, shuffle, api in [
+        ("iter_batches(1024), sequential", 64 << 20, False, "batches"),
+        ("iter_batches(1024), shuffled", 1 << 20, True, "batches"),
+        ("CachedSample iteration, sequential", 64 << 20, False, "samples"),
+        ("loader, batch 256, shuffled, 0 workers", 64 << 20, True, "loader"),
+    ]:
+        ds = rt.from_cache_sources(
+            _Source(f"integrity{shard_bytes}", payloads, drt.CacheInput),
+            root,
+            writer_config=drt.WriterConfig(show_progress=False, max_shard_bytes=shard_bytes),
+            reader_config=drt.ReaderConfig(seed=0, shuffle=shuffle),
+        )
+        if api == "batches":
+            work = lambda ds=ds: sum(len(b.data) for b in ds.iter_batches(1024))  # noqa: E731
+        elif api == "samples":
+            work = lambda ds=ds: sum(1 for _ in ds)  # noqa: E731
+        else:
+            loader = ds.to_torch_dataloader(
+                sample_transform_fn=_to_array, collate_fn=_stack, batch_size=256, shuffle=True, num_workers=0
+            )
+            work = lambda loader=loader: sum(b.shape[0] for b in loader)  # noqa: E731
+        out.append((f"{label}, {len(ds.layouts[0].shards)} shard(s)", work))
+    return out
+
+
+def _hash_seconds(payloads: list[bytes], batch: int = 1024) -> float:
+    """The hash alone over ``payloads``, a batch at a time, each batch hashed once untimed first: its records are
+    in the CPU's caches, as a read's freshly copied records are when they are checked."""
+    from torch_drt.checksums import record_checksums
+
+    total = 0.0
+    for i in range(0, len(payloads), batch):
+        part = payloads[i : i + batch]
+        record_checksums(part, len(part))
+        t0 = time.perf_counter()
+        record_checksums(part, len(part))
+        total += time.perf_counter() - t0
+    return total
+
+
+def bench_integrity(root: Path, payloads: list[bytes], repeats: int) -> list[tuple[str, dict[str, float]]]:
+    """Read samples/s per (workload, configuration) and the hash alone, all interleaved within each round."""
+    out = []
+    passes = max(1, -(-200_000 // len(payloads)))  # each timed block reads about 200,000 samples
+    try:
+        for label, work in _workloads(root, payloads):
+            times: dict[str, list[float]] = {c: [] for c in [*CONFIGS, "hash alone"]}
+            for _ in range(max(5, repeats) + 1):  # the first round warms the page cache and is dropped
+                for config, switches in CONFIGS.items():
+                    integrity_switches(*switches)
+                    t0 = time.perf_counter()
+                    n = sum(work() for _ in range(passes))
+                    times[config].append(time.perf_counter() - t0)
+                    assert n == passes * len(payloads), n
+                integrity_switches(True, True)
+                times["hash alone"].append(sum(_hash_seconds(payloads) for _ in range(passes)))
+            out.append((label, {c: passes * len(payloads) / statistics.median(t[1:]) for c, t in times.items()}))
+    finally:
+        integrity_switches(True, True)
+    return out
+
+
+def print_integrity(rows: list[tuple[str, dict[str, float]]], repeats: int) -> None:
+    """The table: samples/s per configuration, the record checks' and all checks' share of the checked read's
+    time, and the hash alone's share (the floor of the record checks)."""
+    print(f"# integrity on reads (target: record checks cost <= 5%): samples/s, median of {max(5, repeats)}")
+    head = ["checked", "no record checks", "no checks", "record cost", "all", "hash floor"]
+    print(f"{'workload':<56} " + " ".join(f"{h:>{max(10, len(h))}}" for h in head))
+    for label, rates in rows:
+        checked, unchecked, bare = rates["checked"], rates["no record checks"], rates["no checks"]
+        print(
+            f"{label:<56} {checked:>10,.0f} {unchecked:>16,.0f} {bare:>10,.0f} {1 - checked / unchecked:>11.1%} "
+            f"{1 - checked / bare:>10.1%} {checked / rates['hash alone']:>10.1%}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    work = Path(tempfile.mkdtemp(prefix="bench_integrity_"))
+    try:
+        print_integrity(bench_integrity(work, payloads, args.repeats), args.repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
