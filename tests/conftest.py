@@ -202,3 +202,33 @@ def flip_outcomes(
             outcomes[started] = f"crash (exit {proc.returncode})"
         todo = [p for p in todo if p not in outcomes]
     return outcomes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "matrix: a large parameter grid; the default run takes a covering third of it (every value of "
+        "every parameter at least once), -m slow or -m '' the rest"
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the rest of a grid is marked slow here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Sample each ``matrix`` test's grid: a deterministic third of its cases (by a hash of the test id), plus the
+    first case of any parameter value the third left out; the other cases are marked ``slow``."""
+    import zlib
+
+    grids: dict[tuple[str, str], list[pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("matrix") and hasattr(item, "callspec"):
+            grids.setdefault((str(item.path), item.originalname), []).append(item)
+    for cases in grids.values():
+        kept = [zlib.crc32(item.name.encode()) % 3 == 0 for item in cases]
+        seen = {(k, id(v)) for item, keep in zip(cases, kept) if keep for k, v in item.callspec.params.items()}
+        for i, item in enumerate(cases):
+            values = {(k, id(v)) for k, v in item.callspec.params.items()}
+            if not kept[i] and not values <= seen:
+                kept[i] = True
+                seen |= values
+        for item, keep in zip(cases, kept):
+            if not keep:
+                item.add_marker(pytest.mark.slow)

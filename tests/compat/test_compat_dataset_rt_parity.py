@@ -72,7 +72,7 @@ def test_duplicate_names_without_writer_processes_raise_before_writing(which, tm
 
 
 @pytest.mark.parametrize("which", APIS)
-@pytest.mark.parametrize("processes", [0, 1, 2])
+@pytest.mark.parametrize("processes", [0, pytest.param(1, marks=pytest.mark.slow), 2])  # 1: the same path as 2
 @pytest.mark.parametrize("error", [KeyboardInterrupt("stop"), SystemExit(3)], ids=["KeyboardInterrupt", "SystemExit"])
 def test_a_source_raising_keyboard_interrupt_or_system_exit_re_raises(which, processes, error, tmp_path):
     with pytest.raises(type(error)) as raised:

@@ -66,6 +66,7 @@ def same_draws(ours, theirs, image: T.Image, reference, seed: int) -> None:
     assert torch.equal(after_ours, after_theirs)  # the same number of draws
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("size", SIZES)
 @pytest.mark.parametrize(("ours", "theirs"), [
@@ -84,6 +85,7 @@ def test_random_resized_crop(mode, size, ours, theirs):
             same_draws(ours, theirs, inp, as_pil(image) if pillow_values else inp, seed)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 @pytest.mark.parametrize(("ours", "theirs"), [
@@ -110,6 +112,7 @@ def test_random_crop_larger_than_the_image():
         T.RandomCrop(50)(make("RGB", (17, 31)))
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 @pytest.mark.parametrize("size", SIZES)
@@ -146,6 +149,7 @@ JITTERS = [
 ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", ["L", "RGB"])
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 @pytest.mark.parametrize("size", SIZES)
@@ -157,6 +161,7 @@ def test_color_jitter(mode, dtype, size, kwargs):
             same_draws(T.ColorJitter(**kwargs), v2.ColorJitter(**kwargs), inp, as_tv(inp), seed)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("mode", ["L", "RGB"])
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
 @pytest.mark.parametrize("size", SIZES)

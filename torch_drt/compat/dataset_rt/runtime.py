@@ -46,7 +46,8 @@ class DatasetRuntime(_DatasetRuntime):
             ValueError: when two sources have one name, before anything is written (as in dataset-rt).
         """
         config = writer_config or WriterConfig()
-        return self._write(_as_list(sources), _root(root), config, "create", storage_options, remote_config)
+        target, options, remote = _root(root, storage_options, remote_config)
+        return self._write(_as_list(sources), target, config, "create", options, remote)
 
     def from_cache_sources(  # type: ignore[override]  # dataset-rt's answer is a value, not an exception
         self,
@@ -70,7 +71,8 @@ class DatasetRuntime(_DatasetRuntime):
         """
         reader_config.check_seed()
         config = writer_config or WriterConfig()
-        results = self._write(_as_list(sources), _root(root), config, "reuse", storage_options, remote_config)
+        target, options, remote = _root(root, storage_options, remote_config)
+        results = self._write(_as_list(sources), target, config, "reuse", options, remote)
         paths = [r.path for r in results if isinstance(r, CacheWriteSuccess)]
         if not paths:
             failures = [r for r in results if isinstance(r, CacheWriteError)]
