@@ -21,8 +21,11 @@ from torch_drt.cache import (
     WriterConfig,
     WriterProfilerConfig,
 )
+from torch_drt.cache._caches_loader import register_caches_loader
 
 __version__ = "0.1.0"
+
+register_caches_loader("torch_drt.sets.cache_set:load_caches")  # a cache set's path opens as its parts
 
 logging.getLogger("torch_drt").addHandler(logging.NullHandler())  # silent unless the application configures logging
 

@@ -53,6 +53,27 @@ class StateFields:
             )
         self.state = state
 
+    @classmethod
+    def envelope(
+        cls, state: Any, what: str, keys: tuple[str, ...], version: tuple[str, int], written: tuple[str, ...] = ()
+    ) -> tuple[StateFields, int]:
+        """A loader checkpoint's envelope, read the same way for every loader mode: a mapping holding ``keys`` (the
+        first is the epoch's key); when it carries its version (``version``: the key and the version this torch_drt
+        writes), every key that version writes (``written``) too; its epoch, an int in ``[0, MAX_EPOCH]``. The mode
+        reads its own state and settings from the returned fields (they sit beside the epoch: the envelope is flat,
+        as saved since the first release). States from before versions hold ``keys`` only.
+
+        Returns:
+            ``(fields, epoch)``.
+
+        Raises:
+            ValueError: naming the field at fault.
+        """
+        fields = cls(state, what, keys=keys)
+        if fields.version(*version):  # a versioned state holds every key it writes
+            fields.require(*written)
+        return fields, fields.int(keys[0], high=MAX_EPOCH)
+
     def where(self, key: str) -> str:
         """The path of ``key``: ``state['node_state']['position']``."""
         return f"{self.path}[{key!r}]"

@@ -13,7 +13,7 @@ from conftest import ListSource
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, is_cache_set, open_cache_set, publish_cache_set
-from torch_drt.cache.cache_set import read_cache_set
+from torch_drt.sets.cache_set import read_cache_set
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from lru_shards import LruShards
 
-from torch_drt.cache.shard_order import ShardWindowOrder
 from torch_drt.sampling.locality import ShardWindowShuffle
+from torch_drt.sampling.shard_order import ShardWindowOrder
 
 SHARDS, PER = 64, 40
 GROUPS = np.repeat(np.arange(SHARDS), PER)

@@ -62,11 +62,12 @@ def test_every_rank_checkpoints_the_same_global_position(source):
     assert len(set(states)) == 1 and json.loads(states[0])["position"] == 20
 
 
-def test_resume_at_another_world_size(source):
+@pytest.mark.parametrize("items", [9, 5])  # 5: resumed at position 10, not a multiple of the new world size
+def test_resume_at_another_world_size(source, items):
     reference = ranks_stream(source, 1, method="first_fit", buffer_size=6)
     two = [PackerNode(source, L, method="first_fit", buffer_size=6, rank=r, world_size=2) for r in range(2)]
     got = []
-    for _ in range(9):
+    for _ in range(items):
         for node in two:
             if not node._BaseNode__initialized:
                 node.reset()

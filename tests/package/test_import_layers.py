@@ -23,6 +23,7 @@ LAYERS = [
     {"sources", "transforms"},
     {"_progress", "locations"},  # a location and the backends that read its bytes (remote ones retry through sources/)
     {"cache"},
+    {"sets"},  # many part caches under one name (the cache opens a set's path through its registered loader)
     {"formats", "nodes", "storage"},
     {"lm"},
     {"loader"},

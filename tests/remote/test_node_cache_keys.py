@@ -17,8 +17,8 @@ from remote_fixtures import BUCKET, moto_fixture, publish_local, remote_config, 
 from remote_servers import S3_ENV, make_bucket, s3_options, upload_tree
 
 import torch_drt as drt
-from torch_drt.cache.cache_set import is_cache_set, read_cache_set
-from torch_drt.cache.cache_set_publish import publish_cache_set
+from torch_drt.sets.cache_set import is_cache_set, read_cache_set
+from torch_drt.sets.cache_set_publish import publish_cache_set
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,9 +20,9 @@ from torch_drt.build.part import published_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import BuildReport, PartOutcome
 from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set, publish_cache_set
-from torch_drt.cache.cache_set import read_cache_set
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_store import RemoteStore
+from torch_drt.sets.cache_set import read_cache_set
 
 __all__ = [
     "JOURNAL_FILE",

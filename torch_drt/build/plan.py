@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch_drt.cache import CacheInput
-from torch_drt.cache.cache_set import validate_set_name
+from torch_drt.sets.cache_set import validate_set_name
 
 __all__ = [
     "DEFAULT_ROWS_PER_PART",

@@ -6,8 +6,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
-    from torch_drt.cache.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set
-    from torch_drt.cache.cache_set_publish import publish_cache_set
     from torch_drt.cache.config import ReaderConfig, ShardCompression, WriterConfig, WriterProfilerConfig
     from torch_drt.cache.dataset import CachedBatch, CachedDataset
     from torch_drt.cache.errors import CacheCorruptError, CacheSourcesError
@@ -24,6 +22,8 @@ if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
     from torch_drt.cache.runtime import DatasetRuntime
     from torch_drt.cache.validate import load_cache, open_cache, verify_checksums
     from torch_drt.locations.remote_config import RemoteConfig
+    from torch_drt.sets.cache_set import CacheSet, CacheSetPart, is_cache_set, open_cache_set
+    from torch_drt.sets.cache_set_publish import publish_cache_set
 
 # loaded on first use, so importing one module of the cache (its errors, say) does not import all of it:
 # the loaders' modules import loader/, which must not need the whole cache package to load
@@ -35,19 +35,19 @@ _LAZY = {
     "CacheInput": "torch_drt.cache.records",
     "CacheLayout": "torch_drt.cache.layout",
     "CacheReader": "torch_drt.cache.reader",
-    "CacheSet": "torch_drt.cache.cache_set",
-    "CacheSetPart": "torch_drt.cache.cache_set",
+    "CacheSet": "torch_drt.sets.cache_set",
+    "CacheSetPart": "torch_drt.sets.cache_set",
     "CacheSource": "torch_drt.cache.records",
     "CacheSourcesError": "torch_drt.cache.errors",
     "CacheWriteError": "torch_drt.cache.records",
     "CacheWriteResult": "torch_drt.cache.records",
     "CacheWriteSuccess": "torch_drt.cache.records",
     "DatasetRuntime": "torch_drt.cache.runtime",
-    "is_cache_set": "torch_drt.cache.cache_set",
+    "is_cache_set": "torch_drt.sets.cache_set",
     "load_cache": "torch_drt.cache.validate",
     "open_cache": "torch_drt.cache.validate",
-    "open_cache_set": "torch_drt.cache.cache_set",
-    "publish_cache_set": "torch_drt.cache.cache_set_publish",
+    "open_cache_set": "torch_drt.sets.cache_set",
+    "publish_cache_set": "torch_drt.sets.cache_set_publish",
     "ReaderConfig": "torch_drt.cache.config",
     "RemoteConfig": "torch_drt.locations.remote_config",
     "ShardCompression": "torch_drt.cache.config",

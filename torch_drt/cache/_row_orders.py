@@ -15,9 +15,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.shard_order import EpochPermutations, ShardWindowOrder, check_equal_weights, shard_window_order
 from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
+from torch_drt.sampling.shard_order import EpochPermutations, ShardWindowOrder, check_equal_weights
 from torch_drt.sampling.stride import consumer_number
 from torch_drt.sampling.weighted import WeightedDraws
 
@@ -121,7 +122,7 @@ def permutation(o: OrderInputs) -> Built:
 
 
 def shard_window(o: OrderInputs) -> Built:
-    """The locality-aware exact shuffle (``torch_drt.cache.shard_order``): over the whole table (shared by blocks,
+    """The locality-aware exact shuffle (``torch_drt.sampling.shard_order``): over the whole table (shared by blocks,
     mirrored in odd passes), or over a split consumer's contiguous span (locality is the point)."""
     if o.reader is None or o.window is None:
         raise ValueError("the shard-window order needs a window and the caches' reader")
@@ -154,3 +155,25 @@ ORDERS: dict[str, Callable[[OrderInputs], Built]] = {
     "shard_window": shard_window,
     "weighted": weighted,
 }
+
+
+def shard_window_order(
+    reader: CacheReader,
+    cache_pos: np.ndarray,
+    sample_ids: np.ndarray,
+    weights: np.ndarray | None,
+    *,
+    window: int,
+    seed: int,
+    block: tuple[int, int, int, bool] | None = None,
+) -> ShardWindowOrder:
+    """The shard-window order of the rows (``cache_pos[i]``, ``sample_ids[i]``); ``block`` is a consumer's
+    (budget, offset, total, backward) in a shared order (see ``ShardWindowOrder``).
+
+    Raises:
+        ValueError: when the rows' weights differ (this order takes every row once per epoch; repeat rows in the
+            metadata table to weight them).
+    """
+    check_equal_weights(weights)
+    groups = reader.shard_groups(cache_pos, sample_ids)
+    return ShardWindowOrder(ShardWindowShuffle(groups, window=window, seed=seed), *(block or (None,)))

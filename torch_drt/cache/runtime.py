@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt.cache._caches_loader import caches_loader
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
-from torch_drt.cache.cache_set import load_caches
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset
 from torch_drt.cache.errors import CacheSourcesError
@@ -200,6 +200,7 @@ class DatasetRuntime:
         """
         reader_config.check_seed()
         paths = [paths] if isinstance(paths, str | Path | Location | CacheBackend) else list(paths)
+        load_caches = caches_loader()  # a set's path stands for its parts (torch_drt.sets)
         loaded = [
             pair
             for p in paths

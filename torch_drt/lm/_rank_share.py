@@ -15,7 +15,8 @@ __all__ = ["RankShareNode"]
 
 
 class RankShareNode(BaseNode[PackedSequence]):
-    """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global sequence stream.
+    """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global sequence stream (counted
+    from where it resumed, when a checkpoint of another world size resumed it).
 
     The global stream is the subclass's: ``_take()`` returns its next sequence, ``_skip()`` plans it without
     reading tokens; both raise ``StopIteration`` at the end of the epoch. Each ``next()`` handles one group of
@@ -120,6 +121,9 @@ class RankShareNode(BaseNode[PackedSequence]):
         if self._ended:
             raise StopIteration
         mine = None
+        # One group of world_size positions, this rank's at offset ``rank`` in it. Not sampling.stride.owns(position):
+        # a checkpoint of another world size resumes at a position that need not be a multiple of this one, and the
+        # group (not position % world_size) keeps every rank's share disjoint and the same length from there on.
         for i in range(self.world_size):
             try:
                 if i == self.rank:

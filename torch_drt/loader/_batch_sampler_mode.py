@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt._state_fields import MAX_COUNT, MAX_EPOCH, StateFields
+from torch_drt._state_fields import MAX_COUNT, StateFields
 from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
@@ -70,10 +70,10 @@ class BatchSamplerMode(LoaderMode):
         }
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
-        fields = StateFields(state, "batch_sampler loader", keys=(self.EPOCH_KEY, self.BATCHES_KEY))
-        if fields.version(self.VERSION_KEY, self.VERSION):  # a versioned state holds every key it writes
-            fields.require(self.ITEMS_KEY, self.NUM_BATCHES_KEY)
-        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        fields, epoch = StateFields.envelope(
+            state, "batch_sampler loader", (self.EPOCH_KEY, self.BATCHES_KEY), (self.VERSION_KEY, self.VERSION),
+            (self.ITEMS_KEY, self.NUM_BATCHES_KEY)
+        )
         n = self._length()
         saved = fields.optional_int(self.NUM_BATCHES_KEY, default=None)
         if saved is not None and n is not None and saved != n:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from torch_drt._state_fields import MAX_EPOCH, StateFields
+from torch_drt._state_fields import StateFields
 from torch_drt.loader._fetch import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
@@ -171,10 +171,10 @@ class WorkerStreamsMode(LoaderMode):
                 f"as one stream; this loader reads one stream per worker process (worker_method='process', "
                 f"num_workers={self.num_workers}), so the items differ: resume with worker_method='thread'"
             )
-        fields = StateFields(state, "IterableDataset loader (process workers)", keys=keys)
-        if fields.version(self.VERSION_KEY, self.VERSION):
-            fields.require(self.BATCH_SIZE_KEY)
-        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        fields, epoch = StateFields.envelope(
+            state, "IterableDataset loader (process workers)", keys, (self.VERSION_KEY, self.VERSION),
+            (self.BATCH_SIZE_KEY,)
+        )
         n = fields.int(self.NUM_WORKERS_KEY, low=1, high=1 << 20)
         if n != self.num_workers:
             raise ValueError(

@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Iterable
 from typing import Any
 
-from torch_drt._state_fields import MAX_COUNT, MAX_EPOCH, StateFields
+from torch_drt._state_fields import MAX_COUNT, StateFields
 from torch_drt.loader._fetch import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
@@ -108,11 +108,11 @@ class MapMode(LoaderMode):
         }
 
     def parse_state(self, state: Any) -> tuple[int, Cursor]:
-        fields = StateFields(state, "loader", keys=(self.EPOCH_KEY, self.OFFSET_KEY))
-        if fields.version(self.VERSION_KEY, self.VERSION):  # a versioned state holds every key it writes
-            fields.require(self.NUM_SAMPLES_KEY, self.SHUFFLE_KEY, self.SEED_KEY, self.DROP_LAST_KEY,
-                           self.BATCH_SIZE_KEY, self.WORLD_SIZE_KEY)
-        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        written = (self.NUM_SAMPLES_KEY, self.SHUFFLE_KEY, self.SEED_KEY, self.DROP_LAST_KEY, self.BATCH_SIZE_KEY,
+                   self.WORLD_SIZE_KEY)
+        fields, epoch = StateFields.envelope(
+            state, "loader", (self.EPOCH_KEY, self.OFFSET_KEY), (self.VERSION_KEY, self.VERSION), written
+        )
         n = self.sampler.n if not isinstance(self.sampler, IndexListSampler) or self.sampler.sized else None
         saved = fields.optional_int(self.NUM_SAMPLES_KEY, default=None)
         if saved is not None and n is not None and saved != n:

@@ -7,7 +7,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from torch_drt._state_fields import MAX_EPOCH, StateFields
+from torch_drt._state_fields import StateFields
 from torch_drt.loader._fetch import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
@@ -91,10 +91,10 @@ class NodeMode(LoaderMode):
                 "read as one stream per worker process; this loader reads it as one stream (worker_method='thread' "
                 f"or num_workers=0), so the items differ: resume with worker_method='process' and num_workers={n}"
             )
-        fields = StateFields(state, "node loader", keys=(self.EPOCH_KEY, self.NODE_KEY))
-        if fields.version(self.VERSION_KEY, self.VERSION):
-            fields.require(self.BATCH_SIZE_KEY)
-        epoch = fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        fields, epoch = StateFields.envelope(
+            state, "node loader", (self.EPOCH_KEY, self.NODE_KEY), (self.VERSION_KEY, self.VERSION),
+            (self.BATCH_SIZE_KEY,)
+        )
         cursor = fields.get(self.NODE_KEY)
         position = fields.int(self.POSITION_KEY) if self.POSITION_KEY in fields else None  # None: an older state
         if cursor is None:

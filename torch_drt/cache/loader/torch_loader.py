@@ -30,10 +30,10 @@ from torch_drt.cache.loader._loader_options import (
 )
 from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
 from torch_drt.cache.loader._stream_mode import PER_RANK, PER_WORKER, StreamMode
-from torch_drt.cache.shard_order import check_equal_weights
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
+from torch_drt.sampling.shard_order import check_equal_weights
 from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:

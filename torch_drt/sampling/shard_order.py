@@ -1,21 +1,21 @@
-"""The exact orders of a cache's rows, read as streams: every row once per epoch.
+"""The exact orders of a table's rows, read as streams: every row once per epoch.
 
 ``shuffle=True`` reads the active table as ``EpochPermutations`` (a keyed permutation per epoch), or with
 ``ReaderConfig(shard_window=W)`` (and ``to_torch_dataloader(shard_window=W)``) in the locality-aware order,
 ``ShardWindowShuffle`` over the shards the rows live in, ``W`` shards at a time (see
-``torch_drt.sampling.locality``; it is built from the rows' shards, which the index gives without reading a
-payload). Draws by weight with replacement (``sampling="weighted"``) are ``torch_drt.sampling.weighted``'s.
+``torch_drt.sampling.locality``; the cache builds it from the rows' shards, which its index gives without
+reading a payload: ``torch_drt.cache._row_orders``). Draws by weight with replacement (``sampling="weighted"``)
+are ``torch_drt.sampling.weighted``'s.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from torch_drt.cache.reader import CacheReader
 from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["EpochPermutations", "ShardWindowOrder", "check_equal_weights", "shard_window_order"]
+__all__ = ["EpochPermutations", "ShardWindowOrder", "check_equal_weights"]
 
 
 class EpochPermutations:
@@ -136,24 +136,3 @@ def check_equal_weights(weights: np.ndarray | None, order: str = "shard_window")
             "weight with replacement, or repeat rows in the metadata table instead of weighting them"
         )
 
-
-def shard_window_order(
-    reader: CacheReader,
-    cache_pos: np.ndarray,
-    sample_ids: np.ndarray,
-    weights: np.ndarray | None,
-    *,
-    window: int,
-    seed: int,
-    block: tuple[int, int, int, bool] | None = None,
-) -> ShardWindowOrder:
-    """The shard-window order of the rows (``cache_pos[i]``, ``sample_ids[i]``); ``block`` is a consumer's
-    (budget, offset, total, backward) in a shared order (see ``ShardWindowOrder``).
-
-    Raises:
-        ValueError: when the rows' weights differ (this order takes every row once per epoch; repeat rows in the
-            metadata table to weight them).
-    """
-    check_equal_weights(weights)
-    groups = reader.shard_groups(cache_pos, sample_ids)
-    return ShardWindowOrder(ShardWindowShuffle(groups, window=window, seed=seed), *(block or (None,)))

@@ -14,7 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch_drt.cache.cache_set import (
+from torch_drt.cache.validate import open_cache
+from torch_drt.locations.location import Location, split_protocol
+from torch_drt.publish import fsync_dir
+from torch_drt.sets.cache_set import (
     SET_FORMAT_NAME,
     SET_FORMAT_VERSION,
     SET_MANIFEST_FILE,
@@ -26,9 +29,6 @@ from torch_drt.cache.cache_set import (
     _schema_json,
     validate_set_name,
 )
-from torch_drt.cache.validate import open_cache
-from torch_drt.locations.location import Location, split_protocol
-from torch_drt.publish import fsync_dir
 
 if TYPE_CHECKING:
     from torch_drt.locations.remote_config import RemoteConfig

@@ -26,12 +26,12 @@ from torch_drt.cache._format import (
     loads_strict,
     validate_source_name,
 )
-from torch_drt.cache._set_origin import check_origin
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, load_cache
 from torch_drt.describe import described
 from torch_drt.locations import CacheBackend, MissingFile, backend_for
 from torch_drt.locations.location import Location, split_protocol
+from torch_drt.sets._set_origin import check_origin
 
 if TYPE_CHECKING:
     from torch_drt.locations.remote_config import RemoteConfig
