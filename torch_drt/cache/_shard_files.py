@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -19,8 +20,8 @@ class ShardFiles:
 
     A record is one copy into a preallocated chunk buffer; each full chunk is written with one ``write`` and
     hashed (SHA-256 of its shard) on a helper thread, which releases the GIL for both, so the source is read
-    meanwhile. A record larger than a chunk is written from its own buffer. A full shard is synced once, on the
-    helper thread too, while the next one fills; ``close`` waits for every write and sync. A failed write or sync
+    meanwhile. A record larger than a chunk is written from its own buffer. A full shard is synced once, on a
+    second helper thread, while the next one fills; ``close`` waits for every write and sync. A failed write or sync
     (a full disk) raises from a later ``append`` or from ``close``.
     """
 
@@ -32,7 +33,9 @@ class ShardFiles:
         self.max_bytes = max_bytes
         self.sizes: list[int] = []
         self.digests: list[str] = []
+        self.index = array("Q")  # (shard, offset, length, checksum) of each record, flat
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard")
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
         self._jobs: deque[tuple[Future, bytearray | None]] = deque()  # in submission order, run in that order
         self._finished: list[Future] = []  # each closed shard's SHA-256, once synced
         self._free: list[bytearray] = []
@@ -67,15 +70,16 @@ class ShardFiles:
         path = self.directory / shard_name(len(self.sizes))
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._hash = hashlib.sha256()
+        self._shard = len(self.sizes)
         self.sizes.append(0)
         self._pos = 0
 
     def _close_current(self) -> None:
-        """Queue the shard's last chunk and its sync; the helper thread does them while the next shard fills."""
+        """Queue the shard's last chunk, and its sync on a second thread once written, while the next shard fills."""
         self._flush_chunk()
         fd, self._fd = self._fd, -1
-        self._jobs.append((self._writer.submit(_finish, fd, self._hash), None))
-        self._finished.append(self._jobs[-1][0])
+        last = self._jobs[-1][0] if self._jobs else None  # the writes run in order: the shard is written after it
+        self._finished.append(self._syncer.submit(_finish, fd, self._hash, last))
         self.sizes[-1] = self._pos
 
     def _wait_all(self) -> None:
@@ -85,8 +89,8 @@ class ShardFiles:
             if chunk is not None:
                 self._free.append(chunk)
 
-    def append(self, data: bytes) -> tuple[int, int, int]:
-        """Write one record; return its (shard, offset, length).
+    def append(self, data: bytes, checksum: int) -> None:
+        """Write one record and add its (shard, offset, length, ``checksum``) to ``index``.
 
         An empty record never starts a new shard, so no shard is empty unless every record is.
         """
@@ -96,6 +100,7 @@ class ShardFiles:
             self._open_next()
             offset = 0
         self._pos = offset + n
+        self.index.extend((self._shard, offset, n, checksum))
         used = self._used
         if used + n <= self._CHUNK_BYTES:
             self._view[used : used + n] = data
@@ -107,7 +112,6 @@ class ShardFiles:
                 self._used = n
             else:  # written from its own buffer, which the job keeps alive
                 self._submit(data, None)
-        return len(self.sizes) - 1, offset, n
 
     def close(self) -> None:
         """Write what is pending and sync every shard (a failed write or sync raises); the helper thread ends."""
@@ -118,14 +122,17 @@ class ShardFiles:
             self.digests = [f.result() for f in self._finished]
         finally:
             self._writer.shutdown(wait=True)
+            self._syncer.shutdown(wait=True)
             if self._fd >= 0:  # a failure before the current shard's sync was queued
                 os.close(self._fd)
                 self._fd = -1
 
 
-def _finish(fd: int, h: Any) -> str:
-    """Sync and close a shard whose chunks are written; return its hex SHA-256."""
+def _finish(fd: int, h: Any, last: Future | None) -> str:
+    """Once ``last`` (the shard's last write) is done, sync and close the shard; return its hex SHA-256."""
     try:
+        if last is not None:
+            last.result()
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -74,11 +74,11 @@ def _write_records(
     (staging / SHARD_DIR).mkdir()
     shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes)
     columns = MetadataColumns()
-    index = array("Q")
+    raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
-    raw_bytes = max_record = count = 0
-    items, payload, append = iter(source), columns.payload, shards.append
+    count = 0
+    items, payload, append, add_raw = iter(source), columns.payload, shards.append, raw_lengths.append
     if stages is not None:  # the same steps, each timed
         items, payload = stages.iterate("python_next", items), stages.timed("python_extract", payload, "result")
         compress = None if compress is None else stages.timed("compression", compress, "first")
@@ -88,15 +88,13 @@ def _write_records(
     try:
         for i, item in enumerate(items):
             data = payload(i, item)
-            raw_bytes += len(data)
-            max_record = max(max_record, len(data))
             if compress is not None:
+                add_raw(len(data))
                 data = compress(data)
-            index.extend(append(data))
-            index.append(checksum(data))
+            append(data, checksum(data))
             if i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
                 bar.update(_PROGRESS_EVERY)
-        count = len(index) // 4
+        count = len(shards.index) // 4
         bar.update(count % _PROGRESS_EVERY)
     finally:
         bar.close()
@@ -106,7 +104,10 @@ def _write_records(
         raise BadInput("cache source yielded no samples")
     with timed("finish_index"):
         fsync_dir(staging / SHARD_DIR)
-        np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
+        index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
+        index.tofile(staging / INDEX_FILE)
+        raw = np.frombuffer(raw_lengths, dtype=np.uint64) if compress is not None else index["length"]
+        raw_bytes, max_record = int(raw.sum()), int(raw.max())
     compression = {"algo": comp.algo, "ratio": comp.ratio}
     body: dict[str, Any] = {
         "format": FORMAT_NAME,
