@@ -12,6 +12,7 @@ import pytest
 from conftest import run_isolated
 
 import torch_drt as drt
+from torch_drt.cache import writer
 from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.validate import open_cache
 
@@ -24,12 +25,14 @@ class Items:
         return iter(self.items)
 
 
-@pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 22])
+@pytest.mark.parametrize(("chunk_bytes", "batch_bytes"), [(1, 1), (7, 100), (64, 0), (64, 250), (1 << 22, 1 << 22)])
 def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksums(
-    runtime, tmp_path, monkeypatch, chunk_bytes
+    runtime, tmp_path, monkeypatch, chunk_bytes, batch_bytes
 ):
-    # records smaller, equal to and larger than a chunk, empty ones, several shards and one larger than a shard
+    # records smaller, equal to and larger than a chunk, empty ones, several shards and one larger than a shard,
+    # handed over one by one and in batches that fit a shard or cross into the next
     monkeypatch.setattr(ShardFiles, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3

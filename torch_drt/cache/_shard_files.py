@@ -10,6 +10,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from torch_drt.cache._format import shard_name
 
 __all__ = ["ShardFiles"]
@@ -45,18 +47,23 @@ class ShardFiles:
         self._chunk = self._take_chunk()
         self._open_next()
 
-    def _take_chunk(self) -> bytearray:
-        """A free chunk buffer (also ``self._view``): a written one, waited for when too many are pending."""
+    def _reap(self) -> None:
+        """Take the finished writes (their chunks are free again); wait while too many are pending."""
         while self._jobs and (len(self._jobs) >= self._MAX_CHUNKS or self._jobs[0][0].done()):
             future, chunk = self._jobs.popleft()
             future.result()  # a failed write raises here
             if chunk is not None:
                 self._free.append(chunk)
+
+    def _take_chunk(self) -> bytearray:
+        """A free chunk buffer (also ``self._view``)."""
+        self._reap()
         chunk = self._free.pop() if self._free else bytearray(self._CHUNK_BYTES)
         self._view = memoryview(chunk)
         return chunk
 
     def _submit(self, data: Any, chunk: bytearray | None) -> None:
+        self._reap()
         self._jobs.append((self._writer.submit(_write_hashed, self._fd, self._hash, data), chunk))
 
     def _flush_chunk(self) -> None:
@@ -112,6 +119,32 @@ class ShardFiles:
                 self._used = n
             else:  # written from its own buffer, which the job keeps alive
                 self._submit(data, None)
+
+    def extend(self, records: list[bytes], checksums: list[int]) -> None:
+        """Write records (with their checksums) as ``append`` does, one after another.
+
+        A batch that fits the current shard is joined and written as one buffer, its index entries made at once;
+        one that does not is appended record by record.
+        """
+        lengths = list(map(len, records))
+        total = sum(lengths)
+        pos = self._pos
+        if len(records) == 1 or pos + total > self.max_bytes:
+            for data, checksum in zip(records, checksums):
+                self.append(data, checksum)
+            return
+        self._flush_chunk()  # the chunk's records come first in the file
+        entries = np.empty((len(records), 4), dtype=np.uint64)
+        entries[:, 0] = self._shard
+        entries[:, 2] = lengths
+        np.cumsum(entries[:, 2], out=entries[:, 1])
+        entries[:, 1] -= entries[:, 2]
+        entries[:, 1] += pos
+        entries[:, 3] = np.fromiter(checksums, dtype=np.uint64, count=len(records))
+        self.index.frombytes(entries.tobytes())
+        if total:
+            self._submit(b"".join(records), None)
+        self._pos = pos + total
 
     def close(self) -> None:
         """Write what is pending and sync every shard (a failed write or sync raises); the helper thread ends."""

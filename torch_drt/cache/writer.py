@@ -8,7 +8,7 @@ import logging
 import os
 import traceback
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,8 @@ __all__ = ["write_source"]
 logger = logging.getLogger("torch_drt.cache")
 
 WriteMode = Literal["create", "reuse"]
-_PROGRESS_EVERY = 256
+_BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes
+_BATCH_RECORDS = 4096  # or of this many records
 
 
 @contextlib.contextmanager
@@ -60,6 +61,11 @@ def _file_entry(path: Path) -> dict[str, Any]:
         os.fsync(f.fileno())
         data = f.read()
     return {"byte_len": len(data), "sha256": sha256_file(path), "xxh3_128": xxh3_128_hex(data)}
+
+
+def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], checksums: list[int]) -> None:
+    for data, checksum in zip(records, checksums):
+        append(data, checksum)
 
 
 def _write_records(
@@ -78,24 +84,34 @@ def _write_records(
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
     count = 0
-    items, payload, append, add_raw = iter(source), columns.payload, shards.append, raw_lengths.append
-    if stages is not None:  # the same steps, each timed
+    batch: list[bytes] = []
+    items, payload, write, add_raw = iter(source), columns.payload, shards.extend, raw_lengths.append
+    batch_bytes = _BATCH_BYTES
+    if stages is not None:  # the same steps, each timed, a record at a time
         items, payload = stages.iterate("python_next", items), stages.timed("python_extract", payload, "result")
         compress = None if compress is None else stages.timed("compression", compress, "first")
-        append = stages.timed("disk_write", append, "first")
+        write = functools.partial(_one_by_one, stages.timed("disk_write", shards.append, "first"))
         checksum = stages.timed("record_checksum", checksum, "first")
+        batch_bytes = 0
     timed = stages.stage if stages is not None else _untimed
     try:
+        size, add = 0, batch.append
         for i, item in enumerate(items):
             data = payload(i, item)
             if compress is not None:
                 add_raw(len(data))
                 data = compress(data)
-            append(data, checksum(data))
-            if i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
-                bar.update(_PROGRESS_EVERY)
+            add(data)
+            size += len(data)
+            if size >= batch_bytes or len(batch) >= _BATCH_RECORDS:
+                write(batch, list(map(checksum, batch)))
+                bar.update(len(batch))
+                size = 0
+                batch.clear()
+        if batch:
+            write(batch, list(map(checksum, batch)))
+            bar.update(len(batch))
         count = len(shards.index) // 4
-        bar.update(count % _PROGRESS_EVERY)
     finally:
         bar.close()
         with timed("shard_flush"):
