@@ -28,7 +28,8 @@ class ShardFiles:
     """
 
     _CHUNK_BYTES = 4 << 20
-    _MAX_CHUNKS = 8  # at most 32 MiB of records waiting for the helper thread
+    _MAX_CHUNKS = 8  # at most 32 MiB of records waiting for the helper thread (and the batches joined)
+    _MAX_JOINED = 8 << 20  # a larger batch is appended record by record (a large record is not copied)
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
@@ -124,12 +125,12 @@ class ShardFiles:
         """Write records (with their checksums) as ``append`` does, one after another.
 
         A batch that fits the current shard is joined and written as one buffer, its index entries made at once;
-        one that does not is appended record by record.
+        one that does not, or is larger than ``_MAX_JOINED``, is appended record by record.
         """
         lengths = list(map(len, records))
         total = sum(lengths)
         pos = self._pos
-        if len(records) == 1 or pos + total > self.max_bytes:
+        if len(records) == 1 or total > self._MAX_JOINED or pos + total > self.max_bytes:
             for data, checksum in zip(records, checksums):
                 self.append(data, checksum)
             return
