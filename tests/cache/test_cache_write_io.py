@@ -25,23 +25,28 @@ class Items:
         return iter(self.items)
 
 
-@pytest.mark.parametrize(("chunk_bytes", "batch_bytes"), [(1, 1), (7, 100), (64, 0), (64, 250), (1 << 22, 1 << 22)])
+@pytest.mark.parametrize(
+    ("chunk_bytes", "batch_bytes", "shard_bytes"),
+    [(1, 1, 300), (7, 100, 300), (64, 0, 300), (64, 250, 300), (64, 250, 100_000), (1 << 22, 60, 100_000),
+     (1 << 22, 1 << 22, 300)],
+)
 def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksums(
-    runtime, tmp_path, monkeypatch, chunk_bytes, batch_bytes
+    runtime, tmp_path, monkeypatch, chunk_bytes, batch_bytes, shard_bytes
 ):
     # records smaller, equal to and larger than a chunk, empty ones, several shards and one larger than a shard,
     # handed over one by one and in batches that fit a shard or cross into the next
     monkeypatch.setattr(ShardFiles, "_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(writer, "_RECORD_COST", 1)
     monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3
     payloads = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
     items = [drt.CacheInput(p, {"i": i}) for i, p in enumerate(payloads)]
-    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=300)
+    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=shard_bytes)
     (res,) = runtime.write_cache([Items("chunks", items)], tmp_path, writer_config=cfg)
     layout = open_cache(res.path, verify=True)  # every shard's SHA-256 and every record's XXH3 checked
-    assert len(layout.shards) > 3
+    assert (len(layout.shards) > 3) == (shard_bytes == 300)
     assert [size for _, size in layout.shards] == [(res.path / "shards" / name).stat().st_size
                                                    for name, _ in layout.shards]
     ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))

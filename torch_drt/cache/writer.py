@@ -47,8 +47,8 @@ __all__ = ["write_source"]
 logger = logging.getLogger("torch_drt.cache")
 
 WriteMode = Literal["create", "reuse"]
-_BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes
-_BATCH_RECORDS = 4096  # or of this many records
+_BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes,
+_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records)
 
 
 @contextlib.contextmanager
@@ -102,8 +102,8 @@ def _write_records(
                 add_raw(len(data))
                 data = compress(data)
             add(data)
-            size += len(data)
-            if size >= batch_bytes or len(batch) >= _BATCH_RECORDS:
+            size += len(data) + _RECORD_COST
+            if size >= batch_bytes:
                 write(batch, list(map(checksum, batch)))
                 bar.update(len(batch))
                 size = 0
