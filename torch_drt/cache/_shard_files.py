@@ -1,14 +1,16 @@
-"""Shard files of a cache being written: numbered, memory-mapped while filled, hashed on a helper thread."""
+"""Shard files of a cache being written: records gathered into large chunks, written and hashed on a helper thread."""
 
 from __future__ import annotations
 
 import hashlib
-import mmap
 import os
+from array import array
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from torch_drt.cache._format import shard_name
 
@@ -18,90 +20,162 @@ __all__ = ["ShardFiles"]
 class ShardFiles:
     """Appends records to numbered shard files, starting a new one past ``max_bytes``.
 
-    Each shard is a file sized up front and memory-mapped, so a record is one copy into the page cache (no
-    write syscalls); records are hashed in chunks on a helper thread meanwhile (hashlib releases the GIL, so both
-    cores work). Closing a shard syncs it and cuts the file to the bytes written.
+    A record is one copy into a preallocated chunk buffer; each full chunk is written with one ``write`` and
+    hashed (SHA-256 of its shard) on a helper thread, which releases the GIL for both, so the source is read
+    meanwhile. A record larger than a chunk is written from its own buffer. A full shard is synced once, on a
+    second helper thread, while the next one fills; ``close`` waits for every write and sync. A failed write or sync
+    (a full disk) raises from a later ``append`` or from ``close``.
     """
 
     _CHUNK_BYTES = 4 << 20
-    _MAX_HASH_JOBS = 8  # at most 32 MiB of payloads waiting for the hash
+    _MAX_CHUNKS = 8  # at most 32 MiB of records waiting for the helper thread (and the batches joined)
+    _MAX_JOINED = 8 << 20  # a larger batch is appended record by record (a large record is not copied)
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.sizes: list[int] = []
         self.digests: list[str] = []
-        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-hash")
-        self._hash_jobs: deque[Future] = deque()
+        self.index = array("Q")  # (shard, offset, length, checksum) of each record, flat
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard")
+        self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
+        self._jobs: deque[tuple[Future, bytearray | None]] = deque()  # in submission order, run in that order
+        self._finished: list[Future] = []  # each closed shard's SHA-256, once synced
+        self._free: list[bytearray] = []
         self._fd = -1
-        self._map: mmap.mmap | None = None
-        self._pos = 0
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
+        self._pos = 0  # bytes of the current shard, the chunk's included
+        self._used = 0  # bytes in the current chunk
+        self._chunk = self._take_chunk()
         self._open_next()
+
+    def _reap(self) -> None:
+        """Take the finished writes (their chunks are free again); wait while too many are pending."""
+        while self._jobs and (len(self._jobs) >= self._MAX_CHUNKS or self._jobs[0][0].done()):
+            future, chunk = self._jobs.popleft()
+            future.result()  # a failed write raises here
+            if chunk is not None:
+                self._free.append(chunk)
+
+    def _take_chunk(self) -> bytearray:
+        """A free chunk buffer (also ``self._view``)."""
+        self._reap()
+        chunk = self._free.pop() if self._free else bytearray(self._CHUNK_BYTES)
+        self._view = memoryview(chunk)
+        return chunk
+
+    def _submit(self, data: Any, chunk: bytearray | None) -> None:
+        self._reap()
+        self._jobs.append((self._writer.submit(_write_hashed, self._fd, self._hash, data), chunk))
+
+    def _flush_chunk(self) -> None:
+        if self._used:
+            self._submit(self._view[: self._used], self._chunk)
+            self._chunk, self._used = self._take_chunk(), 0
 
     def _open_next(self) -> None:
         if self._fd >= 0:
             self._close_current()
         path = self.directory / shard_name(len(self.sizes))
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-        os.ftruncate(self._fd, self.max_bytes)  # sparse: only written pages take space
-        self._map = mmap.mmap(self._fd, self.max_bytes)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._hash = hashlib.sha256()
+        self._shard = len(self.sizes)
         self.sizes.append(0)
         self._pos = 0
 
-    def _hash_pending(self) -> None:
-        chunk, self._pending, self._pending_bytes = self._pending, [], 0
-        if not chunk:
-            return
-        # One hashing thread runs the jobs in submission order; wait only when it lags far behind (memory).
-        while len(self._hash_jobs) >= self._MAX_HASH_JOBS:
-            self._hash_jobs.popleft().result()
-        self._hash_jobs.append(self._hasher.submit(_update_all, self._hash, chunk))
-
     def _close_current(self) -> None:
-        self._hash_pending()
-        while self._hash_jobs:
-            self._hash_jobs.popleft().result()
-        self._map.flush()
-        self._map.close()
-        self._map = None
-        os.ftruncate(self._fd, self._pos)
-        os.fsync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
+        """Queue the shard's last chunk, and its sync on a second thread once written, while the next shard fills."""
+        self._flush_chunk()
+        fd, self._fd = self._fd, -1
+        last = self._jobs[-1][0] if self._jobs else None  # the writes run in order: the shard is written after it
+        self._finished.append(self._syncer.submit(_finish, fd, self._hash, last))
         self.sizes[-1] = self._pos
-        self.digests.append(self._hash.hexdigest())
 
-    def append(self, data: bytes) -> tuple[int, int, int]:
-        """Write one record; return its (shard, offset, length).
+    def _wait_all(self) -> None:
+        while self._jobs:
+            future, chunk = self._jobs.popleft()
+            future.result()
+            if chunk is not None:
+                self._free.append(chunk)
+
+    def append(self, data: bytes, checksum: int) -> None:
+        """Write one record and add its (shard, offset, length, ``checksum``) to ``index``.
 
         An empty record never starts a new shard, so no shard is empty unless every record is.
         """
         n = len(data)
-        if n and self._pos and self._pos + n > self.max_bytes:
+        offset = self._pos
+        if n and offset and offset + n > self.max_bytes:
             self._open_next()
-        offset, end = self._pos, self._pos + n
-        if end > len(self._map):  # one record larger than max_bytes: this shard holds it alone
-            os.ftruncate(self._fd, end)
-            self._map.resize(end)
-        self._map[offset:end] = data
-        self._pos = end
-        self._pending.append(data)
-        self._pending_bytes += n
-        if self._pending_bytes >= self._CHUNK_BYTES:
-            self._hash_pending()
-        return len(self.sizes) - 1, offset, n
+            offset = 0
+        self._pos = offset + n
+        self.index.extend((self._shard, offset, n, checksum))
+        used = self._used
+        if used + n <= self._CHUNK_BYTES:
+            self._view[used : used + n] = data
+            self._used = used + n
+        else:
+            self._flush_chunk()
+            if n <= self._CHUNK_BYTES:
+                self._view[:n] = data
+                self._used = n
+            else:  # written from its own buffer, which the job keeps alive
+                self._submit(data, None)
+
+    def extend(self, records: list[bytes], checksums: list[int]) -> None:
+        """Write records (with their checksums) as ``append`` does, one after another.
+
+        A batch that fits the current shard is joined and written as one buffer, its index entries made at once;
+        one that does not, or is larger than ``_MAX_JOINED``, is appended record by record.
+        """
+        lengths = list(map(len, records))
+        total = sum(lengths)
+        pos = self._pos
+        if len(records) == 1 or total > self._MAX_JOINED or pos + total > self.max_bytes:
+            for data, checksum in zip(records, checksums):
+                self.append(data, checksum)
+            return
+        self._flush_chunk()  # the chunk's records come first in the file
+        entries = np.empty((len(records), 4), dtype=np.uint64)
+        entries[:, 0] = self._shard
+        entries[:, 2] = lengths
+        np.cumsum(entries[:, 2], out=entries[:, 1])
+        entries[:, 1] -= entries[:, 2]
+        entries[:, 1] += pos
+        entries[:, 3] = np.fromiter(checksums, dtype=np.uint64, count=len(records))
+        self.index.frombytes(entries.tobytes())
+        if total:
+            self._submit(b"".join(records), None)
+        self._pos = pos + total
 
     def close(self) -> None:
+        """Write what is pending and sync every shard (a failed write or sync raises); the helper thread ends."""
         try:
             if self._fd >= 0:
                 self._close_current()
+            self._wait_all()
+            self.digests = [f.result() for f in self._finished]
         finally:
-            self._hasher.shutdown(wait=True)
+            self._writer.shutdown(wait=True)
+            self._syncer.shutdown(wait=True)
+            if self._fd >= 0:  # a failure before the current shard's sync was queued
+                os.close(self._fd)
+                self._fd = -1
 
 
-def _update_all(h: Any, chunk: list[bytes]) -> None:
-    for data in chunk:
-        h.update(data)
+def _finish(fd: int, h: Any, last: Future | None) -> str:
+    """Once ``last`` (the shard's last write) is done, sync and close the shard; return its hex SHA-256."""
+    try:
+        if last is not None:
+            last.result()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def _write_hashed(fd: int, h: Any, data: Any) -> None:
+    """Append ``data`` to ``fd`` (a short write is continued) and add it to the shard's hash."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    h.update(data)

@@ -8,7 +8,7 @@ import logging
 import os
 import traceback
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +47,8 @@ __all__ = ["write_source"]
 logger = logging.getLogger("torch_drt.cache")
 
 WriteMode = Literal["create", "reuse"]
-_PROGRESS_EVERY = 256
+_BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes,
+_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records)
 
 
 @contextlib.contextmanager
@@ -62,6 +63,11 @@ def _file_entry(path: Path) -> dict[str, Any]:
     return {"byte_len": len(data), "sha256": sha256_file(path), "xxh3_128": xxh3_128_hex(data)}
 
 
+def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], checksums: list[int]) -> None:
+    for data, checksum in zip(records, checksums):
+        append(data, checksum)
+
+
 def _write_records(
     source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
 ) -> dict[str, Any]:
@@ -74,30 +80,38 @@ def _write_records(
     (staging / SHARD_DIR).mkdir()
     shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes)
     columns = MetadataColumns()
-    index = array("Q")
+    raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
-    raw_bytes = max_record = count = 0
-    items, payload, append = iter(source), columns.payload, shards.append
-    if stages is not None:  # the same steps, each timed
+    count = 0
+    batch: list[bytes] = []
+    items, payload, write, add_raw = iter(source), columns.payload, shards.extend, raw_lengths.append
+    batch_bytes = _BATCH_BYTES
+    if stages is not None:  # the same steps, each timed, a record at a time
         items, payload = stages.iterate("python_next", items), stages.timed("python_extract", payload, "result")
         compress = None if compress is None else stages.timed("compression", compress, "first")
-        append = stages.timed("disk_write", append, "first")
+        write = functools.partial(_one_by_one, stages.timed("disk_write", shards.append, "first"))
         checksum = stages.timed("record_checksum", checksum, "first")
+        batch_bytes = 0
     timed = stages.stage if stages is not None else _untimed
     try:
+        size, add = 0, batch.append
         for i, item in enumerate(items):
             data = payload(i, item)
-            raw_bytes += len(data)
-            max_record = max(max_record, len(data))
             if compress is not None:
+                add_raw(len(data))
                 data = compress(data)
-            index.extend(append(data))
-            index.append(checksum(data))
-            if i % _PROGRESS_EVERY == _PROGRESS_EVERY - 1:
-                bar.update(_PROGRESS_EVERY)
-        count = len(index) // 4
-        bar.update(count % _PROGRESS_EVERY)
+            add(data)
+            size += len(data) + _RECORD_COST
+            if size >= batch_bytes:
+                write(batch, list(map(checksum, batch)))
+                bar.update(len(batch))
+                size = 0
+                batch.clear()
+        if batch:
+            write(batch, list(map(checksum, batch)))
+            bar.update(len(batch))
+        count = len(shards.index) // 4
     finally:
         bar.close()
         with timed("shard_flush"):
@@ -106,7 +120,10 @@ def _write_records(
         raise BadInput("cache source yielded no samples")
     with timed("finish_index"):
         fsync_dir(staging / SHARD_DIR)
-        np.frombuffer(index, dtype=INDEX_DTYPES[FORMAT_VERSION]).tofile(staging / INDEX_FILE)
+        index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
+        index.tofile(staging / INDEX_FILE)
+        raw = np.frombuffer(raw_lengths, dtype=np.uint64) if compress is not None else index["length"]
+        raw_bytes, max_record = int(raw.sum()), int(raw.max())
     compression = {"algo": comp.algo, "ratio": comp.ratio}
     body: dict[str, Any] = {
         "format": FORMAT_NAME,

@@ -1,0 +1,114 @@
+"""Cache creation, interleaved: torch_drt, dataset-rt and MosaicML's ``MDSWriter`` on the same records (issue 26).
+
+Workload: bench_cache.py's, 20,000 records of 4 KiB with an int label. Each round writes once with each library, in
+a rotated order, every write into a fresh directory removed after it; the figures are medians over the rounds of
+wall time (and CPU time of the writing process, all its threads, for a busy machine). torch_drt syncs every shard
+to disk before it publishes; dataset-rt and MDSWriter do not sync. MDSWriter runs in the peers side environment
+(benchmarks/setup_peers.sh) through benchmarks/_side_mds_writer.py; without it, it is reported as skipped.
+
+    python benchmarks/bench_cache_write.py [--samples 20000] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from _envs import env_python
+from bench_cache import PAYLOAD, Source
+
+HERE = Path(__file__).resolve().parent
+
+
+def _in_process(lib, work: Path, payloads: list[bytes]):
+    rt = lib.DatasetRuntime(num_workers=2)
+    cfg = lib.WriterConfig(show_progress=False)
+    count = [0]
+
+    def write() -> tuple[float, float]:
+        count[0] += 1
+        name = f"w{count[0]}"
+        t0, c0 = time.perf_counter(), time.process_time()
+        (res,) = rt.write_cache([Source(name, payloads, lib.CacheInput)], work, writer_config=cfg)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        assert type(res).__name__ == "CacheWriteSuccess", res
+        shutil.rmtree(work / name)
+        return wall, cpu
+
+    return write
+
+
+def _mds(samples: int):
+    python = env_python("peers")
+    if not python.exists():
+        return f"no peers side environment at {python.parents[1]} (benchmarks/setup_peers.sh)"
+    proc = subprocess.Popen([str(python), str(HERE / "_side_mds_writer.py"), str(samples)], text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    if proc.stdout.readline().strip() != "ready":
+        return f"the MDSWriter side process did not start (exit {proc.wait()})"
+
+    def write() -> tuple[float, float]:
+        proc.stdin.write("write\n")
+        proc.stdin.flush()
+        wall, cpu = proc.stdout.readline().split()
+        return float(wall), float(cpu)
+
+    write.close = lambda: (proc.stdin.close(), proc.wait(60))
+    return write
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    work = Path(tempfile.mkdtemp(prefix="bench_cache_write_"))
+    import torch_drt
+
+    writers, skipped = {"torch_drt": _in_process(torch_drt, work / "torch_drt", payloads)}, {}
+    try:
+        import dataset_rt
+
+        writers["dataset-rt"] = _in_process(dataset_rt, work / "dataset_rt", payloads)
+    except ImportError as e:
+        skipped["dataset-rt"] = f"not installed ({e})"
+    mds = _mds(args.samples)
+    if isinstance(mds, str):
+        skipped["mosaicml-streaming"] = mds
+    else:
+        writers["mosaicml-streaming"] = mds
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in writers}
+    names = list(writers)
+    try:
+        for name in names:  # one untimed write each: imports, first-use allocations
+            writers[name]()
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                times[name].append(writers[name]())
+    finally:
+        if hasattr(writers.get("mosaicml-streaming"), "close"):
+            writers["mosaicml-streaming"].close()
+        shutil.rmtree(work, ignore_errors=True)
+    wall = {n: statistics.median(w for w, _ in t) for n, t in times.items()}
+    cpu = {n: statistics.median(c for _, c in t) for n, t in times.items()}
+    print(f"# cache create: {args.samples} x {PAYLOAD} B, int label; {args.rounds} interleaved rounds, medians")
+    print(f"{'library':<20} {'samples/s':>10} {'MB/s':>8} {'CPU s':>7} {'torch_drt ratio':>16} {'by CPU':>7}")
+    for name in names:
+        rate = args.samples / wall[name]
+        print(f"{name:<20} {rate:>10,.0f} {rate * PAYLOAD / 1e6:>8,.1f} {cpu[name]:>7.3f} "
+              f"{wall[name] / wall['torch_drt']:>15.2f}x {cpu[name] / cpu['torch_drt']:>6.2f}x")
+    for name, reason in skipped.items():
+        print(f"{name:<20} skipped: {reason}")
+    print("goals: >= 3x dataset-rt, >= 1.5x mosaicml-streaming (wall time, on a quiet machine)")
+
+
+if __name__ == "__main__":
+    main()

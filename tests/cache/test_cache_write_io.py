@@ -1,0 +1,110 @@
+"""How the writer puts records on disk: chunked writes on a helper thread, and a disk that fills up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import run_isolated
+
+import torch_drt as drt
+from torch_drt.cache import writer
+from torch_drt.cache._shard_files import ShardFiles
+from torch_drt.cache.validate import open_cache
+
+
+class Items:
+    def __init__(self, name, items):
+        self.name, self.items = name, items
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+@pytest.mark.parametrize(
+    ("chunk_bytes", "batch_bytes", "shard_bytes"),
+    [(1, 1, 300), (7, 100, 300), (64, 0, 300), (64, 250, 300), (64, 250, 100_000), (1 << 22, 60, 100_000),
+     (1 << 22, 1 << 22, 300)],
+)
+def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksums(
+    runtime, tmp_path, monkeypatch, chunk_bytes, batch_bytes, shard_bytes
+):
+    # records smaller, equal to and larger than a chunk, empty ones, several shards and one larger than a shard,
+    # handed over one by one and in batches that fit a shard or cross into the next
+    monkeypatch.setattr(ShardFiles, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
+    monkeypatch.setattr(writer, "_RECORD_COST", 1)
+    monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
+    rng = np.random.default_rng(0)
+    sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3
+    payloads = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
+    items = [drt.CacheInput(p, {"i": i}) for i, p in enumerate(payloads)]
+    cfg = drt.WriterConfig(show_progress=False, max_shard_bytes=shard_bytes)
+    (res,) = runtime.write_cache([Items("chunks", items)], tmp_path, writer_config=cfg)
+    layout = open_cache(res.path, verify=True)  # every shard's SHA-256 and every record's XXH3 checked
+    assert (len(layout.shards) > 3) == (shard_bytes == 300)
+    assert [size for _, size in layout.shards] == [(res.path / "shards" / name).stat().st_size
+                                                   for name, _ in layout.shards]
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == payloads
+
+
+_FULL_DISK = """
+import os
+import torch_drt as drt
+
+class Source:
+    name = "full"
+    def __iter__(self):
+        return (drt.CacheInput(os.urandom(100_000), {"i": i}) for i in range(40))
+
+root = ROOT
+with drt.DatasetRuntime(num_workers=1) as rt:
+    try:
+        rt.write_cache([Source()], root, writer_config=drt.WriterConfig(show_progress=False))
+    except drt.CacheSourcesError as e:
+        (result,) = e.results
+        print("RESULT", type(result).__name__, result.message)
+print("LEFT", sorted(os.listdir(root)))
+"""
+
+
+def test_a_full_disk_fails_the_source_with_a_typed_error_not_a_crash(tmp_path):
+    # a 1 MiB file system filled by a 4 MB source: the old memory-mapped shards died of SIGBUS here
+    if os.geteuid() != 0 or sys.platform != "linux":
+        pytest.skip("mounting a small tmpfs needs root on Linux")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("this machine does not allow mounting a tmpfs")
+    try:
+        proc = run_isolated(_FULL_DISK.replace("ROOT", repr(str(mount))), timeout=120)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "RESULT CacheWriteError OSError: [Errno 28] No space left on device" in proc.stdout, proc.stdout
+    assert "LEFT []" in proc.stdout, proc.stdout  # nothing published, the staging directory removed
+
+
+def test_the_writer_helper_thread_ends_after_a_failed_source(runtime, tmp_path):
+    class Failing:
+        name = "failing"
+
+        def __iter__(self):
+            yield drt.CacheInput(b"x" * 100, {"i": 0})
+            raise RuntimeError("source broke")
+
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
+    try:
+        runtime.write_cache([Failing()], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    except drt.CacheSourcesError as e:
+        (result,) = e.results
+    assert isinstance(result, drt.CacheWriteError) and "source broke" in result.message
+    assert not [t for t in threading.enumerate() if t.name.startswith("torch_drt-shard") and t.name not in before]
+    assert not list(Path(tmp_path).iterdir())
