@@ -17,7 +17,7 @@ from typing import Any
 
 from torch_drt._cli_common import CliError, positive_int
 
-__all__ = ["add_profile", "cmd_profile", "draw_profile", "profile_loader"]
+__all__ = ["add_profile", "cmd_profile", "draw_profile", "picture_names", "profile_loader"]
 
 _POINTS = 40  # statistics read this many times over a run
 
@@ -55,7 +55,11 @@ def _series(timeline: list[dict[str, Any]], key: str) -> list[float]:
 
 def draw_profile(timeline: list[dict[str, Any]], path: str | Path) -> Any:
     """Draw the timeline to a PNG at ``path``: a panel per worker (each stage's share of each interval, stacked)
-    and the throughput (batches/s). Returns the matplotlib ``Figure`` (its legend names the stages).
+    and the throughput (batches/s). The PNG's text chunks ``Stages`` and ``Workers`` list the legend's stages and
+    the panels' workers (comma-separated), so a picture can be checked against a fresh run without its pixels.
+
+    Returns:
+        The matplotlib ``Figure`` (its legend names the stages).
 
     Raises:
         CliError: when matplotlib is missing (``pip install 'torch_drt[profile]'``).
@@ -91,9 +95,24 @@ def draw_profile(timeline: list[dict[str, Any]], path: str | Path) -> Any:
     throughput.set_ylabel("batches/s", fontsize=8)
     throughput.set_xlabel("seconds")
     fig.suptitle("where the loader's time went (share of each interval per stage)", fontsize=10)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, metadata={"Stages": ",".join(labels), "Workers": ",".join(workers)})
     plt.close(fig)
     return fig
+
+
+def picture_names(path: str | Path) -> dict[str, list[str]]:
+    """The names a picture of ``draw_profile`` was drawn with: ``{"stages": [...], "workers": [...]}``.
+
+    Raises:
+        ValueError: when ``path`` is not a PNG drawn by ``draw_profile`` (no ``Stages`` text chunk).
+    """
+    from PIL import Image
+
+    with Image.open(path) as image:
+        text = dict(getattr(image, "text", {}))
+    if "Stages" not in text:
+        raise ValueError(f"{path}: not a torch-drt profile picture (no Stages text chunk)")
+    return {key.lower(): text.get(key, "").split(",") for key in ("Stages", "Workers")}
 
 
 def _factory(target: str) -> Any:

@@ -6,6 +6,7 @@ Run it with ``torch-drt demo`` (or ``make demo``). Every step prints what it did
 from __future__ import annotations
 
 import io
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 import torch_drt as drt
 from torch_drt.describe import described
 
-__all__ = ["ShapesSource", "render", "run_demo"]
+__all__ = ["ShapesSource", "loader", "render", "run_demo"]
 
 CLASSES = ("square", "disc", "stripes", "cross")
 MEAN, STD = [0.25, 0.25, 0.25], [0.3, 0.3, 0.3]
@@ -95,6 +96,38 @@ def _model() -> Any:
     )
 
 
+def _cache(workdir: Path, n: int, show_progress: bool) -> Any:
+    """The demo cache of ``n`` images under ``workdir``: reused when complete, built otherwise."""
+    try:
+        return drt.DatasetRuntime(num_workers=2).from_cache_sources(
+            ShapesSource(n),
+            workdir,
+            reader_config=drt.ReaderConfig(seed=0),
+            writer_config=drt.WriterConfig(show_progress=show_progress),
+        )
+    except drt.CacheSourcesError as e:
+        raise SystemExit(f"cache build failed: {e}") from None
+
+
+def loader(workdir: str | Path | None = None, n: int = 4000, batch_size: int = 64, workers: int = 2) -> Any:
+    """The demo's training loader over its cache (built when missing): ``torch-drt profile torch_drt.demo:loader``.
+
+    Args:
+        workdir: The cache root; default ``$TORCH_DRT_DEMO_DIR``, else ``demo_data`` (``torch-drt demo``'s).
+        n: Generated images in the cache.
+        batch_size: Images per batch.
+        workers: Loader threads decoding and normalising the images.
+
+    Returns:
+        The ``StatefulDataLoader`` the demo trains from: ``((images, labels), indices)`` batches.
+    """
+    from torch_drt.storage import DocumentStorage
+
+    dataset = _cache(Path(workdir or os.environ.get("TORCH_DRT_DEMO_DIR", "demo_data")), n, show_progress=False)
+    labels = dataset.get_metadata().column("label").to_numpy()
+    return _loader(DocumentStorage(dataset.layouts[0].path), labels, batch_size, workers)
+
+
 def _loader(storage: Any, labels: np.ndarray, batch_size: int, workers: int) -> Any:
     from torch_drt import ImageCollator, StatefulDataLoader
 
@@ -154,17 +187,8 @@ def run_demo(workdir: Path, n: int = 4000, batch_size: int = 64, steps: int = 30
     print(f"torch_drt demo: {n} generated 32x32 PNG images in {len(CLASSES)} classes; cache root {workdir}\n")
 
     print("1. Build the cache (reused when it is already complete)")
-    runtime = drt.DatasetRuntime(num_workers=2)
     t0 = time.perf_counter()
-    try:
-        dataset = runtime.from_cache_sources(
-            ShapesSource(n),
-            workdir,
-            reader_config=drt.ReaderConfig(seed=0),
-            writer_config=drt.WriterConfig(show_progress=True),
-        )
-    except drt.CacheSourcesError as e:
-        raise SystemExit(f"cache build failed: {e}") from None
+    dataset = _cache(workdir, n, show_progress=True)
     layout = dataset.layouts[0]
     size = sum(s for _, s in layout.shards)
     print(

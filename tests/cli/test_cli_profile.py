@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 import torch_drt as drt
-from torch_drt._cli_profile import draw_profile, profile_loader
+from torch_drt._cli_profile import draw_profile, picture_names, profile_loader
 from torch_drt.cli import main
 
 pytest.importorskip("matplotlib")
@@ -70,6 +70,16 @@ def test_the_legend_names_the_stages(factory_module, tmp_path):
     assert {"dataset", "collate", "source"} <= labels
     assert labels == set(stats.stages)
     assert (tmp_path / "p.png").stat().st_size > 0
+    names = picture_names(tmp_path / "p.png")  # the PNG keeps the legend and the panels' workers
+    assert names == {"stages": sorted(labels), "workers": ["main", "0", "1"]}
+
+
+def test_a_png_not_drawn_by_profile_is_refused_by_name(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (4, 4)).save(tmp_path / "plain.png")
+    with pytest.raises(ValueError, match=r"plain\.png: not a torch-drt profile picture"):
+        picture_names(tmp_path / "plain.png")
 
 
 def test_a_cache_is_profiled(runtime, tmp_path, capsys):
