@@ -1,4 +1,4 @@
-"""The package is typed: py.typed ships (mypy against the lazily loaded public names: tests/examples/test_examples_typed.py)."""
+"""The package is typed: py.typed ships (mypy on the lazy face: tests/examples/test_examples_typed.py)."""
 
 from __future__ import annotations
 
