@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_drt.cache.shard_order import EpochPermutations
+from torch_drt.sampling.shard_order import EpochPermutations
 from torch_drt.sampling.permutation import KeyedPermutation
 
 
