@@ -35,7 +35,7 @@ demo: $(RUNTIME_STAMP)
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
-# everything: the default suite plus the opt-in larger runs (-m slow: scale, every state mutation, the other
+# everything: the default suite plus the opt-in larger runs (-m slow: scale, every state mutation, whole transform grids, the other
 # node-cache limit pairs)
 test-all: $(TEST_STAMP)
 	TORCH_DRT_ALL_MUTATIONS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m ''
