@@ -13,6 +13,7 @@ own ranged reads, say) is one module that subclasses ``CacheBackend`` and calls 
 
 from __future__ import annotations
 
+import importlib
 import os
 import posixpath
 import re
@@ -30,6 +31,9 @@ __all__ = ["ANY_URL", "Location", "is_url", "register_backend", "split_protocol"
 _LOCAL_SCHEMES = frozenset({"file", "local"})
 ANY_URL = "*"  # the backend of a URL whose scheme registered none of its own
 _BACKENDS: dict[str, type[CacheBackend]] = {}
+# torch_drt's own backends, imported by name on first use (fsspec's ``known_implementations``): each module
+# registers its schemes when imported, so a built-in backend is its module plus one line here
+_BUILT_IN = {"file": "torch_drt.locations.local", ANY_URL: "torch_drt.locations.remote"}
 
 
 def split_protocol(location: str) -> tuple[str, str]:
@@ -62,6 +66,13 @@ def register_backend(scheme: str, backend: type[CacheBackend], *, replace: bool 
     if scheme in _BACKENDS and _BACKENDS[scheme] is not backend and not replace:
         raise ValueError(f"{scheme=} is read by {_BACKENDS[scheme].__name__} already (pass replace=True)")
     _BACKENDS[scheme] = backend
+
+
+def _registered(scheme: str) -> type[CacheBackend] | None:
+    """The backend registered for ``scheme``, importing torch_drt's own module for it first when it is built in."""
+    if scheme not in _BACKENDS and scheme in _BUILT_IN:
+        importlib.import_module(_BUILT_IN[scheme])
+    return _BACKENDS.get(scheme)
 
 
 def is_url(location: object) -> bool:
@@ -195,9 +206,7 @@ class Location:
         Raises:
             ValueError: when no backend is registered for it.
         """
-        import torch_drt.locations  # noqa: F401 - the package's backends register on import
-
-        backend = _BACKENDS.get(self.scheme) or (_BACKENDS.get(ANY_URL) if self.is_remote else None)
+        backend = _registered(self.scheme) or (_registered(ANY_URL) if self.is_remote else None)
         if backend is None:
             raise ValueError(f"no backend reads {self.redacted()!r} (scheme {self.scheme!r})")
         return backend.from_location(self)
