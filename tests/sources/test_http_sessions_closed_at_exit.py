@@ -42,6 +42,7 @@ def server():
     s.stop()
 
 
+@pytest.mark.matrix  # each way of leaving a loader, in a covering third by default
 @pytest.mark.parametrize(
     ("method", "stop_early", "keep"),
     [("thread", True, True), ("thread", False, True), ("thread", True, False), ("thread", False, False),
