@@ -1,7 +1,8 @@
 """Progress bars of long commands and calls (uploads, verify, build-set, convert): one line per job, on stderr.
 
 A bar is drawn only when stderr is a terminal and nothing silenced bars (``--quiet``: ``silenced()``), so logs,
-pipes and tests see no bar characters. It redraws at most ``REDRAW_S`` apart and ends with a newline at ``close``.
+pipes and tests see no bar characters; ``TORCH_DRT_PROGRESS=1`` draws bars on any stream (a batch job's log),
+``TORCH_DRT_PROGRESS=0`` on none. It redraws at most ``REDRAW_S`` apart and ends with a newline at ``close``.
 ``Progress`` is thread-safe (uploads count from their threads)::
 
     with Progress("verify", "s3://bucket/cache", total=n_bytes, unit="B") as bar:
@@ -12,6 +13,7 @@ pipes and tests see no bar characters. It redraws at most ``REDRAW_S`` apart and
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -37,10 +39,16 @@ def silenced() -> Iterator[None]:
 
 
 def enabled(stream: IO[str] | None = None) -> bool:
-    """Whether a bar would be drawn on ``stream`` (default stderr): a terminal, and no ``silenced()`` block."""
+    """Whether a bar would be drawn on ``stream`` (default stderr): a terminal (or ``TORCH_DRT_PROGRESS=1``), and no
+    ``silenced()`` block nor ``TORCH_DRT_PROGRESS=0``."""
     stream = sys.stderr if stream is None else stream
+    forced = os.environ.get("TORCH_DRT_PROGRESS", "")
+    if _silenced or forced == "0":
+        return False
+    if forced == "1":
+        return True
     try:
-        return not _silenced and stream.isatty()
+        return stream.isatty()
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
 

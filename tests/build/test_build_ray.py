@@ -114,11 +114,12 @@ def test_rerun_of_a_finished_build_is_idempotent(tmp_path):
     assert (tmp_path / "s" / "cacheset.json").read_bytes() == manifest and manifest_inodes(tmp_path / "s") == inodes
 
 
-def test_columns_metadata_selection_and_one_driver_bar(tmp_path, capsys):
+def test_columns_metadata_selection_and_one_driver_bar(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TORCH_DRT_PROGRESS", "1")  # a bar although stderr is captured, not a terminal
     report = build_cache_set(rows_dataset(300), tmp_path, "s", metadata_columns=["label"], rows_per_part=100)
     assert report.ok and read_all(tmp_path / "s")[5][1] == {"label": 5}
     err = capsys.readouterr().err
-    assert "set s: 100%" in err and "300/300" in err and "s-0000" not in err
+    assert "build set s [" in err and "100%" in err and "300/300" in err and "s-0000" not in err
 
 
 def test_an_empty_dataset_is_refused(tmp_path):

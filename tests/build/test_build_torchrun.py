@@ -27,7 +27,9 @@ def free_port() -> int:
 def two_ranks(tmp_path_factory):
     """One two-rank job running every scenario of set_build_job.scenarios; what each rank saw."""
     root = tmp_path_factory.mktemp("ranks")
-    mp.spawn(scenarios, args=(2, free_port(), str(root)), nprocs=2, join=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TORCH_DRT_PROGRESS", "1")  # bars in the ranks' stderr files, which are not terminals
+        mp.spawn(scenarios, args=(2, free_port(), str(root)), nprocs=2, join=True)
     return root, [json.loads((root / f"rank-{r}.json").read_text()) for r in range(2)]
 
 
@@ -44,7 +46,8 @@ def test_ranks_build_the_same_set_as_one_process(two_ranks, tmp_path):
 
 def test_only_rank_zero_shows_the_one_bar(two_ranks):
     root, _ = two_ranks
-    assert "set same: 100%" in (root / "stderr-0").read_text() and "40/40" in (root / "stderr-0").read_text()
+    shown = (root / "stderr-0").read_text()
+    assert "build set same [" in shown and "100%" in shown and "40/40" in shown, shown
     assert (root / "stderr-1").read_text() == ""
 
 

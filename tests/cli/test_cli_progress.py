@@ -126,3 +126,22 @@ def test_a_cache_set_build_draws_one_bar_on_a_terminal_only(tmp_path):
     assert "build set files [" in shown and "40/40 rows" in shown, shown
     proc = piped("cache", "build", str(tmp_path / "piped"), str(source), "--parts", "2")
     assert proc.returncode == 0 and "build set" not in proc.stderr and "%" not in proc.stderr, proc.stderr
+
+
+def test_the_environment_forces_bars_on_or_off(monkeypatch):
+    import io
+
+    from torch_drt._progress import enabled, silenced
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("TORCH_DRT_PROGRESS", raising=False)
+    assert enabled(Terminal()) and not enabled(io.StringIO())
+    monkeypatch.setenv("TORCH_DRT_PROGRESS", "1")  # a batch job's log
+    assert enabled(io.StringIO())
+    with silenced():  # --quiet wins
+        assert not enabled(io.StringIO())
+    monkeypatch.setenv("TORCH_DRT_PROGRESS", "0")
+    assert not enabled(Terminal())

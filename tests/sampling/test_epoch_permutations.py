@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_drt.sampling.shard_order import EpochPermutations
 from torch_drt.sampling.permutation import KeyedPermutation
+from torch_drt.sampling.shard_order import EpochPermutations
 
 
 def test_rows_follow_each_epochs_permutation_within_and_across_epochs():
