@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from torch_drt.nodecache import _path_locks
+
 __all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "not_shared", "preallocate", "remove_unused",
            "too_large"]
 
 logger = logging.getLogger("torch_drt.cache")
+_MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
@@ -47,9 +50,23 @@ def locked(
     seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
     logs the holder's pid; the callers' work is safe without it, only done twice. ``remake`` makes the lock's
     directory again when it is missing (removed while in use)."""
+    deadline = None if wait is None else time.monotonic() + wait
+    entry, taken = _path_locks.acquire(str(path), wait)  # this process's threads queue here, without polling
+    try:
+        with _flocked(path, mode, wait, deadline if taken else time.monotonic(), remake) as held:
+            yield held
+    finally:
+        _path_locks.release(str(path), entry, taken)
+
+
+@contextlib.contextmanager
+def _flocked(
+    path: Path, mode: int, wait: float | None, deadline: float | None, remake: Callable[[], None] | None
+) -> Iterator[bool]:
+    """``locked``'s file lock, against the other processes (waiting until ``deadline``: None waits forever)."""
     fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
     try:
-        held = _wait_for(fd, wait)
+        held = _wait_for(fd, deadline)
         if held:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
@@ -63,11 +80,11 @@ def locked(
         os.close(fd)  # closing drops the lock
 
 
-def _wait_for(fd: int, wait: float | None) -> bool:
-    if wait is None:
+def _wait_for(fd: int, deadline: float | None) -> bool:
+    if deadline is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return True
-    deadline, pause = time.monotonic() + wait, 0.001
+    pause = 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,7 +93,7 @@ def _wait_for(fd: int, wait: float | None) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.05)
+            pause = min(pause * 2, _MAX_PAUSE)
 
 
 def remove_unused(path: Path) -> bool:
