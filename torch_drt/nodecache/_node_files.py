@@ -173,14 +173,21 @@ def too_large(directory: Path, limit: int, shown: str, size: int) -> ValueError:
     )
 
 
-def entries(directory: Path) -> list[tuple[float, int, Path]]:
-    """(mtime, size, path) of each file in ``directory`` (none when it is missing)."""
+def entries(directory: Path) -> list[tuple[float, int, str]]:
+    """(mtime, size, path) of each file in ``directory`` (none when it is missing). Every download's space
+    accounting scans the cache under the space lock, so this is kept lean: one ``stat`` per file, no ``Path``."""
     out = []
-    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as it:
+    try:
+        it = os.scandir(directory)
+    except FileNotFoundError:
+        return out
+    with it:
         for entry in it:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 st = entry.stat(follow_symlinks=False)
-                out.append((st.st_mtime, st.st_size, Path(entry.path)))
+            except FileNotFoundError:  # removed since the listing
+                continue
+            out.append((st.st_mtime, st.st_size, entry.path))
     return out
 
 
@@ -189,17 +196,19 @@ def evict(directory: Path, limit: int, need: int, abandoned: Callable[[str], boo
     more bytes fit under ``limit``; returns the bytes freed and the bytes held after (``NodeCache.evict``)."""
     usage = 0
     for _, size, path in entries(directory / "tmp"):
-        if abandoned(path.name.split(".", 1)[0]):
-            path.unlink(missing_ok=True)
+        if abandoned(os.path.basename(path).split(".", 1)[0]):
+            Path(path).unlink(missing_ok=True)
         else:
             usage += size
-    data = sorted(entries(directory / "data"))
+    data = entries(directory / "data")
     usage += sum(size for _, size, _ in data)
     freed = 0
-    for _, size, path in data:
+    if usage + need <= limit:
+        return freed, usage
+    for _, size, path in sorted(data):
         if usage + need <= limit:
             break
-        if remove_unused(path):
+        if remove_unused(Path(path)):
             usage -= size
             freed += size
     return freed, usage
