@@ -114,18 +114,20 @@ def remove_unused(path: Path) -> bool:
 def downloading(tmp_dir: Path, key: str) -> bool:
     """True when a live process has a download of ``key`` in ``tmp_dir`` (its name holds the pid): a lock file
     made again after the cache directory was emptied is free while that download still runs."""
-    for entry in tmp_dir.glob(f"{key}.*"):
-        pid = entry.name[len(key) + 1 :].partition(".")[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            continue
-        except PermissionError:  # another user's live process
-            return True
+    return any(_live(entry.name[len(key) + 1 :].partition(".")[0]) for entry in tmp_dir.glob(f"{key}.*"))
+
+
+def _live(pid: str) -> bool:
+    """True when ``pid`` (a download's name part) is a live process."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
         return True
-    return False
+    return True
 
 
 def free(fd: int) -> bool:
@@ -196,7 +198,8 @@ def evict(directory: Path, limit: int, need: int, abandoned: Callable[[str], boo
     more bytes fit under ``limit``; returns the bytes freed and the bytes held after (``NodeCache.evict``)."""
     usage = 0
     for _, size, path in entries(directory / "tmp"):
-        if abandoned(os.path.basename(path).split(".", 1)[0]):
+        key, _, rest = os.path.basename(path).partition(".")
+        if not _live(rest.partition(".")[0]) and abandoned(key):  # (a live downloader's file is not abandoned)
             Path(path).unlink(missing_ok=True)
         else:
             usage += size
