@@ -76,7 +76,8 @@ class FaultProxy:
         allowed_keys: when set, a request signed with another access key gets 403 InvalidAccessKeyId (as S3 does).
         requests: requests forwarded, by method; ``gets`` by path; ``bytes_out`` response body bytes of GETs;
             ``ranges`` the Range header of each GET, by path; ``puts`` the paths written, in order;
-            ``max_gets_at_once`` the most GETs being served at one time (latency included).
+            ``max_gets_at_once`` the most GETs being served at one time (latency included); ``timeline`` each
+            GET as (arrived, answered, path, Range header, body bytes), in seconds of ``time.monotonic()``.
     """
 
     def __init__(self, upstream: str, latency: float = 0.0, serve: bool = True) -> None:
@@ -103,10 +104,12 @@ class FaultProxy:
         self.bytes_out = 0
         self.gets_now = 0
         self.max_gets_at_once = 0
+        self.timeline: list[tuple[float, float, str, str, int]] = []
 
     def stats(self) -> dict:
         return {"requests": dict(self.requests), "bytes_out": self.bytes_out, "failed": self.failed,
-                "gets": dict(self.gets), "ranges": dict(self.ranges)}
+                "gets": dict(self.gets), "ranges": dict(self.ranges), "max_gets_at_once": self.max_gets_at_once,
+                "timeline": self.timeline}
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 34)
@@ -127,10 +130,14 @@ class FaultProxy:
             return await self._forward(request)
         self.gets_now += 1
         self.max_gets_at_once = max(self.max_gets_at_once, self.gets_now)
+        arrived = time.monotonic()
         try:
-            return await self._forward(request)
+            response = await self._forward(request)
         finally:
             self.gets_now -= 1
+        size = response.content_length or 0
+        self.timeline.append((arrived, time.monotonic(), request.path, request.headers.get("Range", ""), size))
+        return response
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         if self.latency:

@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from torch_drt.nodecache import _path_locks
+
 __all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "not_shared", "preallocate", "remove_unused",
            "too_large"]
 
 logger = logging.getLogger("torch_drt.cache")
+_MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
@@ -47,9 +50,23 @@ def locked(
     seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
     logs the holder's pid; the callers' work is safe without it, only done twice. ``remake`` makes the lock's
     directory again when it is missing (removed while in use)."""
+    deadline = None if wait is None else time.monotonic() + wait
+    entry, taken = _path_locks.acquire(str(path), wait)  # this process's threads queue here, without polling
+    try:
+        with _flocked(path, mode, wait, deadline if taken else time.monotonic(), remake) as held:
+            yield held
+    finally:
+        _path_locks.release(str(path), entry, taken)
+
+
+@contextlib.contextmanager
+def _flocked(
+    path: Path, mode: int, wait: float | None, deadline: float | None, remake: Callable[[], None] | None
+) -> Iterator[bool]:
+    """``locked``'s file lock, against the other processes (waiting until ``deadline``: None waits forever)."""
     fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
     try:
-        held = _wait_for(fd, wait)
+        held = _wait_for(fd, deadline)
         if held:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
@@ -63,11 +80,11 @@ def locked(
         os.close(fd)  # closing drops the lock
 
 
-def _wait_for(fd: int, wait: float | None) -> bool:
-    if wait is None:
+def _wait_for(fd: int, deadline: float | None) -> bool:
+    if deadline is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return True
-    deadline, pause = time.monotonic() + wait, 0.001
+    pause = 0.001
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -76,7 +93,7 @@ def _wait_for(fd: int, wait: float | None) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.05)
+            pause = min(pause * 2, _MAX_PAUSE)
 
 
 def remove_unused(path: Path) -> bool:
@@ -97,18 +114,20 @@ def remove_unused(path: Path) -> bool:
 def downloading(tmp_dir: Path, key: str) -> bool:
     """True when a live process has a download of ``key`` in ``tmp_dir`` (its name holds the pid): a lock file
     made again after the cache directory was emptied is free while that download still runs."""
-    for entry in tmp_dir.glob(f"{key}.*"):
-        pid = entry.name[len(key) + 1 :].partition(".")[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            continue
-        except PermissionError:  # another user's live process
-            return True
+    return any(_live(entry.name[len(key) + 1 :].partition(".")[0]) for entry in tmp_dir.glob(f"{key}.*"))
+
+
+def _live(pid: str) -> bool:
+    """True when ``pid`` (a download's name part) is a live process."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
         return True
-    return False
+    return True
 
 
 def free(fd: int) -> bool:
@@ -156,14 +175,21 @@ def too_large(directory: Path, limit: int, shown: str, size: int) -> ValueError:
     )
 
 
-def entries(directory: Path) -> list[tuple[float, int, Path]]:
-    """(mtime, size, path) of each file in ``directory`` (none when it is missing)."""
+def entries(directory: Path) -> list[tuple[float, int, str]]:
+    """(mtime, size, path) of each file in ``directory`` (none when it is missing). Every download's space
+    accounting scans the cache under the space lock, so this is kept lean: one ``stat`` per file, no ``Path``."""
     out = []
-    with contextlib.suppress(FileNotFoundError), os.scandir(directory) as it:
+    try:
+        it = os.scandir(directory)
+    except FileNotFoundError:
+        return out
+    with it:
         for entry in it:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 st = entry.stat(follow_symlinks=False)
-                out.append((st.st_mtime, st.st_size, Path(entry.path)))
+            except FileNotFoundError:  # removed since the listing
+                continue
+            out.append((st.st_mtime, st.st_size, entry.path))
     return out
 
 
@@ -172,17 +198,20 @@ def evict(directory: Path, limit: int, need: int, abandoned: Callable[[str], boo
     more bytes fit under ``limit``; returns the bytes freed and the bytes held after (``NodeCache.evict``)."""
     usage = 0
     for _, size, path in entries(directory / "tmp"):
-        if abandoned(path.name.split(".", 1)[0]):
-            path.unlink(missing_ok=True)
+        key, _, rest = os.path.basename(path).partition(".")
+        if not _live(rest.partition(".")[0]) and abandoned(key):  # (a live downloader's file is not abandoned)
+            Path(path).unlink(missing_ok=True)
         else:
             usage += size
-    data = sorted(entries(directory / "data"))
+    data = entries(directory / "data")
     usage += sum(size for _, size, _ in data)
     freed = 0
-    for _, size, path in data:
+    if usage + need <= limit:
+        return freed, usage
+    for _, size, path in sorted(data):
         if usage + need <= limit:
             break
-        if remove_unused(path):
+        if remove_unused(Path(path)):
             usage -= size
             freed += size
     return freed, usage

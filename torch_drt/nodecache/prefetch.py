@@ -167,6 +167,19 @@ class ShardPrefetcher:
         if self._first and all(f.key in self._held or f.key in self._failed for f in self._first):
             self._first = []
 
+    def _hold_fetched(self, file: Fetchable) -> None:
+        """After ``file`` was fetched (under the lock): hold it when the bytes ahead want it. Only while the first
+        read's files come is every wanted file looked at again (one of them may have come from another process);
+        a running plan's other files are looked at by the next ``update`` and by ``_next``, so that a download's
+        end costs no look at every file of a long plan."""
+        if self._first:
+            self._hold_ahead()
+            return
+        if file.key not in self._held and any(f.key == file.key for f in self._ahead_of_plan()):
+            held = file.hold()
+            if held is not None:
+                self._held[file.key] = held
+
     def demand(self, file: Fetchable, waited: bool = True) -> None:
         """Fetch ``file`` before anything planned (a read needs it now: it waits for it, or, not ``waited``, is
         served by byte ranges meanwhile and the file downloads only if the node cache has room); a no-op when it
@@ -225,7 +238,7 @@ class ShardPrefetcher:
                         continue
                     self.fetched += 1
                     ramping = bool(self._first)
-                    self._hold_ahead()
+                    self._hold_fetched(file)
                     if ramping and not self._first:
                         self._cond.notify_all()  # the first read's files are here: the rest of the plan starts
             finally:
