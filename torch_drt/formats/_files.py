@@ -117,6 +117,12 @@ class Files:
         if backend is not None:
             backend.prefetch(files, first=1)
 
+    def list_remote(self, directory: str) -> None:
+        """List a remote directory's files now (one request), so that the dataset carries their sizes and ETags
+        to its worker processes; nothing for a local one."""
+        if self.remote(directory):
+            self._listing(directory)
+
     def _listing(self, directory: str) -> dict[str, tuple[int, str]]:
         """``{name: (size, ETag)}`` of a remote directory's files, listed once (files without an ETag left out)."""
         listed = self._listed.get(directory)

@@ -132,6 +132,7 @@ class LitDataset(ShardSet):
             except ValueError as e:
                 raise FormatError(where, f"not a LitData index: {e}") from None
             config = _Config(root, index, where, allow_pickle)
+            self._files.list_remote(root)
             for name, size, nbytes in config.chunks:
                 self._chunks.append((len(self._configs), name, nbytes))
                 counts.append(size)

@@ -179,6 +179,7 @@ class MDSDataset(ShardSet):
             except (ValueError, KeyError, TypeError) as e:
                 raise FormatError(where, f"not an MDS index: {type(e).__name__}: {e}") from None
             self._shards += [_Shard(root, e, where, allow_pickle, decode_images) for e in entries]
+            self._files.list_remote(root)
         super().__init__([s.samples for s in self._shards],
                          [str(self._files.where(s.root, (s.zip or s.raw)[0])) for s in self._shards], cache_shards)
 

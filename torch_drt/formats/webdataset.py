@@ -58,6 +58,8 @@ class WebDatasetShards(ShardSet):
         self._files = Files(storage_options, remote_config)
         self.urls = [name for url in many(urls) for name in expand_braces(url)]
         self._block = block
+        for directory in dict.fromkeys(split_location(url)[0] for url in self.urls):
+            self._files.list_remote(directory)
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
             self._index: list[TarIndex] = list(pool.map(self._build, self.urls))
         super().__init__([len(ix[0]) for ix in self._index], self.urls, cache_shards=8)
