@@ -170,27 +170,28 @@ class Files:
 
 
 def _list_etags(backend: CacheBackend) -> dict[str, tuple[int, str]]:
-    """``{name: (size, ETag)}`` of the files under a remote backend's location, by one listing (empty when it
-    fails)."""
+    """``{name: (size, ETag)}`` of the files directly under a remote backend's location, by one listing (empty
+    when it fails)."""
     store = getattr(backend, "store", None)
     if store is None:
         return {}
     root = store.path("")
 
-    def find() -> dict[str, Any]:
+    def ls() -> list[Any]:
         store.fs.invalidate_cache()
-        return store.fs.find(root, detail=True)
+        return store.fs.ls(root, detail=True)
 
     try:
-        found = store.run("listing", "", find)
+        found = store.run("listing", "", ls)
     except (OSError, ValueError):
         return {}
     out = {}
-    for path, info in found.items():
-        etag = (info.get("ETag") or info.get("etag")) if isinstance(info, dict) else None
-        size = info.get("size") if isinstance(info, dict) else None
+    for info in found:
+        if not isinstance(info, dict) or info.get("type") == "directory":
+            continue
+        etag, size = info.get("ETag") or info.get("etag"), info.get("size")
         if etag and isinstance(size, int):
-            out[str(path)[len(root) :].lstrip("/")] = (size, str(etag))
+            out[str(info.get("name", "")).rstrip("/").rsplit("/", 1)[-1]] = (size, str(etag))
     return out
 
 
