@@ -8,7 +8,9 @@ decides whether a location is a URL: ``backend_for`` does.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import io
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,8 @@ from torch_drt.locations import CacheBackend, StoredFile, backend_for
 from torch_drt.locations.location import Location, is_url
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "many", "offset_table", "split_location"]
+__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "gather_samples", "many", "offset_table",
+           "split_location"]
 
 
 def split_location(location: str | Path) -> tuple[str, str]:
@@ -41,9 +44,15 @@ class Files:
         self.storage_options = dict(storage_options or {})
         self.remote_config = remote_config
         self._backends: dict[str, CacheBackend] = {}
+        self._listed: dict[str, dict[str, tuple[int, str]]] = {}  # directory -> name -> (size, ETag), one listing
+        # each, sent to worker processes with the dataset
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_backends": {}}
+
+    def remote(self, directory: str) -> bool:
+        """True when ``directory`` is read through the remote backend (whose node cache verifies downloads)."""
+        return not self.backend(directory).stats_cheaply
 
     def backend(self, directory: str) -> CacheBackend:
         """The backend of ``directory`` (a path or URL prefix)."""
@@ -64,12 +73,62 @@ class Files:
         xxh3_128 the dataset's index records)."""
         return self.backend(directory).read(rel, limit, checksum=checksum)
 
-    def open(self, directory: str, rel: str, size: int | None = None) -> StoredFile:
-        """A file opened for range reads (mapped when local; coalesced range requests when remote)."""
+    def open(
+        self, directory: str, rel: str, size: int | None = None, checksum: tuple[str, str] | None = None
+    ) -> StoredFile:
+        """A file opened for range reads (``size``: what the dataset's index records, when a remote file's size is
+        not listed): mapped when local; when remote, downloaded whole into the node cache on
+        first read (served by coalesced range requests meanwhile) and mapped from there, so a later epoch, worker
+        or process of the node reads it locally.
+
+        A remote file with a ``checksum`` (sha256 or xxh3_128, as the dataset's index records it) is keyed by it
+        and every read waits for its verified download; one without is keyed by its URL, size and ETag (a file
+        rewritten in place is fetched anew), or, when the store reports no ETag, read by range requests only.
+        """
         backend = self.backend(directory)
-        if size is None:
+        if backend.stats_cheaply:  # opened at its own size: the reader compares it with what its index records
+            return backend.open(rel, backend.size(rel), ranges_ok=True)
+        listed = self._listing(directory).get(rel)
+        if listed is not None:
+            size = listed[0]
+        elif size is None:
             size = backend.size(rel)
-        return backend.open(rel, size, ranges_ok=True)
+        if checksum is not None and checksum[0] in ("sha256", "xxh3_128"):
+            return backend.open(rel, size, checksum=checksum)
+        if listed is None:
+            return backend.open(rel, size, ranges_ok=True)
+        identity = hashlib.sha256(json.dumps([str(backend.where(rel)), size, listed[1]]).encode()).hexdigest()
+        return backend.open(rel, size, checksum=("object", identity), ranges_ok=True)
+
+    def whole(self, directory: str, rel: str, size: int, checksum: tuple[str, str] | None = None) -> bytes:
+        """All ``size`` bytes of a file (through the node cache when remote, as ``open``)."""
+        file = self.open(directory, rel, size, checksum)
+        try:
+            if file.size != size:
+                raise FormatError(file.where, f"file is {file.size} bytes, the index records {size}")
+            return gather_one(file, 0, size)
+        finally:
+            file.close()
+
+    def prefetch(self, files: Sequence[StoredFile]) -> None:
+        """Fetch remote ``files`` into the node cache ahead of their reads, in this order (replacing the previous
+        plan of this process; the first one is needed now)."""
+        backend = next((getattr(f, "backend", None) for f in files if getattr(f, "backend", None)), None)
+        if backend is not None:
+            backend.prefetch(files, first=1)
+
+    def list_remote(self, directory: str) -> None:
+        """List a remote directory's files now (one request), so that the dataset carries their sizes and ETags
+        to its worker processes; nothing for a local one."""
+        if self.remote(directory):
+            self._listing(directory)
+
+    def _listing(self, directory: str) -> dict[str, tuple[int, str]]:
+        """``{name: (size, ETag)}`` of a remote directory's files, listed once (files without an ETag left out)."""
+        listed = self._listed.get(directory)
+        if listed is None:
+            listed = self._listed[directory] = _list_etags(self.backend(directory))
+        return listed
 
     def names(self, directory: str) -> list[str]:
         """The names of the files directly in ``directory``, sorted."""
@@ -108,6 +167,32 @@ class Files:
         if is_url(location) and location.endswith("/"):
             return True
         return self.backend(location).is_dir()
+
+
+def _list_etags(backend: CacheBackend) -> dict[str, tuple[int, str]]:
+    """``{name: (size, ETag)}`` of the files directly under a remote backend's location, by one listing (empty
+    when it fails)."""
+    store = getattr(backend, "store", None)
+    if store is None:
+        return {}
+    root = store.path("")
+
+    def ls() -> list[Any]:
+        store.fs.invalidate_cache()
+        return store.fs.ls(root, detail=True)
+
+    try:
+        found = store.run("listing", "", ls)
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for info in found:
+        if not isinstance(info, dict) or info.get("type") == "directory":
+            continue
+        etag, size = info.get("ETag") or info.get("etag"), info.get("size")
+        if etag and isinstance(size, int):
+            out[str(info.get("name", "")).rstrip("/").rsplit("/", 1)[-1]] = (size, str(etag))
+    return out
 
 
 class MemoryFile(StoredFile):
@@ -188,6 +273,17 @@ def gather_one(file: StoredFile, start: int, end: int) -> bytes:
         raise FormatError(file.where, f"byte range [{start}, {end}) lies outside the file's {file.size} bytes")
     file.check()
     return bytes(file.gather([start], [end])[0])
+
+
+def gather_samples(file: StoredFile, offsets: np.ndarray, indices: Sequence[int]) -> list[bytes]:
+    """The bytes of samples ``indices`` of a shard whose checked ``offset_table`` is ``offsets``, in one gather
+    (one coalesced request for a remote file not in the node cache yet)."""
+    for i in indices:
+        if not 0 <= i < len(offsets) - 1:
+            raise FormatError(file.where, f"sample {i} is not in the shard's {len(offsets) - 1}")
+    file.check()
+    got = file.gather([int(offsets[i]) for i in indices], [int(offsets[i + 1]) for i in indices])
+    return [bytes(d) for d in got]
 
 
 def many(locations: str | Path | Sequence[str | Path]) -> list[str]:

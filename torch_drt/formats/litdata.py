@@ -19,7 +19,7 @@ import numpy as np
 
 from torch_drt.cache.errors import FormatError, UnsafeEncodingError
 from torch_drt.formats import _litdata_serializers as ser
-from torch_drt.formats._files import Files, MemoryFile, gather_one, many, offset_table
+from torch_drt.formats._files import Files, MemoryFile, gather_one, gather_samples, many, offset_table
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
@@ -27,6 +27,7 @@ from torch_drt.locations.remote_config import RemoteConfig
 __all__ = ["LitDataset"]
 
 _INDEX_LIMIT = 256 << 20
+_AHEAD = 8  # chunks fetched ahead of a remote read, in chunk order
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
 
 
@@ -131,6 +132,7 @@ class LitDataset(ShardSet):
             except ValueError as e:
                 raise FormatError(where, f"not a LitData index: {e}") from None
             config = _Config(root, index, where, allow_pickle)
+            self._files.list_remote(root)
             for name, size, nbytes in config.chunks:
                 self._chunks.append((len(self._configs), name, nbytes))
                 counts.append(size)
@@ -138,10 +140,15 @@ class LitDataset(ShardSet):
             self._configs.append(config)
         super().__init__(counts, names, cache_shards)
 
+    def _ahead(self, shard: int) -> None:
+        roots = [self._configs[self._chunks[k][0]].root for k in range(shard, min(self.num_shards, shard + _AHEAD))]
+        if self._files.remote(roots[0]):
+            self._files.prefetch([self._files.open(root, self._chunks[k][1]) for k, root in enumerate(roots, shard)])
+
     def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
         c, name, nbytes = self._chunks[shard]
         config = self._configs[c]
-        file: StoredFile = self._files.open(config.root, name)
+        file: StoredFile = self._files.open(config.root, name, None if config.compression else nbytes)
         if config.compression:
             where = file.where
             data = gather_one(file, 0, file.size)
@@ -156,8 +163,14 @@ class LitDataset(ShardSet):
         return file, offset_table(file, int(self.shard_counts[shard]))
 
     def _sample(self, decoded: tuple[StoredFile, np.ndarray], shard: int, index: int) -> Any:
+        return self._shard_samples(decoded, shard, [index])[0]
+
+    def _shard_samples(self, decoded: tuple[StoredFile, np.ndarray], shard: int, indices: list[int]) -> list[Any]:
         file, offsets = decoded
-        data = gather_one(file, int(offsets[index]), int(offsets[index + 1]))
+        return [self._item(shard, i, data) for i, data in zip(indices, gather_samples(file, offsets, indices))]
+
+    def _item(self, shard: int, index: int, data: bytes) -> Any:
+        """Item ``index`` of chunk ``shard`` rebuilt from its bytes."""
         config = self._configs[self._chunks[shard][0]]
         n = len(config.decoders)
         if len(data) < 4 * n:

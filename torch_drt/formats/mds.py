@@ -22,7 +22,7 @@ import numpy as np
 
 from torch_drt.cache.errors import FormatError, UnsafeEncodingError
 from torch_drt.formats import _mds_encodings as enc
-from torch_drt.formats._files import Files, MemoryFile, gather_one, many, offset_table
+from torch_drt.formats._files import Files, MemoryFile, gather_samples, many, offset_table
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
@@ -30,6 +30,7 @@ from torch_drt.locations.remote_config import RemoteConfig
 __all__ = ["MDSDataset"]
 
 _INDEX_LIMIT = 256 << 20
+_AHEAD = 8  # shards fetched ahead of a remote read, in shard order
 _MAX_SHARD_BYTES = 1 << 32  # an index claiming more for one shard is damaged (MDS writes 64 MiB by default)
 
 
@@ -178,21 +179,41 @@ class MDSDataset(ShardSet):
             except (ValueError, KeyError, TypeError) as e:
                 raise FormatError(where, f"not an MDS index: {type(e).__name__}: {e}") from None
             self._shards += [_Shard(root, e, where, allow_pickle, decode_images) for e in entries]
+            self._files.list_remote(root)
         super().__init__([s.samples for s in self._shards],
                          [str(self._files.where(s.root, (s.zip or s.raw)[0])) for s in self._shards], cache_shards)
 
+    def _shard_file(self, shard: int) -> StoredFile:
+        """Shard ``shard``'s file, opened (through the node cache when remote, keyed by its sha256 when the index
+        records one)."""
+        s = self._shards[shard]
+        name, size, hashes = s.zip or s.raw
+        checksum = ("sha256", hashes["sha256"]) if "sha256" in hashes else None
+        return self._files.open(s.root, name, size, checksum)
+
+    def _ahead(self, shard: int) -> None:
+        if self._files.remote(self._shards[shard].root):
+            self._files.prefetch([self._shard_file(k) for k in range(shard, min(self.num_shards, shard + _AHEAD))])
+
     def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
-        """The shard's bytes (opened, or read whole and verified) and its sample offsets."""
+        """The shard's bytes (opened, or read whole and verified) and its sample offsets.
+
+        A raw remote shard whose index records a sha256 is read from the node cache's copy, verified against it
+        when downloaded; locally, or with other hashes only, or compressed, the shard is read whole and checked
+        against every hash the index lists."""
         s = self._shards[shard]
         name, size, hashes = s.zip or s.raw
         where = self._files.where(s.root, name)
-        if s.zip is None and not hashes:
-            file: StoredFile = self._files.open(s.root, name)
+        if s.zip is None and (not hashes or ("sha256" in hashes and self._files.remote(s.root))):
+            file = self._shard_file(shard)
             if file.size != size:
                 raise FormatError(where, f"file is {file.size} bytes, index.json records {size}")
         else:
             checksum = ("sha256", hashes["sha256"]) if "sha256" in hashes else None
-            data = self._files.read(s.root, name, size, checksum)
+            if self._files.remote(s.root):
+                data = self._files.whole(s.root, name, size, checksum)
+            else:
+                data = self._files.read(s.root, name, size, checksum)
             _verify(where, data, size, hashes)
             if s.unzip is not None:
                 _, raw_size, raw_hashes = s.raw
@@ -205,9 +226,11 @@ class MDSDataset(ShardSet):
         return file, offset_table(file, s.samples)
 
     def _sample(self, decoded: tuple[StoredFile, np.ndarray], shard: int, index: int) -> dict[str, Any]:
+        return self._shard_samples(decoded, shard, [index])[0]
+
+    def _shard_samples(self, decoded: tuple[StoredFile, np.ndarray], shard: int, indices: list[int]) -> list[Any]:
         file, offsets = decoded
-        data = gather_one(file, int(offsets[index]), int(offsets[index + 1]))
-        return self._decode(shard, data)
+        return [self._decode(shard, data) for data in gather_samples(file, offsets, indices)]
 
     def _decode(self, shard: int, data: bytes) -> dict[str, Any]:
         s = self._shards[shard]

@@ -89,8 +89,19 @@ class ShardSet(ABC):
         return self._samples(loaded, places)
 
     def _samples(self, loaded: dict[int, Any], places: list[tuple[int, int]]) -> list[dict[str, Any]]:
-        """Samples at ``places`` from the decoded shards (readers may batch the conversion)."""
-        return [self._sample(loaded[s], s, i) for s, i in places]
+        """Samples at ``places`` from the decoded shards, each shard's read at once (``_shard_samples``)."""
+        out: list[Any] = [None] * len(places)
+        by_shard: dict[int, list[int]] = {}
+        for k, (s, _) in enumerate(places):
+            by_shard.setdefault(s, []).append(k)
+        for s, ks in by_shard.items():
+            for k, sample in zip(ks, self._shard_samples(loaded[s], s, [places[k][1] for k in ks])):
+                out[k] = sample
+        return out
+
+    def _shard_samples(self, decoded: Any, shard: int, indices: list[int]) -> list[Any]:
+        """Samples ``indices`` of the decoded shard ``shard`` (readers gather their bytes at once)."""
+        return [self._sample(decoded, shard, i) for i in indices]
 
     def shard(self, shard: int) -> Any:
         """Shard ``shard`` decoded (from this process's LRU, or loaded now)."""
@@ -99,6 +110,7 @@ class ShardSet(ABC):
             if got is not None:
                 self._lru.move_to_end(shard)
                 return got
+        self._ahead(shard)
         got = self._load(shard)  # outside the lock: threads decode different shards at once
         with self._lock:
             self._lru[shard] = got
@@ -106,6 +118,9 @@ class ShardSet(ABC):
             while len(self._lru) > self.cache_shards:
                 self._lru.popitem(last=False)
         return got
+
+    def _ahead(self, shard: int) -> None:  # noqa: B027 - a reader of local files fetches nothing ahead
+        """Before loading ``shard``: fetch it and the shards after it into the node cache (remote readers)."""
 
     @abstractmethod
     def _load(self, shard: int) -> Any:

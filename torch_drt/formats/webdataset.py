@@ -24,7 +24,7 @@ from torch_drt.locations.remote_config import RemoteConfig
 
 __all__ = ["WebDatasetShards"]
 
-
+_AHEAD = 8  # tars fetched ahead of a remote read, in shard order
 
 
 class WebDatasetShards(ShardSet):
@@ -58,6 +58,8 @@ class WebDatasetShards(ShardSet):
         self._files = Files(storage_options, remote_config)
         self.urls = [name for url in many(urls) for name in expand_braces(url)]
         self._block = block
+        for directory in dict.fromkeys(split_location(url)[0] for url in self.urls):
+            self._files.list_remote(directory)
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
             self._index: list[TarIndex] = list(pool.map(self._build, self.urls))
         super().__init__([len(ix[0]) for ix in self._index], self.urls, cache_shards=8)
@@ -76,20 +78,14 @@ class WebDatasetShards(ShardSet):
     def _load(self, shard: int) -> StoredFile:
         return self._open(self.urls[shard])
 
+    def _ahead(self, shard: int) -> None:
+        if self._files.remote(split_location(self.urls[shard])[0]):
+            self._files.prefetch([self._open(u) for u in self.urls[shard : shard + _AHEAD]])
+
     def _sample(self, decoded: StoredFile, shard: int, index: int) -> dict[str, Any]:
-        return self._read(decoded, shard, [index])[0]
+        return self._shard_samples(decoded, shard, [index])[0]
 
-    def _samples(self, loaded: dict[int, Any], places: list[tuple[int, int]]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = [{}] * len(places)
-        by_shard: dict[int, list[int]] = {}
-        for k, (s, _) in enumerate(places):
-            by_shard.setdefault(s, []).append(k)
-        for s, ks in by_shard.items():
-            for k, sample in zip(ks, self._read(loaded[s], s, [places[k][1] for k in ks])):
-                out[k] = sample
-        return out
-
-    def _read(self, file: StoredFile, shard: int, indices: list[int]) -> list[dict[str, Any]]:
+    def _shard_samples(self, file: StoredFile, shard: int, indices: list[int]) -> list[dict[str, Any]]:
         """Samples ``indices`` of a shard: every field's bytes in one gather."""
         keys, first, exts, starts, ends = self._index[shard]
         spans = [(int(first[i]), int(first[i + 1])) for i in indices]

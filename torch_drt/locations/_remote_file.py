@@ -34,6 +34,8 @@ def verify_download(path: Path | bytes, checksum: tuple[str, str], where: str | 
     """Raise ``CacheCorruptError`` unless the file at ``path`` (or the bytes read from it) has the checksum the
     manifest records."""
     algo, expected = checksum
+    if algo == "object":  # a foreign dataset's file without a checksum: its ETag keys it, its size was checked
+        return
     if isinstance(path, bytes):
         actual = hashlib.sha256(path).hexdigest() if algo == "sha256" else xxh3_128_hex(path)
     else:
@@ -67,7 +69,8 @@ class RemoteFile(StoredFile):
     """One remote file of a cache: mapped from the node cache once fetched, else read by byte ranges.
 
     Attributes:
-        key: its content key in the node cache (``"sha256-<hex>"``).
+        key: its content key in the node cache (``"sha256-<hex>"``; ``"object-<hex>"`` for a foreign dataset's
+            file that records no checksum: a digest of its URL, size and ETag, see ``torch_drt.formats``).
         ranges_ok: whether reads may use byte ranges (the reader verifies every record's checksum).
     """
 
@@ -75,7 +78,7 @@ class RemoteFile(StoredFile):
         super().__init__(backend.where(rel), size)
         self.backend, self.rel, self.checksum, self.ranges_ok = backend, rel, checksum, ranges_ok
         self.key = f"{checksum[0]}-{checksum[1]}"
-        self.downloadable = checksum[0] in ("sha256", "xxh3_128")
+        self.downloadable = checksum[0] in ("sha256", "xxh3_128", "object")
         self._kept: Mapped | None = None  # mapped for the reader's life (the index), outside the open-shards budget
         self._replaced = False  # the node cache's copy was found damaged and fetched anew (once per file)
 
