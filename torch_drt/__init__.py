@@ -3,6 +3,7 @@
 import logging
 from typing import TYPE_CHECKING
 
+from torch_drt._lazy import lazy_names
 from torch_drt.cache import (
     CacheCorruptError,
     CachedBatch,
@@ -44,14 +45,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'torch_drt' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

@@ -5,7 +5,9 @@ The public names import torch: they load on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torch_drt._lazy import lazy_names
 
 if TYPE_CHECKING:
     from torch_drt.loader._fetch import default_collate
@@ -23,11 +25,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'torch_drt.loader' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

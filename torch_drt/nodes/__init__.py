@@ -7,9 +7,9 @@ imports the cache.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from torch_drt._lazy import lazy_names
 from torch_drt.nodes.batch_plan import BatchPlan, BatchPlanner
 from torch_drt.nodes.item_batcher import ItemBatch, ItemBatcher
 from torch_drt.nodes.mixer import WeightedMixer
@@ -25,16 +25,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'torch_drt.nodes' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

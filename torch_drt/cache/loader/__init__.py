@@ -10,8 +10,9 @@ torchdata nodes. Names load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from torch_drt._lazy import lazy_names
 
 if TYPE_CHECKING:  # the names below, visible to type checkers and IDEs
     from torch_drt.cache.loader.cache_reader import CacheReaderNode
@@ -26,16 +27,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'torch_drt.cache.loader' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = ["CacheDataLoader", "CacheReaderNode", "CacheSampler", "to_torch_dataloader"]
