@@ -14,8 +14,6 @@ from typing import Any
 
 from torch_drt._cli_common import CliError
 
-__all__ = ["add_bench", "cmd_bench"]
-
 _ENVS_VAR = "TORCH_DRT_BENCH_ENVS"  # read by the checkout's benchmarks/_envs.py, which decides the default
 
 

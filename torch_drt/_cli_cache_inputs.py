@@ -11,8 +11,6 @@ from typing import Any
 
 from torch_drt._cli_common import CliError, existing_dir
 
-__all__ = ["DirectorySource", "build_source", "load_spec", "location", "published", "storage_options"]
-
 
 class DirectorySource:
     """Every file under a directory, in sorted order; metadata: relative path and size."""

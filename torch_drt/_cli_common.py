@@ -7,8 +7,6 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-__all__ = ["CliError", "CliParser", "existing_dir", "non_negative_int", "positive_int", "report"]
-
 
 class CliError(Exception):
     """A failure the command reports as one line; ``status`` is the exit status (1: failed, 2: bad arguments)."""

@@ -12,8 +12,6 @@ from typing import Any
 from torch_drt._cli_cache_inputs import published, storage_options
 from torch_drt._cli_common import CliError, positive_int
 
-__all__ = ["add_convert", "add_info_verify", "cmd_convert", "cmd_info", "cmd_verify"]
-
 _OPTIONS_HELP = 'fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\''
 
 

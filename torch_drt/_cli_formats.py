@@ -8,8 +8,6 @@ from typing import Any
 
 from torch_drt._cli_cache_inputs import storage_options
 
-__all__ = ["add_formats", "cmd_formats_info", "cmd_formats_verify"]
-
 
 def _open(args: argparse.Namespace, location: str) -> tuple[str, Any]:
     """The format and the opened dataset (a damaged one raises; ``main`` reports it in one line)."""

@@ -17,8 +17,6 @@ from typing import Any
 
 from torch_drt._cli_common import CliError, positive_int
 
-__all__ = ["add_profile", "cmd_profile", "draw_profile", "picture_names", "profile_loader"]
-
 _POINTS = 40  # statistics read this many times over a run
 
 

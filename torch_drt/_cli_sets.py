@@ -12,8 +12,6 @@ from torch_drt.cache import CacheCorruptError, WriterConfig, is_cache_set, open_
 from torch_drt.locations import backend_for
 from torch_drt.locations.remote_store import RemoteStore
 
-__all__ = ["build_set", "ls_line", "set_info", "under_torchrun", "verify_set"]
-
 
 def under_torchrun() -> bool:
     """True when torchrun (or another launcher of several ranks) started this process."""

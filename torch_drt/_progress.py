@@ -20,8 +20,6 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["REDRAW_S", "Progress", "enabled", "shown", "silenced"]
-
 REDRAW_S = 0.1
 _WIDTH = 24
 _silenced = 0

@@ -16,8 +16,6 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
-__all__ = ["MAIN", "BatchTimes", "Recorded", "Timed", "WorkerIndex", "claim_bytes", "count_bytes", "current"]
-
 MAIN = -1  # the worker index of batches loaded in the calling thread
 
 _local = threading.local()

@@ -12,8 +12,6 @@ import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["MAX_COUNT", "MAX_EPOCH", "MAX_SEED", "StateFields", "check_node_state"]
-
 MAX_EPOCH = (1 << 63) - 1
 MAX_COUNT = 1 << 62  # positions, offsets and counts: far past any stream, and safe in int64 arithmetic
 MAX_SEED = (1 << 64) - 1

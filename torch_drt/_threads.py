@@ -38,8 +38,6 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["restore", "single_thread"]
-
 _RUNTIME = re.compile(r"lib(g|i|)omp[\w.-]*\.(so|dylib)")
 _lock = threading.Lock()
 _resolved = False

@@ -25,8 +25,6 @@ from torch_drt.cache import RemoteConfig, WriterConfig
 from torch_drt.sampling.stride import owns
 from torch_drt.sampling.topology import resolve_topology
 
-__all__ = ["Ranks", "build_on_ranks"]
-
 
 class Ranks:
     """This process's place in the job, with a gloo group for the build's collectives."""

@@ -14,8 +14,6 @@ from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
 from torch_drt.cache import RemoteConfig, WriterConfig
 
-__all__ = ["build_cache_set"]
-
 
 def build_cache_set(
     inputs: Sequence[Any],

@@ -24,16 +24,6 @@ from torch_drt.locations.location import Location
 from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.sets.cache_set import read_cache_set
 
-__all__ = [
-    "JOURNAL_FILE",
-    "BuildStart",
-    "finish_build",
-    "part_location",
-    "read_journal",
-    "set_directory",
-    "start_build",
-]
-
 JOURNAL_FILE = ".build-plan.json"
 _JOURNAL_FORMAT = "torch_drt.cacheset.plan"
 

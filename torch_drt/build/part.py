@@ -17,8 +17,6 @@ from torch_drt.cache import CacheCorruptError, CacheWriteSuccess, RemoteConfig, 
 from torch_drt.cache.writer import write_source
 from torch_drt.locations.location import Location
 
-__all__ = ["PROGRESS_EVERY", "published_part", "write_part"]
-
 PROGRESS_EVERY = 64  # rows between two progress reports of a part
 _END = object()
 

@@ -14,18 +14,6 @@ from typing import Any
 from torch_drt.cache import CacheInput
 from torch_drt.sets.cache_set import validate_set_name
 
-__all__ = [
-    "DEFAULT_ROWS_PER_PART",
-    "ColumnsToInput",
-    "PartPlan",
-    "RowRange",
-    "part_bounds",
-    "part_name",
-    "plan_parts",
-    "plan_ranges",
-    "split_rows",
-]
-
 DEFAULT_ROWS_PER_PART = 1024
 _MAX_NAME = 200  # the longest cache name
 Convert = Callable[[Any], "CacheInput | None"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-__all__ = ["BuildProgress"]
-
 
 class BuildProgress:
     """A thread-safe count of the build's input rows, shown as one bar when ``enabled`` and stderr is a terminal

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["BuildReport", "PartOutcome", "PartStatus"]
-
 PartStatus = Literal["written", "reused", "empty", "failed"]
 
 

@@ -13,8 +13,6 @@ import pyarrow.ipc as ipc
 
 from torch_drt.cache._format import KIND_TO_ARROW, UID_KEY, kind_of, validate_column_name
 
-__all__ = ["BadInput", "MetadataColumns"]
-
 _PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
 
 

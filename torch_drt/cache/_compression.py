@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["compressor", "decompressor"]
-
 
 def compressor(algo: str, level: int = 3) -> Callable[[bytes], bytes] | None:
     """Return a function compressing one record, or None for ``"none"``."""

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
     from torch_drt.cache.config import ReaderConfig
     from torch_drt.cache.reader import CacheReader
 
-__all__ = ["DatasetPosition", "Window"]
-
 
 class Window:
     """One iterator's reserved window of the stream, and how much of it was delivered."""
@@ -26,7 +24,6 @@ class Window:
 
     def __init__(self, start: int, count: int) -> None:
         self.start, self.count, self.delivered = start, count, 0
-
 
 
 class DatasetPosition:

@@ -19,32 +19,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "INDEX_DTYPES",
-    "INDEX_FILE",
-    "INTERNAL_PREFIX",
-    "KIND_TO_ARROW",
-    "LEGACY_FORMAT_VERSION",
-    "MANIFEST_FILE",
-    "MAX_CACHE_ID",
-    "MAX_FILE_BYTES",
-    "MAX_MANIFEST_BYTES",
-    "METADATA_FILE",
-    "RESERVED_COLUMNS",
-    "SHARD_DIR",
-    "UID_KEY",
-    "cache_id_for",
-    "content_uid",
-    "is_shard_name",
-    "kind_of",
-    "loads_strict",
-    "shard_name",
-    "validate_column_name",
-    "validate_source_name",
-]
-
 FORMAT_NAME = "torch_drt.cache"
 FORMAT_VERSION = 2  # written; 1 is still read
 LEGACY_FORMAT_VERSION = 3  # dataset-rt 0.4 caches

@@ -13,8 +13,6 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.locations import StoredFile
 
-__all__ = ["payload_index", "verify_embedded_metadata"]
-
 HEADER = 8  # bytes of the JSON length before each record's JSON
 
 

@@ -21,8 +21,6 @@ from torch_drt.cache.rows import stream_id
 from torch_drt.nodes.stream_plan import StreamBatch
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 
-__all__ = ["ReaderEvents", "loader_event", "log_ready"]
-
 _READER_EVENT = (
     "event=%s pid=%s rank=%s worker=%s seed=%s native_threads=%s persistent=%s samples=%s population=%s "
     "sampling_reset=%s stream=%s"

@@ -18,8 +18,6 @@ from torch_drt.cache._format import METADATA_FILE
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.validate import CacheLayout, read_metadata
 
-__all__ = ["MetadataFiles"]
-
 _Stamp = tuple[int, int, int, int, int]
 
 

@@ -26,8 +26,6 @@ from torch_drt.cache.writer import WriteMode, write_source
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.publish import publish_lock, remove_stale_staging
 
-__all__ = ["write_in_processes"]
-
 _READY = "ready"
 _STOP_GRACE_S = 2.0
 _POLL_S = 1.0  # how often a wait looks at the children's liveness

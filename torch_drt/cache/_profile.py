@@ -16,8 +16,6 @@ from typing import Any, Literal
 from torch_drt.cache.config import WriterProfilerConfig
 from torch_drt.publish import write_json_atomic
 
-__all__ = ["FORMAT_VERSION", "SourceStages", "WriterProfile"]
-
 FORMAT_VERSION = 1
 _CLOCK = time.perf_counter_ns
 

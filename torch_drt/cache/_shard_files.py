@@ -14,8 +14,6 @@ import numpy as np
 
 from torch_drt.cache._format import shard_name
 
-__all__ = ["ShardFiles"]
-
 
 class ShardFiles:
     """Appends records to numbered shard files, starting a new one past ``max_bytes``.

@@ -16,8 +16,6 @@ from torch_drt.cache._format import INTERNAL_PREFIX
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.sampling.weighted import drawable_weights
 
-__all__ = ["ActiveTable", "build_table", "coerce_table", "validate_table"]
-
 IDENTITY = ("cache_id", "sample_id")
 WEIGHT = "weight"
 

@@ -21,8 +21,6 @@ from pydantic import (
     model_validator,
 )
 
-__all__ = ["CompressionAlgo", "ReaderConfig", "ShardCompression", "WriterConfig", "WriterProfilerConfig"]
-
 CompressionAlgo = Literal["none", "lz4", "zstd"]
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 

@@ -23,7 +23,6 @@ from torch_drt.describe import described
 if TYPE_CHECKING:
     from torch_drt.cache.runtime import DatasetRuntime
 
-__all__ = ["CachedBatch", "CachedDataset"]
 
 logger = logging.getLogger("torch_drt.cache")
 

@@ -8,8 +8,6 @@ from pathlib import Path
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.locations.errors import CacheCorruptError
 
-__all__ = ["CacheCorruptError", "CacheSourcesError", "FormatError", "UnsafeEncodingError"]
-
 
 class FormatError(CacheCorruptError):
     """A file of a dataset in another system's format (WebDataset, MDS, LitData, Parquet, Arrow) is damaged or is

@@ -33,8 +33,6 @@ from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.describe import described
 from torch_drt.locations import CacheBackend, MissingFile
 
-__all__ = ["CacheLayout", "manifest_digest", "parse_manifest", "read_manifest"]
-
 _READABLE = (1, FORMAT_VERSION)
 _LZ4_MAX_RATIO = 256  # an LZ4 block never decompresses to more than ~255x its size
 

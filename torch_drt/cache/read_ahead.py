@@ -16,8 +16,6 @@ import numpy as np
 
 from torch_drt.cache.reader import CacheReader
 
-__all__ = ["ReadAhead"]
-
 BatchRows = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
 ManyBatchRows = Callable[[int, int], "list[tuple[np.ndarray, np.ndarray]]"]
 _FILL = 4  # batches computed per call at most: the view fills over the first batches

@@ -24,8 +24,6 @@ from torch_drt.cache.validate import load_index, open_cache, open_layout, open_s
 from torch_drt.checksums import record_checksums
 from torch_drt.describe import described
 
-__all__ = ["CacheReader"]
-
 
 class _OpenedCache:
     """One cache's opened files and index, and the gather over them."""

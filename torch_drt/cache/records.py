@@ -15,18 +15,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-__all__ = [
-    "CacheInput",
-    "CacheSource",
-    "CacheWriteError",
-    "CacheWriteResult",
-    "CacheWriteSuccess",
-    "CachedBatch",
-    "CachedSample",
-    "MetadataValue",
-    "make_samples",
-]
-
 MetadataValue = bool | int | float | str
 
 

@@ -25,24 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from torch_drt.cache._row_orders import LAYOUTS, ORDERS, REPLICATE, SPLIT, STRIDE, Consumer, OrderInputs, stream_key
+from torch_drt.cache._row_orders import LAYOUTS, ORDERS, REPLICATE, STRIDE, Consumer, OrderInputs, stream_key
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
 from torch_drt.sampling.budget import ConsumerPlan, first_positions
 from torch_drt.sampling.stride import consumer_number, stride_positions, world_total
-
-__all__ = [
-    "LAYOUTS",
-    "ORDERS",
-    "REPLICATE",
-    "SPLIT",
-    "STRIDE",
-    "Consumer",
-    "RowStream",
-    "order_name",
-    "stream_id",
-    "stream_key",
-]
 
 ONE = Consumer()  # the one consumer of one rank (a CachedDataset)
 

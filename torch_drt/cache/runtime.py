@@ -20,8 +20,6 @@ from torch_drt.locations.location import Location
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.template import redact
 
-__all__ = ["DatasetRuntime"]
-
 
 def _root(root: str | Path | Location, options: Mapping[str, Any] | None, config: RemoteConfig | None):
     """``(target, storage_options, remote_config)`` of a root: a URL stays a str (``file://`` becomes a path),

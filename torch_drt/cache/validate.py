@@ -30,17 +30,6 @@ from torch_drt.locations import CacheBackend, MissingFile, StoredFile, backend_f
 if TYPE_CHECKING:
     from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = [
-    "CacheLayout",
-    "is_complete_cache",
-    "load_cache",
-    "load_index",
-    "open_cache",
-    "open_layout",
-    "open_shards",
-    "read_metadata",
-    "verify_checksums",
-]
 
 _MAX_LEGACY_METADATA = 1 << 36  # format 3 records no size for metadata.arrow
 

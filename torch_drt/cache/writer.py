@@ -42,8 +42,6 @@ from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
 
-__all__ = ["write_source"]
-
 logger = logging.getLogger("torch_drt.cache")
 
 WriteMode = Literal["create", "reuse"]

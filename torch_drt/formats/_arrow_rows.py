@@ -13,8 +13,6 @@ from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.formats._files import RangeReader
 from torch_drt.locations import StoredFile
 
-__all__ = ["arrow_source", "batched_rows", "decoding", "rows_of"]
-
 T = TypeVar("T")
 _ARROW_ERRORS = (pa.ArrowException, OSError, ValueError, IndexError, KeyError, TypeError, OverflowError, EOFError)
 

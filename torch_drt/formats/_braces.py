@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["expand_braces"]
-
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _MAX_NAMES = 10_000_000
 

@@ -22,9 +22,6 @@ from torch_drt.locations import CacheBackend, StoredFile, backend_for
 from torch_drt.locations.location import Location, is_url
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["Files", "MemoryFile", "RangeReader", "gather_one", "gather_samples", "many", "offset_table",
-           "split_location"]
-
 
 def split_location(location: str | Path) -> tuple[str, str]:
     """``(directory, name)`` of a file's path or URL."""

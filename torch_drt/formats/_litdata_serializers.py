@@ -14,8 +14,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UNSAFE", "decoder", "fixed_size", "unflattener"]
-
 UNSAFE = frozenset({"pickle"})
 # litdata's dtype tables, by position (its constants say: don't change the order)
 _NUMPY = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float16, np.float32,

@@ -16,8 +16,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["UNSAFE", "decoder", "fixed_size"]
-
 UNSAFE = frozenset({"pkl"})
 _SCALARS = {name: np.dtype(name) for name in (
     "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64")}

@@ -17,8 +17,6 @@ from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.formats._files import RangeReader
 from torch_drt.locations import CacheBackend, StoredFile
 
-__all__ = ["TarIndex", "index_tar", "kept_index"]
-
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 _SKIP = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
 _TAIL_LIMIT = 1 << 20  # bytes after the last header that may be read to check they are the end-of-archive zeros

@@ -22,8 +22,6 @@ from torch_drt.formats._files import Files, gather_one, many
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["ArrowDataset"]
-
 _FILE_MAGIC = b"ARROW1"
 _STATE_LIMIT = 16 << 20
 

@@ -22,8 +22,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["ConvertError", "Converted", "column_name", "convert"]
-
 _SCALARS = (bool, int, float, str)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 

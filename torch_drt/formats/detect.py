@@ -12,8 +12,6 @@ from torch_drt.formats._files import Files, many
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["FORMATS", "detect_format", "open_dataset"]
-
 FORMATS = ("arrow", "litdata", "mds", "parquet", "webdataset")
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
              ".tar": "webdataset"}

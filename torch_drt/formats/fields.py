@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAGIC", "decode_fields", "encode_fields", "sample_fields"]
-
 MAGIC = b"TDRTF1\x00\x00"
 _MAX_DEPTH = 64
 _U64 = struct.Struct("<Q")

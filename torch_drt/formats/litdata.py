@@ -24,8 +24,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["LitDataset"]
-
 _INDEX_LIMIT = 256 << 20
 _AHEAD = 8  # chunks fetched ahead of a remote read, in chunk order
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"

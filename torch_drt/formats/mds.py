@@ -27,8 +27,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["MDSDataset"]
-
 _INDEX_LIMIT = 256 << 20
 _AHEAD = 8  # shards fetched ahead of a remote read, in shard order
 _MAX_SHARD_BYTES = 1 << 32  # an index claiming more for one shard is damaged (MDS writes 64 MiB by default)

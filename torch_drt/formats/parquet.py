@@ -18,8 +18,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["ParquetDataset"]
-
 
 class ParquetDataset(ShardSet):
     """Parquet files as a map-style dataset: sample ``i`` is row ``i`` of the files in order, a dict of its columns.

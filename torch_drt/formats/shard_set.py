@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ShardSet"]
-
 
 class ShardSet(ABC):
     """Samples of a list of shards, read lazily, the last ``cache_shards`` decoded shards kept per process.

@@ -22,8 +22,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["WebDatasetShards"]
-
 _AHEAD = 8  # tars fetched ahead of a remote read, in shard order
 
 

@@ -11,8 +11,6 @@ from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.sampling.topology import resolve_topology
 
-__all__ = ["RankShareNode"]
-
 
 class RankShareNode(BaseNode[PackedSequence]):
     """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global sequence stream (counted

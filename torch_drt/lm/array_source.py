@@ -9,8 +9,6 @@ import numpy as np
 from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 
-__all__ = ["ArraySource"]
-
 
 class ArraySource(TokenSource):
     """Document ``d`` is ``tokens[offsets[d]:offsets[d+1]]``.

@@ -11,8 +11,6 @@ from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 from torch_drt.storage.document import DocumentStorage
 
-__all__ = ["DocumentSource"]
-
 
 class DocumentSource(TokenSource):
     """Documents of a ``DocumentStorage`` written with a dtype; lengths come from its ``length`` column.

@@ -10,8 +10,6 @@ import numpy as np
 from torch_drt.storage.document import DocumentStorage
 from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage
 
-__all__ = ["loader_kwargs_from_storage"]
-
 
 def loader_kwargs_from_storage(
     storage: Any,

@@ -15,8 +15,6 @@ from torch_drt.lm._rank_share import RankShareNode
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.sampling import WeightedDraws
 
-__all__ = ["MixerNode", "source_tokens"]
-
 _CRITERIA = (StopCriteria.CYCLE_FOREVER, StopCriteria.FIRST_DATASET_EXHAUSTED)
 
 

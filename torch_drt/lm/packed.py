@@ -8,8 +8,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["PAD_SEGMENT", "PackedSequence", "collate_packed"]
-
 PAD_SEGMENT = 0
 """The segment id of padding; documents in a sequence are numbered 1, 2, 3, ..."""
 

@@ -18,8 +18,6 @@ from torch_drt.lm.token_stream_source import TokenStreamSource
 from torch_drt.storage.document import DocumentStorage
 from torch_drt.storage.token_stream import TokenStreamStorage
 
-__all__ = ["PackerNode", "as_token_source"]
-
 
 def as_token_source(source: Any, sequence_length: int) -> TokenSource:
     """A ``TokenSource`` for a source, a ``DocumentStorage`` or a ``TokenStreamStorage`` (windows of ``L``).

@@ -23,8 +23,6 @@ from typing import Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
 
-__all__ = ["BEST_FIT", "CONCAT", "FIRST_FIT", "METHODS", "Packer", "make_packer"]
-
 CONCAT = "concat"
 FIRST_FIT = "first_fit"
 BEST_FIT = "best_fit"

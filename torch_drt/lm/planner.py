@@ -10,8 +10,6 @@ from torch_drt._state_fields import StateFields
 from torch_drt.lm.packing import CONCAT, make_packer
 from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["DROP", "OVERLONG", "SPLIT", "TRUNCATE", "SourcePlanner"]
-
 SPLIT = "split"
 DROP = "drop"
 TRUNCATE = "truncate"

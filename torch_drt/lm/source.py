@@ -6,8 +6,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["TokenSource"]
-
 
 class TokenSource:
     """Documents of tokens: their count and lengths up front, their tokens read by slice.

@@ -8,8 +8,6 @@ from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
 from torch_drt.storage.token_stream import TokenStreamStorage
 
-__all__ = ["TokenStreamSource"]
-
 
 class TokenStreamSource(TokenSource):
     """Document ``d`` is the window ``[d*window, (d+1)*window)`` of the stream (the last one may be shorter).

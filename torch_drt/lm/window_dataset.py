@@ -9,8 +9,6 @@ from torch_drt.lm.packed import PackedSequence
 from torch_drt.lm.token_stream_source import TokenStreamSource
 from torch_drt.storage.token_stream import TokenStreamStorage
 
-__all__ = ["PackedWindows"]
-
 
 class PackedWindows:
     """Item i is window i of the stream, ``[i*L, (i+1)*L)``, as a ``PackedSequence`` (the last one padded).

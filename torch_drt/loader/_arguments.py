@@ -10,19 +10,6 @@ from typing import Any
 
 import torch
 
-__all__ = [
-    "MAX_WORKERS",
-    "Unbatched",
-    "check_batching",
-    "check_not_empty",
-    "check_thread_workers",
-    "check_worker_arguments",
-    "check_workers",
-    "is_iterable_dataset",
-    "start_method",
-    "worker_method_for",
-]
-
 MAX_WORKERS = 1024  # one thread or process each: more is a mistake, not a setting
 
 

@@ -23,9 +23,6 @@ from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
 
-__all__ = ["AUTO", "STATE_KEY", "AutotuneRequest", "LoaderAutotune", "apply_setting", "batch_bytes",
-           "default_memory_cap"]
-
 AUTO = "auto"
 STATE_KEY = "autotune"
 MIN_TRIAL = 8

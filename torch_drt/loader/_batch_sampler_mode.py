@@ -12,8 +12,6 @@ from torch_drt.loader.position import Cursor
 from torch_drt.nodes.batch_sampler_planner import BatchSamplerPlanner
 from torch_drt.nodes.ordered_map import OrderedMapper
 
-__all__ = ["BatchSamplerMode"]
-
 
 class BatchSamplerMode(LoaderMode):
     """A map-style dataset batched by a user's batch sampler; checkpoint ``{version, epoch, batches, items,

@@ -12,8 +12,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EventLoopThread", "is_async_dataset"]
-
 logger = logging.getLogger("torch_drt.loader")
 
 _RUNNING: weakref.WeakSet[EventLoopThread] = weakref.WeakSet()  # loops to close when the interpreter exits

@@ -24,8 +24,6 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
-__all__ = ["BatchFetcher", "default_collate", "fetch_stage", "item_threads", "map_fetcher", "pin_batch"]
-
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
     """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch, order and time-out.

@@ -16,8 +16,6 @@ from torch_drt.nodes.item_batcher import ItemBatch
 from torch_drt.random import enter_batch, exit_batch, map_items
 from torch_drt.sampling.stride import stride_range
 
-__all__ = ["ItemBatchFetcher"]
-
 
 class ItemBatchFetcher:
     """Turns an ``ItemBatch`` from a node into ``Fetched(batch, numbers, False)``: transform, collate, pin.

@@ -21,8 +21,6 @@ from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.worker_turns import StreamTask, WorkerTurns
 from torch_drt.sampling.stride import stride_position
 
-__all__ = ["StreamFetcher", "WorkerStreamsMode"]
-
 
 class StreamResult(NamedTuple):
     """A worker's answer: its batch (None when its stream ended), its stream state after it, or its error."""

@@ -16,8 +16,6 @@ from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
 from torch_drt.sampling.stride import world_total
 
-__all__ = ["MapMode"]
-
 
 class MapMode(LoaderMode):
     """A map-style dataset's pipeline and checkpoint: ``{version, epoch, observation_offset, ...}``.

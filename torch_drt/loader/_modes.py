@@ -14,8 +14,6 @@ from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader.base import LoaderMode
 from torch_drt.nodes.iterable_source import IterableSource
 
-__all__ = ["build_mode"]
-
 
 def build_mode(loader: Any) -> LoaderMode:
     """The pipeline of ``loader`` for its current topology: node mode for a torchdata node, worker streams or one

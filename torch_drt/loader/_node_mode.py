@@ -15,8 +15,6 @@ from torch_drt.loader.position import Cursor
 from torch_drt.nodes.item_batcher import ItemBatcher
 from torch_drt.nodes.ordered_map import OrderedMapper
 
-__all__ = ["NodeMode"]
-
 
 class NodeMode(LoaderMode):
     """A node's pipeline and checkpoint: ``{version, epoch, node_state, position, batch_size}``.

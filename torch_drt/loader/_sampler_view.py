@@ -21,8 +21,6 @@ from torch.utils.data import DistributedSampler, RandomSampler, SequentialSample
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
 
-__all__ = ["LoaderPermutation", "LoaderShards", "sampler_view"]
-
 
 def sampler_view(loader: Any, own_split: bool) -> Any:
     """What ``loader.sampler`` is without a user sampler: a ``LoaderShards`` when the loader splits by rank itself

@@ -19,8 +19,6 @@ from torch_drt.loader._sampler_view import sampler_view
 from torch_drt.loader.base import LoaderMode, PipelineLoader
 from torch_drt.sampling.topology import RankSplit
 
-__all__ = ["SplitLoader"]
-
 
 class SplitLoader(PipelineLoader):
     """The torch-facing rank split and samplers of ``StatefulDataLoader`` (see the module docstring).

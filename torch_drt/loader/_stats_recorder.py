@@ -9,8 +9,6 @@ from typing import Any
 
 from torch_drt._stage_clock import MAIN, BatchTimes, claim_bytes
 
-__all__ = ["WAITS_KEPT", "StatsRecorder", "count_items", "stats_enabled"]
-
 WAITS_KEPT = 1 << 16  # the consumer's last waits kept for the percentiles
 ENV = "TORCH_DRT_STATS"
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["DEPTH_GAIN", "WORKER_GAIN", "HillClimb", "MemoryModel", "Setting", "Trial"]
-
 WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
 DEPTH_GAIN = 1.05
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it

@@ -30,8 +30,6 @@ from torch_drt.nodes.ordered_map import OrderedMapper
 if TYPE_CHECKING:
     from torch_drt.loader.stats import LoaderStats
 
-__all__ = ["LoaderMode", "PipelineLoader"]
-
 
 class LoaderMode:
     """What distinguishes one kind of loader: its pipeline (``mapper``) and its checkpoint format.

@@ -11,7 +11,6 @@ import torch
 from torchdata.nodes import BaseNode
 
 from torch_drt.loader._arguments import (
-    MAX_WORKERS,
     Unbatched,
     check_batching,
     check_pin_memory_device,
@@ -35,8 +34,6 @@ from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.topology import RankSplit
-
-__all__ = ["MAX_WORKERS", "StatefulDataLoader", "check_workers"]
 
 
 class StatefulDataLoader(SplitLoader):

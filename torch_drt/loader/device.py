@@ -8,8 +8,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["move_to_device", "resolve_device", "resolve_pin_memory"]
-
 
 def resolve_pin_memory(pin_memory: bool) -> bool:
     """``pin_memory`` where CUDA is available; on CPU-only torch a documented no-op with a warning."""

@@ -13,8 +13,6 @@ from torch_drt.loader.device import move_to_device
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
 
-__all__ = ["Fetched", "LoaderIterator"]
-
 
 class Fetched(NamedTuple):
     """What the fetch stage returns for one batch.

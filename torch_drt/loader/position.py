@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["LoaderPosition"]
-
 Cursor = dict[str, Any] | None  # the source node's state after the last delivered batch; None: the epoch's start
 
 

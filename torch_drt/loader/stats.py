@@ -20,8 +20,6 @@ from typing import Any
 from torch_drt._stage_clock import MAIN
 from torch_drt.loader._stats_recorder import StatsRecorder
 
-__all__ = ["CONSUMER_BOUND_BELOW", "LoaderStats", "StageStats", "WorkerStats"]
-
 CONSUMER_BOUND_BELOW = 0.10  # the caller waited less than this share of the time: data loading is not the bottleneck
 BUSY_WORKERS = 0.80  # workers busier than this are saturated: more workers help
 PARENT_STAGES = ("source", "transport", "device")

@@ -12,8 +12,6 @@ from typing import Any
 
 from torch_drt.loader.stats import LoaderStats
 
-__all__ = ["log_stats", "stats_dict", "stats_of"]
-
 logger = logging.getLogger("torch_drt.stats")
 
 

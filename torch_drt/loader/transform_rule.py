@@ -23,8 +23,6 @@ from typing import Any
 
 from torch_drt.describe import short
 
-__all__ = ["ItemOnly", "takes_item_only", "transform_hook"]
-
 
 class ItemOnly:
     """Adapts a one-argument transform to the loader's ``transform(index, item)`` call."""

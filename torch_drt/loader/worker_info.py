@@ -26,8 +26,6 @@ from typing import Any
 
 from torch_drt.sampling import derive_key
 
-__all__ = ["WORKER_DOMAIN", "WorkerStart", "base_seed", "get_worker_info"]
-
 WORKER_DOMAIN = 0x3057  # separates worker seeds from the shuffle and item keys of the same loader seed
 _BASE_MASK = (1 << 62) - 1  # base_seed + worker_id stays a valid torch seed
 

@@ -16,8 +16,6 @@ from typing import Any
 
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["client_options"]
-
 _S3_OPTIONS = frozenset({  # s3fs options that leave its aiobotocore session as made (see s3_session)
     "anon", "key", "secret", "token", "endpoint_url", "use_ssl", "client_kwargs", "requester_pays",
     "default_block_size", "default_fill_cache", "default_cache_type", "version_aware", "config_kwargs",

@@ -17,7 +17,6 @@ from torch_drt.locations._store_errors import s3_error_code
 if TYPE_CHECKING:
     from torch_drt.locations.remote_store import RemoteStore
 
-__all__ = ["put_if", "read_versioned", "remove_if"]
 
 _LOST = ("PreconditionFailed", "ConditionalRequestConflict")
 

@@ -19,8 +19,6 @@ import threading
 import weakref
 from typing import Any
 
-__all__: list[str] = []
-
 _MADE: weakref.WeakSet[Any] = weakref.WeakSet()  # the clients this process made (RemoteStore.fs)
 _INHERITED: list[Any] = []  # in a forked child: the parent's clients, never dropped
 _LOCK = threading.Lock()

@@ -19,8 +19,6 @@ from collections.abc import Callable
 
 from torch_drt.nodecache.node_cache import PinnedFile
 
-__all__ = ["Mapped", "OpenMaps", "maps"]
-
 MapKey = tuple[str, str]  # (node cache directory, content key)
 
 

@@ -23,8 +23,6 @@ import uuid
 from torch_drt.locations._conditional import put_if, read_versioned, remove_if
 from torch_drt.locations.remote_store import RemoteStore
 
-__all__ = ["CLAIM_FILE", "Claim", "NameBusyError", "StaleWriterError"]
-
 logger = logging.getLogger("torch_drt.cache")
 
 CLAIM_FILE = ".writer"

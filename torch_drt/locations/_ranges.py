@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["coalesce", "read_coalesced"]
-
 
 def coalesce(
     starts: Sequence[int], ends: Sequence[int], gap: int, max_len: int

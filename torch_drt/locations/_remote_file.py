@@ -20,7 +20,6 @@ from torch_drt.locations.errors import CacheCorruptError
 if TYPE_CHECKING:
     from torch_drt.locations.remote import RemoteBackend
 
-__all__ = ["RemoteFile", "damaged_again", "keep_mapped_only", "verify_download"]
 
 logger = logging.getLogger("torch_drt.cache")
 

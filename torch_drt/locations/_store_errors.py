@@ -8,8 +8,6 @@ import sys
 
 from torch_drt.sources.retry import AttemptError, transient_status
 
-__all__ = ["described_failure", "s3_error_code"]
-
 _THROTTLED = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"})
 
 

@@ -14,12 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch_drt.locations.errors import MissingFile
-
 if TYPE_CHECKING:
     from torch_drt.locations.location import Location
-
-__all__ = ["CacheBackend", "MissingFile", "StoredFile"]
 
 
 class StoredFile(ABC):

@@ -6,8 +6,6 @@ from pathlib import Path
 
 from torch_drt.locations.location import Location
 
-__all__ = ["CacheCorruptError", "MissingFile"]
-
 
 class CacheCorruptError(ValueError, RuntimeError):
     """A cache on disk is incomplete, damaged or not a cache at all.

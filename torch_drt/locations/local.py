@@ -17,11 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from torch_drt.checksums import sha256_file
-from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.base import CacheBackend, StoredFile
+from torch_drt.locations.errors import CacheCorruptError, MissingFile
 from torch_drt.locations.location import register_backend
-
-__all__ = ["LocalBackend", "LocalFile"]
 
 # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a cache file that is a link is refused
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW

@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from torch_drt.locations.base import CacheBackend
 
-__all__ = ["ANY_URL", "Location", "is_url", "register_backend", "split_protocol"]
 
 _LOCAL_SCHEMES = frozenset({"file", "local"})
 ANY_URL = "*"  # the backend of a URL whose scheme registered none of its own
@@ -46,7 +45,6 @@ def split_protocol(location: str) -> tuple[str, str]:
     if not sep or not scheme or "/" in scheme:
         return "", location
     return scheme.lower(), rest
-
 
 
 def register_backend(scheme: str, backend: type[CacheBackend], *, replace: bool = False) -> None:

@@ -24,15 +24,13 @@ from typing import Any
 from torch_drt._stage_clock import count_bytes
 from torch_drt.locations._ranges import coalesce, read_coalesced
 from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
-from torch_drt.locations.base import CacheBackend, MissingFile, StoredFile
-from torch_drt.locations.errors import CacheCorruptError
+from torch_drt.locations.base import CacheBackend, StoredFile
+from torch_drt.locations.errors import CacheCorruptError, MissingFile
 from torch_drt.locations.location import ANY_URL, Location, register_backend
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.locations.remote_store import RemoteFileMissing, RemoteStore
 from torch_drt.nodecache.node_cache import NodeCache
 from torch_drt.nodecache.prefetch import ShardPrefetcher
-
-__all__ = ["RemoteBackend", "RemoteFile"]
 
 _MANIFESTS = frozenset({"manifest.json", "cacheset.json"})
 _INDEX = "index.bin"

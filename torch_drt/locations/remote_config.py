@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["CACHE_DIR_ENV", "CACHE_LIMIT_ENV", "RemoteConfig"]
-
 CACHE_DIR_ENV = "TORCH_DRT_NODE_CACHE"
 CACHE_LIMIT_ENV = "TORCH_DRT_NODE_CACHE_BYTES"
 _MIB = 1 << 20

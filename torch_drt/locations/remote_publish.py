@@ -26,10 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torch_drt.locations._conditional import put_if, remove_if
-from torch_drt.locations._publish_claim import CLAIM_FILE, Claim, NameBusyError, StaleWriterError
+from torch_drt.locations._publish_claim import CLAIM_FILE, Claim, StaleWriterError
 from torch_drt.locations.remote_store import RemoteStore
-
-__all__ = ["CLAIM_FILE", "NameBusyError", "StaleWriterError", "publish_directory"]
 
 logger = logging.getLogger("torch_drt.cache")
 

@@ -23,8 +23,6 @@ from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.retry import RetryPolicy
 from torch_drt.sources.template import redact
 
-__all__ = ["RemoteFileMissing", "RemoteStore"]
-
 T = TypeVar("T")
 _CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
 _CONDITIONAL = frozenset({"s3", "s3a", "memory"})

@@ -16,8 +16,6 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["SUBDIRS", "file_mode", "prepare"]
-
 logger = logging.getLogger("torch_drt.cache")
 
 SUBDIRS = ("data", "tmp", "locks", "small")

@@ -14,9 +14,6 @@ from pathlib import Path
 
 from torch_drt.nodecache import _path_locks
 
-__all__ = ["create", "disk_full", "entries", "evict", "free", "locked", "not_shared", "preallocate", "remove_unused",
-           "too_large"]
-
 logger = logging.getLogger("torch_drt.cache")
 _MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
 

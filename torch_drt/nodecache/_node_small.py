@@ -12,8 +12,6 @@ from pathlib import Path
 
 from torch_drt.nodecache._node_files import disk_full
 
-__all__ = ["ManifestCopies"]
-
 
 class ManifestCopies:
     """``NodeCache``'s small files (its base: it supplies ``directory``, ``_lock``, ``_create`` and ``_again``)."""

@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["PathLock", "acquire", "release"]
-
 
 class PathLock:
     """The lock of one path and how many threads hold or wait for it."""

@@ -50,8 +50,6 @@ from torch_drt.nodecache._node_files import (
 from torch_drt.nodecache._node_small import ManifestCopies
 from torch_drt.nodecache.pinned_file import PinnedFile
 
-__all__ = ["NodeCache", "PinnedFile"]
-
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[str, int, int], NodeCache] = {}

@@ -7,8 +7,6 @@ import fcntl
 import mmap
 import os
 
-__all__ = ["PinnedFile"]
-
 
 class PinnedFile:
     """A verified file of the node cache, mapped read-only and locked shared (so it is not evicted) until closed

@@ -20,8 +20,6 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-__all__ = ["Fetchable", "ShardPrefetcher"]
-
 logger = logging.getLogger("torch_drt.cache")
 
 _SHARED: dict[tuple[int, int, int], ShardPrefetcher] = {}

@@ -12,8 +12,6 @@ from typing import Any
 
 from torch_drt._stage_clock import Recorded
 
-__all__ = ["MapperClock"]
-
 
 class MapperClock:
     """One ``OrderedMapper``'s sampling and calling-thread records into ``stats`` (a ``StatsRecorder``)."""

@@ -30,8 +30,6 @@ from typing import Any
 from torch_drt.nodes._process_worker import worker_main
 from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
 
-__all__ = ["ProcessPool"]
-
 
 def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
     """A batch's tensors are gone: its slot may be written again (nothing to do once the pool is gone)."""

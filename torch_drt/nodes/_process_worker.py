@@ -22,8 +22,6 @@ import torch
 
 from torch_drt.nodes.transport import RingWriter
 
-__all__ = ["portable", "worker_main"]
-
 
 def portable(error: BaseException) -> BaseException:
     """The error as it can travel to the consumer: itself with the worker's traceback as a note, or a copy."""

@@ -12,8 +12,6 @@ from torch_drt.describe import described
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import PositionSampler
 
-__all__ = ["BatchPlan", "BatchPlanner"]
-
 _UNBOUNDED = 1 << 62  # the epoch length of a user sampler that has not ended yet
 
 

@@ -13,8 +13,6 @@ from torch_drt.describe import described
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.sampling.stride import stride_index, stride_range
 
-__all__ = ["BatchSamplerPlanner"]
-
 
 class BatchSamplerPlanner(BaseNode[BatchPlan]):
     """Each list of indices a batch sampler yields is one batch of this rank (torch's ``batch_sampler``).

@@ -10,8 +10,6 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields, check_node_state
 from torch_drt.describe import described
 
-__all__ = ["ItemBatch", "ItemBatcher"]
-
 
 class ItemBatch(NamedTuple):
     """Items taken together from a node.

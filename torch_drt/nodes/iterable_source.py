@@ -11,8 +11,6 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields
 from torch_drt.describe import described
 
-__all__ = ["IterableSource", "is_stateful"]
-
 
 def is_stateful(obj: Any) -> bool:
     """torchdata's ``Stateful`` protocol: ``obj`` has callable ``state_dict`` and ``load_state_dict``."""

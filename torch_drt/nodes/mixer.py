@@ -14,8 +14,6 @@ from torch_drt.sampling import derive_key, uniform
 from torch_drt.sampling.stride import owns
 from torch_drt.sampling.topology import resolve_topology
 
-__all__ = ["WeightedMixer"]
-
 CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED = "CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED"
 ALL_DATASETS_EXHAUSTED = "ALL_DATASETS_EXHAUSTED"
 FIRST_DATASET_EXHAUSTED = "FIRST_DATASET_EXHAUSTED"

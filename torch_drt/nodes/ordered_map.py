@@ -18,8 +18,6 @@ from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.nodes.transport import SharedMemoryTransport
 
-__all__ = ["OrderedMapper"]
-
 T = TypeVar("T")
 R = TypeVar("R")
 

@@ -10,8 +10,6 @@ from torchdata.nodes import BaseNode
 from torch_drt.describe import described
 from torch_drt.sampling.budget import ConsumerPlan, batch_counts, first_positions, interleave
 
-__all__ = ["StreamBatch", "StreamPlanner", "consumer_batch"]
-
 
 class StreamBatch(NamedTuple):
     """One batch of one consumer's stream.

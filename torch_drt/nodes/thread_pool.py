@@ -25,8 +25,6 @@ from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
-__all__ = ["ThreadPool"]
-
 logger = logging.getLogger("torch_drt.loader")
 
 _EXIT_JOIN_S = 2.0  # how long interpreter exit waits, in all, for threads to finish their current task

@@ -28,8 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["RingReader", "RingWriter", "SharedMemoryTransport", "SharedTensor", "ring_prefix"]
-
 _SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _ALIGN = 64
 

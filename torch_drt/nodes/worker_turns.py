@@ -8,8 +8,6 @@ from torchdata.nodes import BaseNode
 
 from torch_drt.describe import described
 
-__all__ = ["StreamTask", "WorkerTurns"]
-
 
 class StreamTask(NamedTuple):
     """Ask worker ``worker`` for the next batch of its stream.

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["derive_key", "extend_key", "mix64", "mix64_into", "uniform"]
-
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -19,18 +19,6 @@ from typing import Literal, NamedTuple
 
 from torch_drt.sampling.stride import rank_offset, rank_share, world_total
 
-__all__ = [
-    "MAX_SAMPLES",
-    "ConsumerPlan",
-    "RowSpan",
-    "batch_counts",
-    "consumer_plans",
-    "first_positions",
-    "interleave",
-    "rank_budget",
-    "row_span",
-]
-
 MAX_SAMPLES = 1 << 53  # torch computes len(loader) through floating point, as dataset-rt notes
 
 

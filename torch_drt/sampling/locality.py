@@ -23,8 +23,6 @@ import numpy as np
 from torch_drt.sampling._counter import derive_key
 from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["ShardWindowShuffle"]
-
 _OFFSET, _WINDOW = 1, 2  # stream labels of derive_key
 
 

@@ -15,8 +15,6 @@ import numpy as np
 
 from torch_drt.sampling.stride import stride_positions, world_total
 
-__all__ = ["Partition"]
-
 
 @dataclass(frozen=True)
 class Partition:

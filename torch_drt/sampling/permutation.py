@@ -9,8 +9,6 @@ import numpy as np
 
 from torch_drt.sampling._counter import derive_key, extend_key, mix64_into
 
-__all__ = ["KeyedPermutation"]
-
 _ROUNDS = 6
 _TABLE = 1 << 12  # domains up to this size are tabulated on first use (one pass of the network over all of it)
 _TABLE_ONE_CALL = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more

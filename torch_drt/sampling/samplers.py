@@ -13,8 +13,6 @@ import numpy as np
 
 from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["IndexListSampler", "PositionSampler", "SequentialSampler", "ShuffledSampler"]
-
 
 class PositionSampler:
     """Base class: positions ``0 .. n-1`` per epoch; ``indices(epoch, positions)`` gives their dataset indices.

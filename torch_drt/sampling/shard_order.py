@@ -15,8 +15,6 @@ import numpy as np
 from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
 
-__all__ = ["EpochPermutations", "ShardWindowOrder", "check_equal_weights"]
-
 
 class EpochPermutations:
     """Every row once per epoch: stream position ``P`` is position ``P % n`` of epoch ``P // n``'s keyed permutation.

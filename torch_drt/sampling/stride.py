@@ -9,18 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = [
-    "consumer_number",
-    "owns",
-    "rank_offset",
-    "rank_share",
-    "stride_index",
-    "stride_position",
-    "stride_positions",
-    "stride_range",
-    "world_total",
-]
-
 
 def stride_positions(start: int, count: int, *, rank: int, world_size: int) -> np.ndarray:
     """The stream positions of this rank's items ``start .. start+count-1`` (int64)."""

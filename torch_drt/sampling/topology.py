@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["RankSplit", "resolve_topology"]
-
 MAX_WORLD_SIZE = 1 << 32
 
 

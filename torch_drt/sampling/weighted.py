@@ -7,8 +7,6 @@ import numpy as np
 from torch_drt.describe import described
 from torch_drt.sampling._counter import derive_key, uniform
 
-__all__ = ["WeightedDraws", "drawable_weights"]
-
 
 def drawable_weights(weights: np.ndarray) -> np.ndarray:
     """Check weights and return them so that their cumulative sum cannot overflow.

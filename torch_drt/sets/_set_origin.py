@@ -12,8 +12,6 @@ from torch_drt.sources.template import redact
 if TYPE_CHECKING:
     from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["check_origin"]
-
 
 def _origin(location: Path | str) -> tuple[str, str]:
     """(scheme, host or bucket) of a location: where its storage options (credentials) are sent."""

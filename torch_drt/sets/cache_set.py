@@ -38,18 +38,6 @@ if TYPE_CHECKING:
 
 SetLocation = str | Path | CacheBackend
 
-__all__ = [
-    "SET_FORMAT_NAME",
-    "SET_FORMAT_VERSION",
-    "SET_MANIFEST_FILE",
-    "CacheSet",
-    "CacheSetPart",
-    "is_cache_set",
-    "load_caches",
-    "open_cache_set",
-    "read_cache_set",
-    "validate_set_name",
-]
 
 SET_FORMAT_NAME = "torch_drt.cacheset"
 SET_FORMAT_VERSION = 1

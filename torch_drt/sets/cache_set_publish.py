@@ -33,8 +33,6 @@ from torch_drt.sets.cache_set import (
 if TYPE_CHECKING:
     from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["publish_cache_set"]
-
 
 def _location(set_dir: Location, part_dir: Location) -> str:
     """The part's path relative to the set when both lie under the set's root (the root can move), else absolute

@@ -10,8 +10,6 @@ from torch_drt.sources._locations import Locations
 from torch_drt.sources.retry import AttemptError, RetryPolicy
 from torch_drt.sources.template import Kind, Template
 
-__all__ = ["DEFAULT_MAX_BYTES", "LocatedDataset", "check_size", "check_timeout"]
-
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 
 

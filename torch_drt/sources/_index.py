@@ -6,8 +6,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_index"]
-
 
 def check_index(index: Any, length: int) -> int:
     """``index`` as an int.

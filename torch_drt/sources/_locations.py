@@ -9,8 +9,6 @@ from typing import Any
 from torch_drt.sources._index import check_index
 from torch_drt.sources.template import Kind, Template
 
-__all__ = ["Locations"]
-
 
 def _location(item: Any, kind: Kind) -> str:
     if isinstance(item, str):

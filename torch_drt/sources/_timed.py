@@ -8,8 +8,6 @@ from typing import Any, TypeVar
 
 from torch_drt.sources.retry import AttemptError
 
-__all__ = ["run_with_timeout"]
-
 T = TypeVar("T")
 
 

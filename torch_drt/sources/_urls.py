@@ -6,8 +6,6 @@ import re
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
-__all__ = ["check_http_url", "redact", "wire_url"]
-
 # a character a URL may hold as it is (RFC 3986 unreserved, reserved and valid %XX escapes); others are encoded
 _NOT_URL = re.compile(r"%(?![0-9A-Fa-f]{2})|[^A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]")
 _NOT_AUTHORITY = re.compile(r"[\x00-\x20\x7f\"<>\\^`{|}/?#]")  # an international host name is fine

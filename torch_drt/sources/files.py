@@ -10,8 +10,6 @@ from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_siz
 from torch_drt.sources._locations import Locations
 from torch_drt.sources._timed import run_with_timeout
 
-__all__ = ["FileDataset"]
-
 
 class FileDataset(LocatedDataset):
     """File contents, read to the end after a size check (never more than ``max_bytes + 1`` bytes). A map-style

@@ -12,8 +12,6 @@ from torch_drt.sources._locations import Locations
 from torch_drt.sources._urls import redact, wire_url
 from torch_drt.sources.retry import AttemptError, parse_retry_after, transient_status
 
-__all__ = ["HttpDataset"]
-
 
 def _phrase(status: int) -> str:
     """The standard reason phrase of ``status`` (a server's own phrase can echo the request, token and all)."""

@@ -12,8 +12,6 @@ from torch_drt.sources._timed import run_with_timeout
 from torch_drt.sources._urls import redact
 from torch_drt.sources.retry import is_transient
 
-__all__ = ["ObjectStoreDataset"]
-
 
 def _open_store(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     """``fsspec.core.url_to_fs(url, **options)``, with errors that show neither the URL's secrets nor options."""

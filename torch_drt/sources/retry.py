@@ -19,17 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = [
-    "TRANSIENT_STATUSES",
-    "AttemptError",
-    "RetryPolicy",
-    "failure",
-    "is_transient",
-    "parse_retry_after",
-    "safe_reason",
-    "transient_status",
-]
-
 logger = logging.getLogger("torch_drt.sources")
 T = TypeVar("T")
 

@@ -20,8 +20,6 @@ import numpy as np
 from torch_drt.sources._index import check_index
 from torch_drt.sources._urls import check_http_url, redact
 
-__all__ = ["Template"]
-
 Kind = Literal["url", "path", "key"]
 _TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 

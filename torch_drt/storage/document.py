@@ -19,8 +19,6 @@ from torch_drt.describe import described
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_config import RemoteConfig
 
-__all__ = ["DocumentDataset", "DocumentStorage", "DocumentStorageWriter"]
-
 _END = object()
 
 

@@ -24,8 +24,6 @@ from torch_drt.locations.remote_publish import publish_directory
 from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
 
-__all__ = ["TokenStreamDataset", "TokenStreamStorage", "TokenStreamWriter"]
-
 KIND = "token_stream"
 MANIFEST = "manifest.json"
 

@@ -14,11 +14,6 @@ import torch
 
 from torch_drt.random import item_generator
 
-__all__ = [
-    "check_p", "coin", "erase_box", "generator", "jitter_order", "log_ratio", "pick", "randint", "resized_crop_box",
-    "uniform",
-]
-
 
 def generator() -> torch.Generator:
     """The generator a random transform draws from (the rule of docs/augmentations.md):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-__all__ = ["JpegHeader", "PngHeader", "WebpHeader", "jpeg_header", "png_header", "tiff_deep_reason", "webp_header"]
-
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 JPEG_MAGIC = b"\xff\xd8\xff"
 

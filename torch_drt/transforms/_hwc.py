@@ -10,8 +10,6 @@ import torch
 
 from torch_drt.transforms._image import Image, check_alloc
 
-__all__ = ["PadMode", "check_pad_mode", "crop_hwc", "nbytes", "out_like", "pad_hwc", "pair", "parse_padding"]
-
 PadMode = Literal["constant", "edge", "reflect", "symmetric"]
 
 

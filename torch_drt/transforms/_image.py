@@ -9,20 +9,6 @@ import torch
 from PIL import Image as PILImage
 from torchvision import tv_tensors
 
-__all__ = [
-    "MAX_ALLOC",
-    "MAX_BATCH_ALLOC",
-    "MAX_SIDE",
-    "Image",
-    "as_image",
-    "check_alloc",
-    "from_chw",
-    "from_hwc",
-    "image_if_pil",
-    "plain",
-    "to_uint8",
-]
-
 MAX_SIDE = 16384
 MAX_ALLOC = 256 * 1024 * 1024  # the most one transform may allocate for one image, intermediates included
 MAX_BATCH_ALLOC = 4 * 1024 * 1024 * 1024  # the most ImageCollator may allocate for one batch

@@ -10,8 +10,6 @@ import numpy as np
 from torch_drt import _threads
 from torch_drt.transforms._image import image_if_pil
 
-__all__ = ["Compose", "Transform"]
-
 
 def _is_index(x: Any) -> bool:
     return isinstance(x, int | np.integer) and not isinstance(x, bool)

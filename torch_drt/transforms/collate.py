@@ -13,8 +13,6 @@ from torch_drt import _threads
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.dtype import Normalize
 
-__all__ = ["ImageBatch", "ImageCollator"]
-
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32, None: None}
 
 

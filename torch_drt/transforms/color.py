@@ -11,8 +11,6 @@ from PIL import Image as PILImage
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, from_hwc
 from torch_drt.transforms.base import Transform
 
-__all__ = ["ToGray", "ToRgb", "ToRgba"]
-
 _MODE_OF = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 _CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 

@@ -11,11 +11,6 @@ from torch_drt.transforms import _draw
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
 
-__all__ = [
-    "ColorJitter", "RandomGrayscale", "adjust_brightness_", "adjust_contrast_", "adjust_hue_", "adjust_saturation_",
-    "grayscale",
-]
-
 Range = float | Sequence[float] | None
 
 

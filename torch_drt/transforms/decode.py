@@ -14,8 +14,6 @@ from torch_drt.transforms._formats import jpeg_header, png_header, tiff_deep_rea
 from torch_drt.transforms._image import MAX_ALLOC, MAX_SIDE, Image, check_max_alloc, from_hwc
 from torch_drt.transforms.base import Transform
 
-__all__ = ["Decode"]
-
 _TARGET = {  # Pillow mode -> the mode of the result ("P" depends on transparency)
     "1": "L",
     "L": "L",

@@ -11,8 +11,6 @@ import torch
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 
-__all__ = ["FloatNormalizeChw", "Normalize", "ToChw", "ToFloat", "ToHwc"]
-
 
 def _float_bytes(image: Image, what: str, max_alloc: int) -> None:
     check_alloc(f"{what} of {tuple(image.shape)}", image.numel() * 4, max_alloc)

@@ -11,8 +11,6 @@ from torch_drt.transforms import _draw
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 
-__all__ = ["RandomErasing"]
-
 
 class RandomErasing(Transform):
     """torchvision v2 ``RandomErasing``: with probability ``p``, a box of random area (``scale`` of the image's)

@@ -15,8 +15,6 @@ from torch_drt.transforms._hwc import PadMode, check_pad_mode, crop_hwc, nbytes,
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
 from torch_drt.transforms.base import Transform
 
-__all__ = ["CenterCrop", "Crop", "HFlip", "Pad", "PadTo", "Rotate90", "VFlip"]
-
 
 class Crop(Transform):
     """``F.crop(top, left, height, width)``; regions outside the image are zero."""

@@ -9,8 +9,6 @@ from torch_drt.transforms import _draw
 from torch_drt.transforms._image import image_if_pil
 from torch_drt.transforms.base import Transform, as_step, nested_repr
 
-__all__ = ["RandomApply", "RandomChoice"]
-
 
 def _steps(transforms: Sequence[Any]) -> list[Any]:
     for t in transforms:

@@ -13,8 +13,6 @@ from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc,
 from torch_drt.transforms.base import Transform
 from torch_drt.transforms.resize import Interpolation, check_interpolation, resize_chw
 
-__all__ = ["RandomCrop", "RandomResizedCrop"]
-
 
 class RandomResizedCrop(Transform):
     """torchvision v2 ``RandomResizedCrop``: a crop of random area (``scale`` of the image's) and aspect ratio

@@ -11,8 +11,6 @@ from torch_drt.transforms._hwc import out_like
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
 from torch_drt.transforms.base import Transform
 
-__all__ = ["RandomHorizontalFlip", "RandomVerticalFlip"]
-
 
 class _RandomFlip(Transform):
     dim = 1  # of (H, W, C)

@@ -13,8 +13,6 @@ from torch_drt.transforms._hwc import pair
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain, to_uint8
 from torch_drt.transforms.base import Transform
 
-__all__ = ["INTERPOLATIONS", "Resize", "resize_chw"]
-
 Interpolation = Literal["bilinear", "nearest", "bicubic", "lanczos3"]
 _FILTERS = {
     "nearest": PILImage.NEAREST,

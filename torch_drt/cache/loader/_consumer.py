@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from torch_drt.cache._loader_log import ReaderEvents
     from torch_drt.locations import CacheBackend
 
-__all__ = ["RowFetcher"]
-
 
 class _OneArg:
     """``sample_transform_fn(sample)`` as ``transform(row, sample)``."""

@@ -17,8 +17,6 @@ from fractions import Fraction
 from pathlib import Path, PurePosixPath
 from typing import Literal, NamedTuple
 
-__all__ = ["WorkerCounts", "available_cpus", "cgroup_cpu_limits", "local_ranks", "resolve_worker_counts"]
-
 _MOUNT_ESCAPES = ((r"\040", " "), (r"\011", "\t"), (r"\012", "\n"), (r"\134", "\\"))
 
 

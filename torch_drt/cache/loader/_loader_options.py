@@ -22,15 +22,6 @@ from torch_drt.cache.loader._cpu_budget import WorkerCounts, resolve_worker_coun
 from torch_drt.loader.dataloader import check_workers
 from torch_drt.sampling.budget import MAX_SAMPLES
 
-__all__ = [
-    "HONOURED_KWARGS",
-    "MAX_SAMPLE_BUDGET",
-    "LoaderOptions",
-    "ResolvedWorkers",
-    "check_dataloader_kwargs",
-    "check_picklable",
-]
-
 MAX_SAMPLE_BUDGET = min(sys.maxsize, MAX_SAMPLES)
 HONOURED_KWARGS = {"in_order": (True,), "snapshot_every_n_steps": None}  # torch keywords with a meaning here
 _RESERVED = frozenset(

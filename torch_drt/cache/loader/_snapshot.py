@@ -13,8 +13,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-__all__ = ["Snapshot", "export_snapshot"]
-
 CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT = "__cache_pos", "__sample_id", "__cache_id", "__cum_weight"
 _IDENTITY = 4  # the snapshot's leading columns; the metadata columns follow
 

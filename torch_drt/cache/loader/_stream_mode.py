@@ -15,8 +15,6 @@ from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.sampling.budget import ConsumerPlan
 from torch_drt.sampling.stride import world_total
 
-__all__ = ["PER_RANK", "PER_WORKER", "DealtPlanner", "StreamMode"]
-
 PER_RANK, PER_WORKER = "per_rank", "per_worker"  # the streams' layouts (``settings["streams"]``)
 
 

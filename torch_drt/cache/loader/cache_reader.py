@@ -14,8 +14,6 @@ from torch_drt.describe import described
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
-__all__ = ["CacheReaderNode"]
-
 
 class CacheReaderNode(BaseNode[Any]):
     """Reads the samples of the rows its source yields, from the dataset's active snapshot.

@@ -16,8 +16,6 @@ from torch_drt.sampling.topology import resolve_topology
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
-__all__ = ["CacheSampler"]
-
 
 class CacheSampler(BaseNode[int]):
     """Yields active-table rows: ``num_samples`` per epoch, one continuous stream across epochs.

@@ -39,7 +39,6 @@ from torch_drt.sampling.topology import resolve_topology
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
 
-__all__ = ["DEFAULT", "CacheDataLoader", "to_torch_dataloader"]
 
 SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
 

@@ -9,8 +9,6 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["checked_indices", "count", "flag", "read_whole"]
-
 _SAMPLER_CHUNK = 1 << 16  # sampler items read between two looks at signals
 
 
