@@ -36,7 +36,8 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # everything: the default suite plus the opt-in larger runs (-m slow: scale, every state mutation, whole transform grids, the other
-# node-cache limit pairs)
+# node-cache limit pairs, and the end-to-end tier listed in tests/slow_tier.txt: multi-process and multi-rank runs
+# beyond one per seam, the heavier docs pages and examples, mypy over the examples)
 test-all: $(TEST_STAMP)
 	TORCH_DRT_ALL_MUTATIONS=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m ''
 

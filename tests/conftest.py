@@ -211,11 +211,26 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects: the rest of a grid is marked slow here
+SLOW_TIER = Path(__file__).with_name("slow_tier.txt")
+
+
+def slow_tier() -> set[str]:
+    """The test ids in ``tests/slow_tier.txt``: the end-to-end tier that only ``make test-all`` runs."""
+    lines = (line.strip() for line in SLOW_TIER.read_text().splitlines())
+    return {line for line in lines if line and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow tier and the rest of a grid are marked slow here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Sample each ``matrix`` test's grid: a deterministic third of its cases (by a hash of the test id), plus the
-    first case of any parameter value the third left out; the other cases are marked ``slow``."""
+    """Mark the tests listed in ``slow_tier.txt`` ``slow``, and sample each ``matrix`` test's grid: a deterministic
+    third of its cases (by a hash of the test id), plus the first case of any parameter value the third left out;
+    the other cases are marked ``slow``."""
     import zlib
+
+    tier = slow_tier()
+    for item in items:
+        if item.nodeid in tier or item.nodeid.split("[")[0] in tier:
+            item.add_marker(pytest.mark.slow)
 
     grids: dict[tuple[str, str], list[pytest.Item]] = {}
     for item in items:
