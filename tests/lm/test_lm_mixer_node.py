@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
 import pytest
 from lm_corpora import L, digest, documents, global_stream
 from nodes_harness import check_save_load
-from torchdata.nodes import Mapper
+from torchdata.nodes import IterableWrapper, Mapper
 
 from torch_drt.lm import ArraySource, MixerNode, PackerNode, source_tokens
+from torch_drt.nodes import WeightedMixer
 
 OFFSETS = {"a": 0, "b": 1_000_000, "c": 2_000_000}
 
@@ -130,3 +132,29 @@ def test_a_checkpoint_of_other_sources_is_refused():
     two = {k: v for k, v in sources().items() if k != "c"}
     with pytest.raises(ValueError, match="the checkpoint mixes"):
         MixerNode(two, {"a": 1, "b": 1}).reset(node.state_dict())
+
+
+@pytest.mark.parametrize(("rank", "world_size"), [(0, 1), (1, 2), (2, 3)])
+def test_the_lm_mixer_and_the_weighted_mixer_draw_one_stream(rank, world_size):
+    """One mixer: with the same weights and seed, ``MixerNode`` and ``WeightedMixer`` choose the same source at every
+    position, on every rank (before, each keyed its draws its own way)."""
+    weights = {"a": 5, "b": 3, "c": 2}
+    lm = MixerNode(sources(), weights, seed=3, rank=rank, world_size=world_size)
+    lm.reset()
+    plain = WeightedMixer({k: IterableWrapper(itertools.repeat(k)) for k in "abc"}, weights, seed=3,
+                          stop_criteria="CYCLE_FOREVER", rank=rank, world_size=world_size)
+    plain.reset()
+    assert [origin(s) for s in global_stream(lm, 200)] == global_stream(plain, 200)
+
+
+def test_a_checkpoint_written_before_one_mixer_resumes_exactly():
+    """``MixerNode`` states before one mixer lack the exhausted flags, which its stop criteria never read."""
+    node = MixerNode(sources(), {"a": 5, "b": 3, "c": 2}, seed=3, stop_criteria="FIRST_DATASET_EXHAUSTED")
+    node.reset()
+    global_stream(node, 20)
+    state = json.loads(json.dumps(node.state_dict()))
+    expected = [digest(s) for s in node]
+    state["stream"].pop("exhausted", None)  # as written before
+    old = MixerNode(sources(), {"a": 5, "b": 3, "c": 2}, seed=3, stop_criteria="FIRST_DATASET_EXHAUSTED")
+    old.reset(state)
+    assert [digest(s) for s in old] == expected and expected

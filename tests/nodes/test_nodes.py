@@ -101,23 +101,6 @@ def test_mixer_streams_are_distinct_and_weights_hold():
     assert 0.72 < counts["a"] / 4000 < 0.78
 
 
-@pytest.mark.parametrize(("rank", "world_size"), [(0, 4), (1, 2), (0, 1)])
-def test_a_mixer_state_of_another_topology_is_refused_not_resumed_on_other_items(rank, world_size):
-    """A WeightedMixer's stream is per rank (keyed by rank and world size, each source strided over the ranks): a
-    state taken on rank 0 of 2 would resume on other items elsewhere, so it is refused, naming both topologies."""
-    mixer = _mixer(rank=0, world_size=2, criteria="CYCLE_FOREVER")
-    mixer.reset()
-    head = [mixer.next() for _ in range(5)]
-    state = mixer.get_state()
-    with pytest.raises(ValueError, match=rf"rank=0, world_size=2.*rank={rank}, world_size={world_size}"):
-        _mixer(rank=rank, world_size=world_size, criteria="CYCLE_FOREVER").reset(state)
-    same = _mixer(rank=0, world_size=2, criteria="CYCLE_FOREVER")
-    same.reset(state)
-    assert [same.next() for _ in range(5)] == [mixer.next() for _ in range(5)] and head
-    earlier = {k: v for k, v in state.items() if k not in ("rank", "world_size")}  # before the topology was saved
-    _mixer(rank=rank, world_size=world_size, criteria="CYCLE_FOREVER").reset(earlier)  # loads, as it did
-
-
 def _take(node, n):
     it = iter(Loader(node))
     return [next(it) for _ in range(n)]

@@ -8,7 +8,7 @@ import numpy as np
 
 from torch_drt._state_fields import StateFields
 from torch_drt.describe import described
-from torch_drt.lm._rank_share import RankShareNode
+from torch_drt.lm._packed_share import PackedShareNode
 from torch_drt.lm.document_source import DocumentSource
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.lm.packing import BEST_FIT
@@ -34,7 +34,7 @@ def as_token_source(source: Any, sequence_length: int) -> TokenSource:
     raise TypeError(f"expected a TokenSource, DocumentStorage or TokenStreamStorage, got {type(source).__name__}")
 
 
-class PackerNode(RankShareNode):
+class PackerNode(PackedShareNode):
     """Packs the documents of ``source`` into ``PackedSequence`` items of ``sequence_length`` tokens.
 
     The global stream of sequences is a pure function of the source, the settings below and the epoch: every
@@ -77,7 +77,8 @@ class PackerNode(RankShareNode):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        super().__init__(sequence_length, pad_id, rank, world_size)
+        super().__init__(rank, world_size)
+        self.sequence_length, self.pad_id = sequence_length, pad_id
         self.source = as_token_source(source, sequence_length)
         self.dtype = np.dtype(self.source.dtype)
         whole = self.source.whole_documents

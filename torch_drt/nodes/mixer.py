@@ -1,56 +1,75 @@
-"""WeightedMixer: a weighted mix of several sources, each sharded across ranks, with per-rank streams."""
+"""WeightedMixer: the one weighted mix of several sources, a global stream of seeded draws; this rank's share of it.
+
+The mix's draws, position and checkpoint live here; ``torch_drt.lm.MixerNode`` is this mixer over packed-sequence
+streams.
+"""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from torchdata.nodes import BaseNode
+from torchdata.nodes.samplers.stop_criteria import StopCriteria
 
-from torch_drt._state_fields import MAX_EPOCH, StateFields, check_node_state
+from torch_drt._state_fields import StateFields, check_node_state
 from torch_drt.describe import described
-from torch_drt.sampling import derive_key, uniform
-from torch_drt.sampling.stride import owns
-from torch_drt.sampling.topology import resolve_topology
+from torch_drt.nodes._rank_share import RankShareNode
+from torch_drt.sampling import WeightedDraws
 
-CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED = "CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED"
-ALL_DATASETS_EXHAUSTED = "ALL_DATASETS_EXHAUSTED"
-FIRST_DATASET_EXHAUSTED = "FIRST_DATASET_EXHAUSTED"
-CYCLE_FOREVER = "CYCLE_FOREVER"
-_CRITERIA = (CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED, ALL_DATASETS_EXHAUSTED, FIRST_DATASET_EXHAUSTED, CYCLE_FOREVER)
+CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED = StopCriteria.CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED
+ALL_DATASETS_EXHAUSTED = StopCriteria.ALL_DATASETS_EXHAUSTED
+FIRST_DATASET_EXHAUSTED = StopCriteria.FIRST_DATASET_EXHAUSTED
+CYCLE_FOREVER = StopCriteria.CYCLE_FOREVER
+_UNTIL_ALL = (CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED, ALL_DATASETS_EXHAUSTED)  # the criteria that read the flags
 
 
-class WeightedMixer(BaseNode[Any]):
-    """Draws the next item from source ``k`` with probability ``weights[k] / sum(weights)``.
+def _check_weights(names: list[str], weights: Mapping[str, float]) -> np.ndarray:
+    if sorted(map(str, weights)) != names:
+        raise ValueError(f"weight names {sorted(map(str, weights))} must be the source names {names} (they must match)")
+    bad = {k: w for k, w in weights.items() if not (isinstance(w, numbers.Real) and np.isfinite(w) and w > 0)}
+    if bad:
+        raise ValueError(f"weights must be finite and > 0, got {bad}")
+    return np.array([float(weights[k]) for k in names])
 
-    Unlike torchdata's ``MultiNodeWeightedSampler``, each source is sharded across ranks: rank r of W keeps
-    the items r, r+W, r+2W, ... of every source (each source item reaches exactly one rank), and the choice
-    stream is keyed by (seed, rank, world_size, epoch), so distinct ranks, seeds or world sizes get distinct
-    streams. Choice k is a pure function of those and k, so the state is the draw count, the sources' states,
-    how many items each source has produced, which sources are exhausted, and the rank and world size: a state
-    resumes only on the rank and world size it was taken on (elsewhere its items would be others, so it is
-    refused; a state from before they were saved is taken as it is). ``torch_drt.lm.MixerNode`` plans one global
-    stream instead and resumes under any world size.
+
+class WeightedMixer(RankShareNode[Any]):
+    """Position p of the mix is the next item of source k, drawn with probability ``weights[k] / sum(weights)`` as a
+    pure function of (``seed``, epoch, p): draw p of ``sampling.WeightedDraws(weights, seed, stream=epoch)``.
+
+    torchdata's ``MultiNodeWeightedSampler`` with the same stop criteria, as one global stream that does not depend on
+    the topology: rank r of W takes the positions r, r+W, r+2W, ... (``RankShareNode``'s rule). Every rank draws
+    every position and pulls each source in order, passing over the items of the other ranks' positions (a
+    torch_drt source with ``skip()``, such as ``PackerNode``, passes without reading), so each source item reaches
+    exactly one rank. Give every rank the same sources, not sources split by rank.
+
+    A checkpoint is the epoch, the global position, the draw count, which sources are exhausted in this epoch (read
+    by the ``*_EXHAUSTED`` criteria but the first), the weights in force (for reporting: the node's own weights
+    apply, see ``set_weights``) and each source's state. After the same number of items it is the same on every
+    rank, and it resumes the global stream exactly under any rank and world size.
 
     Args:
         source: name -> node.
         weights: name -> positive weight (same names).
-        seed: the stream seed.
+        seed: seed of the draws.
         stop_criteria: torchdata's names: ``CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED`` (default),
-            ``ALL_DATASETS_EXHAUSTED``, ``FIRST_DATASET_EXHAUSTED`` or ``CYCLE_FOREVER``.
+            ``ALL_DATASETS_EXHAUSTED``, ``FIRST_DATASET_EXHAUSTED`` or ``CYCLE_FOREVER`` (a source at its end
+            starts its next epoch; one with no item in a whole epoch is a ``ValueError``).
         rank: this rank (default: torch.distributed's, else 0).
         world_size: number of ranks (default: torch.distributed's, else 1).
     """
 
     DRAWS_KEY = "draws"
-    EPOCH_KEY = "epoch"
-    SOURCES_KEY = "source_states"
-    PULLED_KEY = "pulled"
     EXHAUSTED_KEY = "exhausted"
-    RANK_KEY = "rank"
-    WORLD_SIZE_KEY = "world_size"
-    _CHUNK = 1024
+    SOURCES_KEY = "sources"
+    WEIGHTS_KEY = "weights"
+    STOP_CRITERIA: tuple[str, ...] = (
+        CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED, ALL_DATASETS_EXHAUSTED, FIRST_DATASET_EXHAUSTED, CYCLE_FOREVER
+    )
+    _PER_RANK_KEYS = ("pulled", "source_states")  # the per-rank format, written before the mixers became one
+    _CHUNK = 4096
 
     def __init__(
         self,
@@ -62,140 +81,122 @@ class WeightedMixer(BaseNode[Any]):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        super().__init__()
-        if set(source) != set(weights) or not source:
-            raise ValueError(f"source names {sorted(source)} and weight names {sorted(weights)} must match")
-        bad = {k: w for k, w in weights.items() if not (isinstance(w, int | float) and np.isfinite(w) and w > 0)}
-        if bad:
-            raise ValueError(f"weights must be finite and > 0, got {bad}")
-        if stop_criteria not in _CRITERIA:
-            raise ValueError(f"{stop_criteria=} must be one of {_CRITERIA}")
+        if not source:
+            raise ValueError("a mixer needs at least one source")
+        if stop_criteria not in self.STOP_CRITERIA:
+            raise ValueError(f"{stop_criteria=} must be one of {self.STOP_CRITERIA}")
+        super().__init__(rank, world_size)
         self.names = sorted(source)
         self.sources = dict(source)
-        self.weights = np.array([float(weights[k]) for k in self.names])
-        self.seed = seed
-        self.stop_criteria = stop_criteria
-        self.rank, self.world_size = resolve_topology(rank, world_size)
-        self._cum = np.cumsum(self.weights) / self.weights.sum()
-        self._epoch = 0
-        self._started = False
+        self.seed, self.stop_criteria = seed, stop_criteria
+        self._weights = _check_weights(self.names, weights)
         self._draws = 0
-        self._pulled = dict.fromkeys(self.names, 0)
         self._exhausted = dict.fromkeys(self.names, False)
+        self._choices, self._choices_start = np.empty(0, dtype=np.int64), 0
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The weights in force."""
+        return dict(zip(self.names, self._weights.tolist()))
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        """Use ``weights`` from the next position on; for a reproducible change, call it before ``reset``."""
+        self._weights = _check_weights(self.names, weights)
         self._choices = np.empty(0, dtype=np.int64)
-        self._choices_start = 0
 
     def __repr__(self) -> str:
-        weights = dict(zip(self.names, self.weights.tolist()))
-        return described(self, weights, seed=self.seed, stop_criteria=self.stop_criteria)
-
-    def reset(self, initial_state: dict[str, Any] | None = None) -> None:
-        super().reset(initial_state)
-        if initial_state is not None:
-            self.check_state(initial_state)
-            self._epoch = initial_state[self.EPOCH_KEY]
-            self._draws = initial_state[self.DRAWS_KEY]
-            self._pulled = dict(initial_state[self.PULLED_KEY])
-            self._exhausted = dict(initial_state[self.EXHAUSTED_KEY])
-            for name in self.names:
-                self.sources[name].reset(initial_state[self.SOURCES_KEY][name])
-        else:
-            if self._started:
-                self._epoch += 1
-            self._draws = 0
-            self._pulled = dict.fromkeys(self.names, 0)
-            self._exhausted = dict.fromkeys(self.names, False)
-            for name in self.names:
-                self.sources[name].reset()
-        self._started = False
-        self._choices, self._choices_start = np.empty(0, dtype=np.int64), self._draws
+        return described(self, self.weights, seed=self.seed, stop_criteria=self.stop_criteria, rank=self.rank,
+                         world_size=self.world_size)
 
     def check_state(self, state: Any, path: str = "state") -> None:
-        """Refuse a state that does not describe this mixer (other sources, negative counts), its sources' states
-        included (where they can tell).
+        """Refuse a state that is not this mixer's (other sources, wrong types), its sources' states included (where
+        they can tell), and a per-rank state written before the mixers became one.
 
         Raises:
             ValueError: naming the field (``path`` is where the state sits in a checkpoint).
         """
-        keys = (self.EPOCH_KEY, self.DRAWS_KEY, self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY)
-        fields = StateFields(state, "WeightedMixer", path, keys)
-        fields.int(self.EPOCH_KEY, high=MAX_EPOCH)
+        if isinstance(state, Mapping) and self.STREAM_KEY not in state:
+            for key in self._PER_RANK_KEYS:
+                if key in state:
+                    raise StateFields(state, type(self).__name__, path).error(
+                        key, "is a per-rank WeightedMixer state, written before the mixers became one global stream "
+                        "(its draws were keyed by rank and world size): it cannot resume the global stream; start "
+                        "the epoch anew (reset() without a state)")
+        super().check_state(state, path)
+
+    def _check_stream(self, fields: StateFields) -> None:
         fields.int(self.DRAWS_KEY)
-        if self.RANK_KEY in fields or self.WORLD_SIZE_KEY in fields:  # saved since issue 25
-            theirs = fields.int(self.RANK_KEY), fields.int(self.WORLD_SIZE_KEY, low=1)
-            if theirs != (self.rank, self.world_size):
-                raise ValueError(
-                    f"invalid WeightedMixer {path}: it was taken on rank={theirs[0]}, world_size={theirs[1]}; this "
-                    f"mixer is rank={self.rank}, world_size={self.world_size}: its streams are per rank (keyed by "
-                    "rank and world size), so the state would resume on other items. Resume it on the same "
-                    "topology, or mix with torch_drt.lm.MixerNode, whose one global stream resumes anywhere"
-                )
-        per_source = {}
-        for key in (self.PULLED_KEY, self.EXHAUSTED_KEY, self.SOURCES_KEY):
-            per_source[key] = child = fields.child(key)
-            if sorted(map(str, child.state)) != self.names:
-                raise fields.error(key, f"must have the sources {self.names}")
-        sources = per_source[self.SOURCES_KEY]
+        sources = fields.child(self.SOURCES_KEY)
+        if sorted(map(str, sources.state)) != self.names:
+            raise fields.error(self.SOURCES_KEY, f"is not this mixer's: the checkpoint mixes "
+                                                 f"{sorted(map(str, sources.state))}, this mixer {self.names}")
+        # MixerNode's states before one mixer have no flags: they load where the stop criteria never reads them
+        if self.EXHAUSTED_KEY in fields or self.stop_criteria in _UNTIL_ALL:
+            exhausted = fields.child(self.EXHAUSTED_KEY)
+            if sorted(map(str, exhausted.state)) != self.names:
+                raise fields.error(self.EXHAUSTED_KEY, f"must have the sources {self.names}")
+            for name in self.names:
+                exhausted.bool(name)
         for name in self.names:
-            per_source[self.PULLED_KEY].int(name)
-            per_source[self.EXHAUSTED_KEY].bool(name)
             check_node_state(self.sources[name], sources.state[name], sources.where(name))
 
-    def _choice(self) -> str:
+    def _restart(self, epoch: int, state: dict[str, Any] | None) -> None:
+        for name in self.names:
+            self.sources[name].reset(None if state is None else state[self.SOURCES_KEY][name])
+        self._draws = 0 if state is None else state[self.DRAWS_KEY]
+        flags = None if state is None else state.get(self.EXHAUSTED_KEY)
+        self._exhausted = {name: bool(flags and flags[name]) for name in self.names}
+        self._choices = np.empty(0, dtype=np.int64)
+
+    def _stream_state(self) -> dict[str, Any]:
+        return {
+            self.DRAWS_KEY: self._draws,
+            self.EXHAUSTED_KEY: dict(self._exhausted),
+            self.WEIGHTS_KEY: self.weights,
+            self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
+        }
+
+    def _choose(self) -> str:
         k = self._draws - self._choices_start
         if not 0 <= k < len(self._choices):
-            key = derive_key(self.seed, self.rank, self.world_size, self._epoch)
-            u = uniform(key, self._draws, self._CHUNK)
-            self._choices = np.minimum(np.searchsorted(self._cum, u, side="right"), len(self.names) - 1)
-            self._choices_start, k = self._draws, 0
+            draws = WeightedDraws(self._weights, self.seed, stream=self._epoch)
+            self._choices, self._choices_start, k = draws.draws(self._draws, self._CHUNK), self._draws, 0
         self._draws += 1
         return self.names[int(self._choices[k])]
 
-    def _stop(self) -> bool:
-        if self.stop_criteria == CYCLE_FOREVER:
-            return False
-        if all(self._exhausted.values()):
-            return True
-        return self.stop_criteria == FIRST_DATASET_EXHAUSTED and any(self._exhausted.values())
-
-    def _pull(self, name: str) -> Any:
-        """The next item of ``name`` that belongs to this rank (items of other ranks are skipped)."""
+    def _step(self, name: str, read: bool) -> Any:
         node = self.sources[name]
-        while True:
-            item = next(node)
-            index = self._pulled[name]
-            self._pulled[name] = index + 1
-            if owns(index, rank=self.rank, world_size=self.world_size):
-                return item
+        if isinstance(node, RankShareNode):  # its global stream
+            return node.take() if read else node.skip()
+        return next(node)
 
-    def next(self) -> Any:
-        self._started = True
+    def _pull(self, read: bool) -> Any:
+        """The item at the next position (``read=False``: passed over where the source can)."""
+        criteria = self.stop_criteria
         while True:
-            if self._stop():
+            if criteria in _UNTIL_ALL and all(self._exhausted.values()):
                 raise StopIteration
-            name = self._choice()
-            if self._exhausted[name] and self.stop_criteria == ALL_DATASETS_EXHAUSTED:
+            name = self._choose()
+            if criteria == ALL_DATASETS_EXHAUSTED and self._exhausted[name]:
                 continue
             try:
-                return self._pull(name)
+                return self._step(name, read)
             except StopIteration:
-                self._exhausted[name] = True
-                if self._stop() or self.stop_criteria == ALL_DATASETS_EXHAUSTED:
-                    continue
-                self.sources[name].reset()  # cycle this source until the criteria says stop
-                self._pulled[name] = 0
-                try:
-                    return self._pull(name)
-                except StopIteration:  # a source with no item for this rank at all
-                    continue
+                if criteria == FIRST_DATASET_EXHAUSTED:
+                    raise
+                if criteria in _UNTIL_ALL:
+                    self._exhausted[name] = True
+                    if criteria == ALL_DATASETS_EXHAUSTED or all(self._exhausted.values()):
+                        continue
+            self.sources[name].reset(None)  # cycle: the source's next epoch
+            try:
+                return self._step(name, read)
+            except StopIteration:
+                if criteria == CYCLE_FOREVER:
+                    raise ValueError(f"source {name!r} has no item in a whole epoch: the mix cannot cycle it") from None
 
-    def get_state(self) -> dict[str, Any]:
-        return {
-            self.EPOCH_KEY: self._epoch,
-            self.DRAWS_KEY: self._draws,
-            self.PULLED_KEY: dict(self._pulled),
-            self.EXHAUSTED_KEY: dict(self._exhausted),
-            self.SOURCES_KEY: {name: self.sources[name].state_dict() for name in self.names},
-            self.RANK_KEY: self.rank,
-            self.WORLD_SIZE_KEY: self.world_size,
-        }
+    def _take(self) -> Any:
+        return self._pull(read=True)
+
+    def _skip(self) -> Any:
+        return self._pull(read=False)

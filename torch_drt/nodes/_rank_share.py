@@ -1,33 +1,32 @@
-"""RankShareNode: a rank's share of a global stream of packed sequences, by the global-batch/stride rule."""
+"""RankShareNode: a rank's share of a global stream by the global-batch/stride rule (position r of each group of W)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-import numpy as np
 from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import MAX_EPOCH, StateFields
-from torch_drt.lm.packed import PackedSequence
 from torch_drt.sampling.topology import resolve_topology
 
+T = TypeVar("T")
+_NONE: Any = object()
 
-class RankShareNode(BaseNode[PackedSequence]):
-    """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global sequence stream (counted
-    from where it resumed, when a checkpoint of another world size resumed it).
 
-    The global stream is the subclass's: ``_take()`` returns its next sequence, ``_skip()`` plans it without
-    reading tokens; both raise ``StopIteration`` at the end of the epoch. Each ``next()`` handles one group of
-    ``world_size`` positions: it takes this rank's and skips the others, so after k items every rank's state is
-    the global stream at position k * world_size, whatever the rank. That is why a checkpoint of any rank
+class RankShareNode(BaseNode[T]):
+    """Delivers the global positions ``p`` with ``p % world_size == rank`` of a global stream (counted from where it
+    resumed, when a checkpoint of another world size resumed it).
+
+    The global stream is the subclass's: ``_take()`` returns its next item, ``_skip()`` passes over it (without
+    reading, where the stream can); both raise ``StopIteration`` at the end of the epoch. Each ``next()`` handles
+    one group of ``world_size`` positions: it takes this rank's and skips the others, so after k items every rank's
+    state is the global stream at position k * world_size, whatever the rank. That is why a checkpoint of any rank
     resumes any other topology. ``reset(None)`` starts the next epoch once the current one has begun (an item
-    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of
-    the stream, the rest of the last group is padding (``PackedSequence.padding``), so every rank gets the same
-    number of items.
+    taken or skipped, also before a checkpoint it was restored from), as torchdata's nodes do. Past the end of the
+    stream, a rank whose position in the last group is missing gets ``_padding()``: by default none, its share
+    ends there (the ranks' shares then differ by at most one item).
 
     Args:
-        sequence_length: ``L``.
-        pad_id: the token id of padding.
         rank: this rank (default: torch.distributed's, else 0).
         world_size: number of ranks (default: torch.distributed's, else 1).
     """
@@ -38,15 +37,12 @@ class RankShareNode(BaseNode[PackedSequence]):
     STARTED_KEY = "started"
     STREAM_KEY = "stream"
 
-    def __init__(self, sequence_length: int, pad_id: int, rank: int | None, world_size: int | None) -> None:
+    def __init__(self, rank: int | None, world_size: int | None) -> None:
         super().__init__()
         self.rank, self.world_size = resolve_topology(rank, world_size)
-        self.sequence_length, self.pad_id = sequence_length, pad_id
         self._epoch, self._position, self._ended = 0, 0, False
         self._started = False
         self._failed: str | None = None
-
-    dtype: np.dtype
 
     def _restart(self, epoch: int, state: dict[str, Any] | None) -> None:
         """Begin the global stream of ``epoch``, at its start or at ``state`` (from ``_stream_state()``)."""
@@ -59,14 +55,18 @@ class RankShareNode(BaseNode[PackedSequence]):
         """Refuse a ``_stream_state()`` that is not this node's (a ValueError naming the field)."""
         raise NotImplementedError
 
-    def _take(self) -> PackedSequence:
+    def _take(self) -> T:
         raise NotImplementedError
 
-    def _skip(self) -> int:
+    def _skip(self) -> Any:
         raise NotImplementedError
 
-    def take(self) -> PackedSequence:
-        """The next sequence of the global stream, read (for a parent node; ``next()`` is for consumers).
+    def _padding(self) -> T:
+        """This rank's item of a last group that ends before its position (``StopIteration``: none)."""
+        raise StopIteration
+
+    def take(self) -> T:
+        """The next item of the global stream, read (for a parent node; ``next()`` is for consumers).
 
         Raises:
             StopIteration: at the end of the epoch.
@@ -74,8 +74,8 @@ class RankShareNode(BaseNode[PackedSequence]):
         self._started = True
         return self._take()
 
-    def skip(self) -> int:
-        """Pass over the next sequence of the global stream without reading it; return its token count.
+    def skip(self) -> Any:
+        """Pass over the next item of the global stream (without reading it, where the stream can).
 
         Raises:
             StopIteration: at the end of the epoch.
@@ -112,16 +112,16 @@ class RankShareNode(BaseNode[PackedSequence]):
         fields.bool(self.STARTED_KEY)
         self._check_stream(fields.child(self.STREAM_KEY))
 
-    def next(self) -> PackedSequence:
+    def next(self) -> T:
         if self._failed:
             raise RuntimeError(f"{self._failed}; reset this node from a checkpoint to go on")
         self._started = True
         if self._ended:
             raise StopIteration
-        mine = None
+        mine = _NONE
         # One group of world_size positions, this rank's at offset ``rank`` in it. Not sampling.stride.owns(position):
         # a checkpoint of another world size resumes at a position that need not be a multiple of this one, and the
-        # group (not position % world_size) keeps every rank's share disjoint and the same length from there on.
+        # group (not position % world_size) keeps every rank's share disjoint (and, padded, of one length) from there.
         for i in range(self.world_size):
             try:
                 if i == self.rank:
@@ -137,7 +137,7 @@ class RankShareNode(BaseNode[PackedSequence]):
                 self._failed = f"the stream stopped at position {self._position + i}: {type(e).__name__}"
                 raise
         self._position += self.world_size
-        return mine if mine is not None else PackedSequence.padding(self.sequence_length, self.pad_id, self.dtype)
+        return mine if mine is not _NONE else self._padding()
 
     def get_state(self) -> dict[str, Any]:
         return {
