@@ -28,13 +28,26 @@ from torch_drt.ray import build_cache_set
 HERE = Path(__file__).resolve().parent
 
 
+def _start_ray(tries: int = 3) -> None:
+    """``ray.init``, again after a start-up time-out: Ray gives its raylet a fixed 30 s to register, which a busy
+    machine (CI runs beside other work) can exceed."""
+    for attempt in range(tries):
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return
+        except Exception as e:
+            ray.shutdown()
+            if attempt == tries - 1 or "timed out during startup" not in str(e):
+                raise
+
+
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
     """One local cluster for the module; workers import the test helpers through PYTHONPATH."""
     saved = os.environ.get("PYTHONPATH")
     paths = [str(HERE), str(HERE.parent), str(HERE.parents[1]), *([saved] if saved else [])]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    _start_ray()
     yield
     ray.shutdown()
     if saved is None:

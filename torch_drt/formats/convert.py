@@ -112,7 +112,6 @@ class _Source:
                 for at in range(start, stop, step):
                     for k, sample in enumerate(ds.__getitems__(list(range(at, min(at + step, stop))))):
                         yield self._input(at + k, sample)
-                    # progress hook: one bar over samples read (torch_drt._progress, when merged) goes here
         except Exception as e:  # kept, so convert raises it as it is (the writer reports a source's error as text)
             self.error = e
             raise
