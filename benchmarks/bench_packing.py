@@ -10,8 +10,8 @@
    against the ceiling: a memory copy of the same output bytes per batch (int32 tokens, int32 segment ids, int32
    positions, a bool mask: 13 bytes per token; the tokens copied from the mapped shards, the other 9 bytes from
    a prepared buffer, into a fresh buffer). Target >= 50%. Also printed: a tokens-only collate against a
-   tokens-only copy (4 bytes per token, the old figure's numpy slice loop). All four timed interleaved, medians
-   of at least 5.
+   tokens-only copy (4 bytes per token, the old figure's numpy slice loop), and the four fields with 0 workers.
+   All timed interleaved, medians of at least 5, by wall time and by process CPU time.
 3. Resume at 90% of a 100M-token epoch (uint16 documents, best fit, sequence 4,096, batch 8, 2 workers): time
    to the first batch after ``load_state_dict`` against a fresh start. Target <= 2x.
 
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved_times, machine, median_time, run_side
+from _common import machine, median_time, run_side
 from _envs import env_python
 
 from torch_drt import StatefulDataLoader
@@ -92,6 +92,7 @@ def token_stream(repeats: int, work: Path) -> dict:
     per_shard = len(shards[0]) // n
     batches = storage.total_elements // n
     full, tokens_only = loader(storage, collate_packed, seq, batch), loader(storage, stack_tokens, seq, batch)
+    inline = loader(storage, collate_packed, seq, batch, workers=0)
     sizes = {k: v.element_size() for k, v in collate_packed([PackedWindows(storage, seq)[0]]).items()}
     token_bytes = sum(sizes.values())  # what the packer emits per token (13: int32, int32, int32, bool)
     fields = np.ones((token_bytes - sizes["tokens"]) * n, dtype=np.uint8)  # segment ids, positions, mask
@@ -108,17 +109,35 @@ def token_stream(repeats: int, work: Path) -> dict:
             shard, at = shards[b // per_shard], b % per_shard * n
             np.stack([shard[at + i * seq : at + (i + 1) * seq] for i in range(batch)])
 
-    times = interleaved_times({
-        "copy": copy, "drt": lambda: sum(1 for _ in full), "copy_tokens": copy_tokens,
-        "drt_tokens_only": lambda: sum(1 for _ in tokens_only),
-    }, max(repeats, 5))
+    fns = {
+        "copy": copy, "drt": lambda: sum(1 for _ in full), "drt_inline": lambda: sum(1 for _ in inline),
+        "copy_tokens": copy_tokens, "drt_tokens_only": lambda: sum(1 for _ in tokens_only),
+    }
+    wall, cpu = interleaved_wall_and_cpu(fns, max(repeats, 5))
     tokens = batches * n
     return {"bytes_per_token": token_bytes, "repeats": max(repeats, 5),
-            **{name: tokens / seconds for name, seconds in times.items()}}
+            **{name: tokens / seconds for name, seconds in wall.items()},
+            "cpu": {name: tokens / seconds for name, seconds in cpu.items()}}
 
 
-def loader(storage: TokenStreamStorage, collate, seq: int, batch: int) -> StatefulDataLoader:
-    kw = {"sequence_length": seq, "packing": "concat", "local_batch_size": batch, "num_workers": 2}
+def interleaved_wall_and_cpu(fns: dict, repeats: int) -> tuple[dict, dict]:
+    """Median wall and process CPU seconds of each ``fn()``, one of each per round, after a warm-up round. CPU time
+    (all threads) is what a run costs whatever else the machine runs: the figure to read on a shared machine."""
+    for fn in fns.values():
+        fn()
+    wall: dict = {name: [] for name in fns}
+    cpu: dict = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    return ({k: float(np.median(v)) for k, v in wall.items()}, {k: float(np.median(v)) for k, v in cpu.items()})
+
+
+def loader(storage: TokenStreamStorage, collate, seq: int, batch: int, workers: int = 2) -> StatefulDataLoader:
+    kw = {"sequence_length": seq, "packing": "concat", "local_batch_size": batch, "num_workers": workers}
     return StatefulDataLoader.from_storage(storage, collate, **kw)
 
 
@@ -191,6 +210,12 @@ def report_stream(stream: dict) -> None:
     print(f"torch_drt {stream['drt'] / 1e6:.1f} M tok/s (all four fields, {b} bytes per token); memory copy of the "
           f"same bytes {stream['copy'] / 1e6:.1f} M tok/s ({stream['copy'] * b / 1e9:.2f} GB/s): "
           f"{stream['drt'] / stream['copy']:.0%} of the ceiling (target >= 50%)")
+    print(f"the same with 0 workers (batches built in the calling thread): {stream['drt_inline'] / 1e6:.1f} M tok/s, "
+          f"{stream['drt_inline'] / stream['copy']:.0%} of the ceiling")
+    cpu = stream["cpu"]
+    print(f"by CPU time (all threads; what other processes' load changes least): copy {cpu['copy'] / 1e6:.1f} M tok/s, "
+          f"torch_drt {cpu['drt'] / cpu['copy']:.0%} of it with 2 threads, "
+          f"{cpu['drt_inline'] / cpu['copy']:.0%} with 0 workers")
     print(f"tokens only: collate {stream['drt_tokens_only'] / 1e6:.1f} M tok/s, numpy slice loop "
           f"{stream['copy_tokens'] / 1e6:.1f} M tok/s: {stream['drt_tokens_only'] / stream['copy_tokens']:.0%}; "
           f"all four fields against the tokens-only loop (the old figure): {stream['drt'] / stream['copy_tokens']:.0%}")
