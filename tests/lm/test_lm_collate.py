@@ -8,7 +8,7 @@ import torch
 from lm_corpora import write_stream
 
 from torch_drt import StatefulDataLoader
-from torch_drt.lm import ArraySource, PackerNode, collate_packed
+from torch_drt.lm import ArraySource, PackedSequence, PackerNode, collate_packed
 from torch_drt.lm.planner import SourcePlanner
 
 
@@ -90,5 +90,9 @@ def test_collate_refuses_sequences_of_other_lengths():
     a, b = PackerNode(source, 8), PackerNode(source, 4)
     a.reset()
     b.reset()
+    eight, four = next(a), next(b)
     with pytest.raises(ValueError, match=r"lengths \[4, 8\]"):
-        collate_packed([next(a), next(b)])
+        collate_packed([eight, four])
+    one = PackedSequence.from_pieces([np.arange(1)], 1, 0, np.int64)
+    with pytest.raises(ValueError, match=r"lengths \[1, 8\]"):  # a row of 1 must not broadcast into the others
+        collate_packed([eight, one])
