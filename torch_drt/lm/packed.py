@@ -11,6 +11,8 @@ import numpy as np
 PAD_SEGMENT = 0
 """The segment id of padding; documents in a sequence are numbered 1, 2, 3, ..."""
 
+_new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per sequence
+
 
 @functools.lru_cache(maxsize=16)
 def _constants(length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -58,11 +60,7 @@ class PackedSequence(NamedTuple):
             ValueError: when the pieces hold more than ``length`` tokens.
         """
         if len(pieces) == 1 and len(pieces[0]) == length:
-            piece = pieces[0] if pieces[0].dtype == dtype else pieces[0].astype(dtype)
-            if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
-                piece = piece.view()
-                piece.flags.writeable = False
-            return cls(piece, *_constants(length))
+            return cls.whole(pieces[0] if pieces[0].dtype == dtype else pieces[0].astype(dtype))
         arange = _constants(length)[1]
         tokens = np.empty(length, dtype=dtype)
         segment_ids = np.zeros(length, dtype=np.int32)
@@ -82,15 +80,31 @@ class PackedSequence(NamedTuple):
         return cls(tokens, segment_ids, positions, loss_mask)
 
     @classmethod
+    def whole(cls, piece: np.ndarray) -> PackedSequence:
+        """One piece that fills the sequence (``L = len(piece)``), without a copy: a read-only view of it and the
+        shared constant fields (``collate_packed`` recognises them)."""
+        if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
+            piece = piece.view()
+            piece.flags.writeable = False
+        return _new(cls, (piece, *_constants(len(piece))))
+
+    @classmethod
     def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:
         """A sequence of padding only (what a rank receives past the end of a stream)."""
         return cls.from_pieces([], length, pad_id, dtype)
 
 
-def _stack(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
-    out = np.empty((len(arrays), len(arrays[0])), dtype=dtype)
-    for row, array in zip(out, arrays):  # one row copy each: cheaper than np.stack's checks
-        row[...] = array
+def _stack(arrays: Sequence[np.ndarray], shape: tuple[int, int], dtype: Any) -> np.ndarray:
+    """A fresh ``shape`` array holding the 1-D ``arrays`` as rows: one copy, cast as assignment casts."""
+    out = np.empty(shape, dtype=dtype)
+    np.concatenate(arrays, out=out.reshape(-1), casting="unsafe")
+    return out
+
+
+def _repeat(row: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """A fresh ``shape`` array with ``row`` in every row."""
+    out = np.empty(shape, dtype=row.dtype)
+    out[...] = row
     return out
 
 
@@ -99,7 +113,8 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
 
     Tokens keep their dtype, except that uint16 widens to int32 and uint32 to int64 (torch's support for those
     is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an
-    empty dict.
+    empty dict. Each field is one copy into a fresh buffer, nothing per token or per row in Python; whole
+    sequences' segment ids, positions and mask are filled from one row.
 
     Raises:
         ValueError: when the sequences differ in length.
@@ -108,23 +123,23 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
 
     if not items:
         return {}
-    length = len(items[0].tokens)
-    dtype = items[0].tokens.dtype
+    tokens, segment_ids, positions, loss_mask = zip(*items)
+    lengths = set(map(len, tokens))
+    if len(lengths) > 1:
+        raise ValueError(f"cannot collate packed sequences of lengths {sorted(lengths)}")
+    length = len(tokens[0])
+    dtype = tokens[0].dtype
     if dtype.kind == "u" and dtype.itemsize > 1:
         dtype = np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
-    try:
-        out = {"tokens": torch.from_numpy(_stack([item.tokens for item in items], dtype))}
-    except ValueError:
-        lengths = sorted({len(item.tokens) for item in items})
-        raise ValueError(f"cannot collate packed sequences of lengths {lengths}") from None
-    ones, positions, _ = _constants(length)
-    if all(item.segment_ids is ones for item in items):  # whole sequences: the other fields are known
-        shape = (len(items), length)
-        out["segment_ids"] = torch.ones(shape, dtype=torch.int32)
-        out["positions"] = torch.from_numpy(np.broadcast_to(positions, shape).copy())
-        out["loss_mask"] = torch.ones(shape, dtype=torch.bool)
-        return out
-    for name in ("segment_ids", "positions", "loss_mask"):
-        arrays = [getattr(item, name) for item in items]
-        out[name] = torch.from_numpy(_stack(arrays, arrays[0].dtype))
-    return out
+    shape = (len(items), length)
+    rows = _constants(length)
+    if all(s is rows[0] for s in segment_ids):  # whole sequences: the other fields are known
+        fields = [_repeat(row, shape) for row in rows]
+    else:
+        fields = [_stack(arrays, shape, arrays[0].dtype) for arrays in (segment_ids, positions, loss_mask)]
+    return {
+        "tokens": torch.from_numpy(_stack(tokens, shape, dtype)),
+        "segment_ids": torch.from_numpy(fields[0]),
+        "positions": torch.from_numpy(fields[1]),
+        "loss_mask": torch.from_numpy(fields[2]),
+    }

@@ -37,13 +37,16 @@ class PackedWindows:
 
     def __getitems__(self, indices: list[int]) -> list[PackedSequence]:
         length, total, count, read = self.sequence_length, self._total, self._len, self.source.read
-        dtype, out = self.source.dtype, []
-        for index in np.asarray(indices, dtype=np.int64).tolist():
-            if not 0 <= index < count:
-                raise IndexError(f"window {index} is out of range for {count} windows")
-            n = min(length, total - index * length)
-            out.append(PackedSequence.from_pieces([read(index, 0, n)], length, self.pad_id, dtype))
-        return out
+        indices = np.asarray(indices, dtype=np.int64).tolist()
+        if indices and (min(indices) < 0 or max(indices) >= count):
+            bad = next(i for i in indices if not 0 <= i < count)
+            raise IndexError(f"window {bad} is out of range for {count} windows")
+        whole, full = PackedSequence.whole, total // length  # windows below ``full`` hold ``length`` tokens
+        return [  # a few calls per window, nothing per token
+            whole(read(i, 0, length)) if i < full
+            else PackedSequence.from_pieces([read(i, 0, total - i * length)], length, self.pad_id, self.source.dtype)
+            for i in indices
+        ]
 
     def __repr__(self) -> str:
         return described(self, self.source.storage, sequence_length=self.sequence_length, pad_id=self.pad_id)
