@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -42,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, run_side
 from _envs import env_python
 from _epochs import epochs
-from bench_remote import S3_ENV, Servers, options
+from _s3 import Servers, options, start_s3
 
 import torch_drt as drt
 from torch_drt.formats import LitDataset, MDSDataset, ParquetDataset, WebDatasetShards
@@ -197,12 +196,8 @@ def main() -> None:
     print(f"# bench_formats on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request, batch {args.batch}, {args.repeats} rounds")
     work = Path(tempfile.mkdtemp(prefix="bench_formats_"))
-    servers = Servers(work, args.latency)
-    os.environ.update(S3_ENV)
+    servers = start_s3(work, args.latency, BUCKET)
     try:
-        import s3fs
-
-        s3fs.S3FileSystem(**options(servers.endpoint)).mkdir(BUCKET)
         cfg = {"endpoint": servers.endpoint, "proxy": servers.proxy, "bucket": BUCKET, "samples": args.samples,
                "size": args.size, "shard_bytes": args.shard_bytes, "batch": args.batch, "work": str(work / "side")}
         where = {s: write_ours(s, args, servers, work, cfg) for s in systems}
