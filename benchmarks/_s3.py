@@ -4,12 +4,16 @@ them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from _common import ROOT
@@ -65,3 +69,18 @@ def start_s3(work: Path, latency: float, bucket: str) -> Servers:
         servers.stop()
         raise
     return servers
+
+
+@contextlib.contextmanager
+def s3_session(prefix: str, latency: float, bucket: str) -> Iterator[tuple[Servers, Path]]:
+    """``start_s3`` in a new temporary directory named ``prefix...``: ``(servers, that directory)``, both stopped and
+    removed on exit."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        servers = start_s3(work, latency, bucket)
+        try:
+            yield servers, work
+        finally:
+            servers.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

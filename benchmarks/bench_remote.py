@@ -21,7 +21,6 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, run_side
 from _envs import env_python
 from _epochs import epochs
-from _s3 import Servers, options, start_s3
+from _s3 import Servers, options, s3_session
 
 import torch_drt as drt
 
@@ -217,9 +216,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# bench_remote on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request")
-    work = Path(tempfile.mkdtemp(prefix="bench_remote_"))
-    servers = start_s3(work, args.latency, BUCKET)
-    try:
+    with s3_session("bench_remote_", args.latency, BUCKET) as (servers, work):
         writer = drt.WriterConfig(show_progress=False, max_shard_bytes=args.shard_bytes)
         (result,) = drt.DatasetRuntime(1).write_cache(Source("drt", args.samples, args.size), f"s3://{BUCKET}",
                                                       writer_config=writer, storage_options=options(servers.endpoint))
@@ -245,9 +242,6 @@ def main() -> None:
             Path(args.json).write_text(json.dumps({"torch_drt": ours, "peers": theirs, **extra,
                                                    "samples": args.samples, "size": args.size,
                                                    "latency": args.latency, "window": WINDOW}, indent=2))
-    finally:
-        servers.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
