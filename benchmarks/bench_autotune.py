@@ -149,22 +149,19 @@ def http_dataset(n: int, delay: float, stack: list) -> drt.HttpDataset:
 
 
 def remote_dataset(n: int, work: Path, stack: list) -> CacheRows:
-    from bench_remote import S3_ENV, Servers, Source
+    from _s3 import options, start_s3
+    from bench_remote import Source
 
-    os.environ.update(S3_ENV)
-    servers = Servers(work, latency=0.005)
+    servers = start_s3(work, 0.005, "bench")
     stack.append(servers.stop)
-    import s3fs
-
-    s3fs.S3FileSystem(client_kwargs={"endpoint_url": servers.endpoint}).mkdir("bench")
-    options = {"client_kwargs": {"endpoint_url": servers.proxy}}
+    storage = options(servers.proxy)
     writer = drt.WriterConfig(show_progress=False, max_shard_bytes=1 << 20)
     (result,) = drt.DatasetRuntime(1).write_cache(Source("rows", n, 4096), "s3://bench", writer_config=writer,
-                                                  storage_options=options)
+                                                  storage_options=storage)
     url = result.path
     config = drt.RemoteConfig(cache_dir=str(work / "node"), prefetch_shards=4)
     reader = drt.ReaderConfig(seed=1)
-    return CacheRows(drt.DatasetRuntime(1).cached_dataset(url, reader_config=reader, storage_options=options,
+    return CacheRows(drt.DatasetRuntime(1).cached_dataset(url, reader_config=reader, storage_options=storage,
                                                           remote_config=config))
 
 

@@ -10,17 +10,14 @@ as shipped (record checksums and file size checks), without the XXH3 record chec
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from _workload import PAYLOAD, payloads, workload_parser
 from bench_integrity import bench_integrity, print_integrity
-
-PAYLOAD = 4096
 
 
 class Source:
@@ -121,20 +118,17 @@ def run_peers(repeats: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = workload_parser(__doc__, "--repeats", 3)
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--skip-peers", action="store_true", help="skip MosaicML Streaming and LitData")
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    records = payloads(args.samples)
     mb = args.samples * PAYLOAD / 1e6
     work = Path(tempfile.mkdtemp(prefix="bench_cache_"))
     try:
-        ours = bench_torch_drt(work / "torch_drt", payloads, args.repeats)
-        theirs = bench_dataset_rt(work / "dataset_rt", payloads, args.repeats)
-        integrity = bench_integrity(work / "integrity", payloads, args.repeats)
+        ours = bench_torch_drt(work / "torch_drt", records, args.repeats)
+        theirs = bench_dataset_rt(work / "dataset_rt", records, args.repeats)
+        integrity = bench_integrity(work / "integrity", records, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     peers = {} if args.skip_peers else run_peers(args.repeats)

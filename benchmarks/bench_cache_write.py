@@ -11,7 +11,6 @@ to disk before it publishes; dataset-rt and MDSWriter do not sync. MDSWriter run
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import subprocess
@@ -19,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from _envs import env_python
-from bench_cache import PAYLOAD, Source
+from _workload import PAYLOAD, payloads, workload_parser
+from bench_cache import Source
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,20 +63,17 @@ def _mds(samples: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = workload_parser(__doc__, "--rounds", 5)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    records = payloads(args.samples)
     work = Path(tempfile.mkdtemp(prefix="bench_cache_write_"))
     import torch_drt
 
-    writers, skipped = {"torch_drt": _in_process(torch_drt, work / "torch_drt", payloads)}, {}
+    writers, skipped = {"torch_drt": _in_process(torch_drt, work / "torch_drt", records)}, {}
     try:
         import dataset_rt
 
-        writers["dataset-rt"] = _in_process(dataset_rt, work / "dataset_rt", payloads)
+        writers["dataset-rt"] = _in_process(dataset_rt, work / "dataset_rt", records)
     except ImportError as e:
         skipped["dataset-rt"] = f"not installed ({e})"
     mds = _mds(args.samples)

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, run_side
 from _envs import env_python
 from _epochs import epochs
-from bench_remote import S3_ENV, Servers, options
+from _s3 import Servers, options, s3_session
 
 import torch_drt as drt
 from torch_drt.formats import LitDataset, MDSDataset, ParquetDataset, WebDatasetShards
@@ -196,13 +194,7 @@ def main() -> None:
         parser.error(f"unknown systems {unknown}")
     print(f"# bench_formats on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request, batch {args.batch}, {args.repeats} rounds")
-    work = Path(tempfile.mkdtemp(prefix="bench_formats_"))
-    servers = Servers(work, args.latency)
-    os.environ.update(S3_ENV)
-    try:
-        import s3fs
-
-        s3fs.S3FileSystem(**options(servers.endpoint)).mkdir(BUCKET)
+    with s3_session("bench_formats_", args.latency, BUCKET) as (servers, work):
         cfg = {"endpoint": servers.endpoint, "proxy": servers.proxy, "bucket": BUCKET, "samples": args.samples,
                "size": args.size, "shard_bytes": args.shard_bytes, "batch": args.batch, "work": str(work / "side")}
         where = {s: write_ours(s, args, servers, work, cfg) for s in systems}
@@ -224,9 +216,6 @@ def main() -> None:
             Path(args.json).write_text(json.dumps({"results": results, "samples": args.samples, "size": args.size,
                                                    "latency": args.latency, "batch": args.batch,
                                                    "repeats": args.repeats, "window": WINDOW}, indent=2))
-    finally:
-        servers.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

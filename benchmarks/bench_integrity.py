@@ -19,7 +19,6 @@ The record cost cannot go below it without a cheaper hash or fewer checked bytes
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
@@ -27,8 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _workload import payloads, workload_parser
 
-PAYLOAD = 4096
 CONFIGS = {"checked": (True, True), "no record checks": (False, True), "no checks": (False, False)}
 
 
@@ -149,15 +148,12 @@ def print_integrity(rows: list[tuple[str, dict[str, float]]], repeats: int) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = workload_parser(__doc__, "--repeats", 7)
     args = parser.parse_args()
-    rng = np.random.default_rng(0)
-    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    records = payloads(args.samples)
     work = Path(tempfile.mkdtemp(prefix="bench_integrity_"))
     try:
-        print_integrity(bench_integrity(work, payloads, args.repeats), args.repeats)
+        print_integrity(bench_integrity(work, records, args.repeats), args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,15 +29,15 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine, run_side
+from _common import machine, run_side
 from _envs import env_python
 from _epochs import epochs
+from _s3 import Servers, options, s3_session
 
 import torch_drt as drt
 
 BATCH, BUCKET, WINDOW = 256, "bench", 4
 START = "fork"  # loading processes start as the peers' (torch's default on Linux); spawn re-imports torch in each
-S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
 
 class Source:
@@ -62,41 +58,6 @@ def to_array(sample) -> np.ndarray:
 
 def stack(items) -> torch.Tensor:
     return torch.from_numpy(np.stack(items))
-
-
-class Servers:
-    """moto and the latency proxy, each in its own process (they do not share the measured interpreter)."""
-
-    def __init__(self, work: Path, latency: float) -> None:
-        script, self.procs = str(ROOT / "tests" / "remote_servers.py"), []
-        env = {**os.environ, **S3_ENV}
-        self.endpoint = self._start([sys.executable, script, "moto", str(work / "moto.port")], work / "moto.port", env)
-        self.proxy = self._start([sys.executable, script, "proxy", self.endpoint, str(work / "proxy.port"),
-                                  "--latency", str(latency)], work / "proxy.port", env)
-
-    def _start(self, command: list[str], port_file: Path, env: dict) -> str:
-        self.procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.time() + 60
-        while not port_file.exists() or not port_file.read_text():
-            if time.time() > deadline:
-                raise RuntimeError(f"{command[2]} did not start")
-            time.sleep(0.05)
-        return f"http://127.0.0.1:{port_file.read_text()}"
-
-    def stats(self, reset: bool = False) -> dict:
-        request = urllib.request.Request(f"{self.proxy}/{'__reset' if reset else '__stats'}",
-                                         method="POST" if reset else "GET")
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return json.loads(r.read())
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.kill()
-            p.wait()
-
-
-def options(endpoint: str) -> dict:
-    return {"client_kwargs": {"endpoint_url": endpoint}}
 
 
 def loader(ds: drt.CachedDataset, workers: int):
@@ -255,13 +216,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# bench_remote on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request")
-    work = Path(tempfile.mkdtemp(prefix="bench_remote_"))
-    servers = Servers(work, args.latency)
-    os.environ.update(S3_ENV)
-    try:
-        import s3fs
-
-        s3fs.S3FileSystem(**options(servers.endpoint)).mkdir(BUCKET)
+    with s3_session("bench_remote_", args.latency, BUCKET) as (servers, work):
         writer = drt.WriterConfig(show_progress=False, max_shard_bytes=args.shard_bytes)
         (result,) = drt.DatasetRuntime(1).write_cache(Source("drt", args.samples, args.size), f"s3://{BUCKET}",
                                                       writer_config=writer, storage_options=options(servers.endpoint))
@@ -287,9 +242,6 @@ def main() -> None:
             Path(args.json).write_text(json.dumps({"torch_drt": ours, "peers": theirs, **extra,
                                                    "samples": args.samples, "size": args.size,
                                                    "latency": args.latency, "window": WINDOW}, indent=2))
-    finally:
-        servers.stop()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from torch_drt._cli_common import CliError, existing_dir
+from torch_drt._cli_common import CliError, existing_dir, json_object
+
+_OPTIONS_HELP = 'fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\''
 
 
 class DirectorySource:
@@ -68,18 +69,14 @@ def build_source(args: argparse.Namespace) -> Any:
     return DirectorySource(source_dir, args.name or source_dir.name)
 
 
+def add_storage_options(command: argparse.ArgumentParser, help: str = _OPTIONS_HELP) -> None:
+    """Declare ``--storage-options JSON`` on ``command`` (read back with ``storage_options``)."""
+    command.add_argument("--storage-options", metavar="JSON", help=help)
+
+
 def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """``--storage-options``: fsspec options for URLs, as a JSON object."""
-    text = getattr(args, "storage_options", None)
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise CliError(f"--storage-options is not valid JSON ({e})", 2) from None
-    if not isinstance(value, dict):
-        raise CliError("--storage-options must be a JSON object", 2)
-    return value
+    return json_object(getattr(args, "storage_options", None), "--storage-options")
 
 
 def location(path: str) -> Path | str:

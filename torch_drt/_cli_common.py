@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 class CliError(Exception):
@@ -38,6 +39,19 @@ def existing_dir(path: str | Path) -> Path:
     if not path.is_dir():
         raise CliError(f"{path}: {'not a directory' if path.exists() else 'no such directory'}")
     return path
+
+
+def json_object(text: str | None, flag: str) -> dict[str, Any] | None:
+    """The JSON object given as ``flag`` (None when not given); anything else is a ``CliError`` naming ``flag``."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise CliError(f"{flag} is not valid JSON ({e})", 2) from None
+    if not isinstance(value, dict):
+        raise CliError(f"{flag} must be a JSON object", 2)
+    return value
 
 
 def _int(text: str, least: int) -> int:

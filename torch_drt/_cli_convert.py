@@ -9,23 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from torch_drt._cli_cache_inputs import published, storage_options
-from torch_drt._cli_common import CliError, positive_int
-
-_OPTIONS_HELP = 'fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\''
-
-
-def _json_option(text: str | None, flag: str) -> dict[str, Any] | None:
-    """``flag``'s JSON object (None when not given)."""
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as e:
-        raise CliError(f"{flag} is not valid JSON ({e})", 2) from None
-    if not isinstance(value, dict):
-        raise CliError(f"{flag} must be a JSON object", 2)
-    return value
+from torch_drt._cli_cache_inputs import add_storage_options, published, storage_options
+from torch_drt._cli_common import CliError, json_object, positive_int
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -35,7 +20,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from torch_drt.formats import convert
 
     options = storage_options(args)
-    dst_options = _json_option(args.dst_storage_options, "--dst-storage-options")
+    dst_options = json_object(args.dst_storage_options, "--dst-storage-options")
     metadata = None if args.metadata is None else [f for f in args.metadata.split(",") if f]
     config = WriterConfig(max_shard_bytes=args.max_shard_bytes, shard_compression=ShardCompression(args.compression),
                           show_progress=not (args.quiet or args.json), validate_cache=args.verify)
@@ -104,7 +89,7 @@ def _common(command: Any, formats: tuple[str, ...], default: str) -> None:
     command.add_argument("--allow-pickle", action="store_true",
                          help="decode pickled columns (MDS pkl, LitData pickle): runs code from the data, trusted "
                               "data only")
-    command.add_argument("--storage-options", metavar="JSON", help=_OPTIONS_HELP)
+    add_storage_options(command)
 
 
 def add_info_verify(sub: Any) -> None:

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from torch_drt._cli_cache_inputs import storage_options
+from torch_drt._cli_cache_inputs import add_storage_options, storage_options
 
 
 def _open(args: argparse.Namespace, location: str) -> tuple[str, Any]:
@@ -93,7 +93,4 @@ def add_formats(sub: Any) -> None:
         command.add_argument("--format", choices=FORMATS, help="the format (default: told from what lies there)")
         command.add_argument("--allow-pickle", action="store_true",
                              help="decode pickled columns (runs code from the data: trusted data only)")
-        command.add_argument(
-            "--storage-options", metavar="JSON",
-            help='fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\'',
-        )
+        add_storage_options(command)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torch_drt._cli_cache_inputs import add_storage_options
 from torch_drt._cli_common import CliError, positive_int
 
 _POINTS = 40  # statistics read this many times over a run
@@ -168,5 +169,5 @@ def add_profile(sub: Any) -> None:
     profile.add_argument("--num-workers", type=int, default=2, help="a cache's loading processes")
     profile.add_argument("--png", help="write the picture here (needs matplotlib: torch_drt[profile])")
     profile.add_argument("--json", help="write the statistics, verdict and timeline here")
-    profile.add_argument("--storage-options", metavar="JSON", help="fsspec options for a cache URL")
+    add_storage_options(profile, help="fsspec options for a cache URL")
     profile.set_defaults(func=cmd_profile)

@@ -225,10 +225,7 @@ def _add_cache(sub: Any) -> None:
     ls.add_argument("root", help="a directory or URL holding caches")
     ls.set_defaults(func=cmd_cache_ls)
     for command in (build, info, verify, ls):
-        command.add_argument(
-            "--storage-options", metavar="JSON",
-            help='fsspec options for URLs, e.g. \'{"client_kwargs": {"endpoint_url": "http://127.0.0.1:9000"}}\'',
-        )
+        inputs.add_storage_options(command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -234,3 +234,9 @@ def test_worker_errors_keep_type_and_message(dataset):
 
 def bad_transform(sample):
     raise KeyError(f"no sample {sample.sample_id}")
+
+
+def test_loader_defaults_must_name_a_registered_loader_style(dataset):
+    dataset.loader_defaults = "nobody's"  # a subclass's name that nothing registered
+    with pytest.raises(ValueError, match=r"loader_defaults=\"nobody's\" names no loader style \(known: .*'torch_drt'"):
+        dataset.to_torch_dataloader(collate_fn=list)

@@ -31,10 +31,8 @@ LAYERS = [
     {"build", "compat", "lightning", "lightning_stats", "ray", "demo", "cli", "__init__"},  # and every _cli_* module
 ]
 
-# CachedDataset.to_torch_dataloader builds the wing's loader (a call-time import); the dataset-rt verbose events
-# (moving to torch_drt.compat.dataset_rt) name the loader's stream batches
+# CachedDataset.to_torch_dataloader builds the wing's loader (a call-time import)
 KNOWN_UPWARD = {
-    ("cache._loader_log", "nodes"),
     ("cache.dataset", "cache.loader"),
 }
 

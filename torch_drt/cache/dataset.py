@@ -45,13 +45,14 @@ class CachedDataset(DatasetPosition):
         loader_defaults: what ``to_torch_dataloader`` does with ``shuffle``, ``seed``, ``verbose`` and
             ``multiprocessing_context`` left out, and how its streams are laid out: ``"torch_drt"`` (the
             ``ReaderConfig``'s shuffle and seed, quiet, the platform's start method, one stream per rank) here,
-            ``"dataset-rt"`` for ``torch_drt.compat.dataset_rt``'s datasets.
+            ``"dataset-rt"`` for ``torch_drt.compat.dataset_rt``'s datasets (a style that package registers:
+            ``torch_drt.cache.loader._loader_style``).
         sampling_default: what ``shuffle=True`` means when neither ``ReaderConfig.sampling``, ``sampling`` nor
             ``shard_window`` says: ``"permutation"`` (every row once per epoch) here, ``"weighted"`` (draws by
             weight with replacement) for ``torch_drt.compat.dataset_rt``'s datasets.
     """
 
-    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "torch_drt"
+    loader_defaults: ClassVar[str] = "torch_drt"
     sampling_default: ClassVar[Literal["permutation", "weighted"]] = "permutation"
 
     def __init__(

@@ -18,7 +18,8 @@ import pyarrow as pa
 
 from torch_drt.cache.errors import FormatError
 from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, rows_of
-from torch_drt.formats._files import Files, gather_one, many
+from torch_drt.formats._file_reads import gather_one
+from torch_drt.formats._files import Files, many
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations.remote_config import RemoteConfig
 

@@ -19,7 +19,8 @@ import numpy as np
 
 from torch_drt.cache.errors import FormatError, UnsafeEncodingError
 from torch_drt.formats import _litdata_serializers as ser
-from torch_drt.formats._files import Files, MemoryFile, gather_one, gather_samples, many, offset_table
+from torch_drt.formats._file_reads import MemoryFile, gather_one, gather_samples, offset_table
+from torch_drt.formats._files import Files, many
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig

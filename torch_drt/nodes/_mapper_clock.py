@@ -59,6 +59,6 @@ class MapperClock:
         if times is not None:
             stats.merge(times)
         if times is not None and times.weight:
-            pending = mapper._pending
-            stats.queue(len(pending) + 1, 1 + sum(1 for entry in pending if pool.done(entry[2])))
+            pending = mapper._flight.tasks()
+            stats.queue(len(pending) + 1, 1 + sum(1 for task in pending if pool.done(task)))
         return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Generic, Literal, TypeVar
 
@@ -13,6 +12,8 @@ from torchdata.nodes import BaseNode
 
 from torch_drt._stage_clock import Recorded, Timed, WorkerIndex
 from torch_drt.describe import described
+from torch_drt.nodes._in_flight import InFlight
+from torch_drt.nodes._inline_cost import InlineCost
 from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
@@ -72,8 +73,6 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     """
 
     SOURCE_KEY = "source"
-    _WARMUP = 8
-    _ALPHA = 0.1
 
     def __init__(
         self,
@@ -106,25 +105,26 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.multiprocessing_context = multiprocessing_context
         self.timeout = timeout
         self.adaptive = adaptive and method == "thread" and num_workers > 0
-        self.inline_below_s = inline_below_s
+        self._cost = InlineCost(inline_below_s)
         self._adaptive_asked = adaptive
         self._given = SharedMemoryTransport() if transport is None else transport
         self.transport = self._sized(self._given)
         self.worker_init = worker_init
         self.in_order = in_order
         self._pool: ThreadPool | ProcessPool | None = None
-        self._pending: deque[tuple[int, dict[str, Any], Any, Any]] = deque()  # (seq, state after, task, item)
-        self._seq = self._turn = 0
-        self._ahead: list[tuple[int, dict[str, Any], Any]] = []  # delivered before an older item: (seq, state, item)
+        self._flight = InFlight()  # submitted, not delivered yet; the delivered state
+        self._turn = 0
         self._exhausted = False
-        self._delivered: dict[str, Any] | None = None
         self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
         self._inline = num_workers == 0
-        self._mean: float | None = None
-        self._samples = 0
         self.stats: Any = None
         self.record_next = 0
         self._clock: MapperClock | None = None
+
+    @property
+    def inline_below_s(self) -> float:
+        """The mean ``map_fn`` time under which items are mapped inline (``adaptive``)."""
+        return self._cost.below_s
 
     def _sized(self, transport: SharedMemoryTransport) -> SharedMemoryTransport:
         """``transport`` with its ring slots: as given, else a worker's share of the items in flight, plus two."""
@@ -161,7 +161,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         super().reset(initial_state)
         self._drop_pending()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
-        self._delivered = None
+        self._flight.delivered = None
         self._held = _NOTHING
         self._exhausted = False
         self._turn = 0
@@ -171,20 +171,11 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
 
     def _drop_pending(self) -> None:
-        for _, _, task, _ in self._pending:
+        for task in self._flight.clear():
             self._pool.drop(task)  # ones already running finish in the background and are discarded
-        self._pending.clear()
-        self._ahead.clear()
 
     def _observe(self, seconds: float) -> None:
-        self._samples += 1
-        self._mean = seconds if self._mean is None else self._mean + self._ALPHA * (seconds - self._mean)
-        if self._samples < self._WARMUP:
-            return
-        if not self._inline and self._mean < self.inline_below_s:
-            self._inline = True  # stop submitting; what is in flight drains first, in order
-        elif self._inline and self._mean > 4 * self.inline_below_s:
-            self._inline = False
+        self._inline = self._cost.inline(seconds, self._inline)
 
     def _affinity(self, item: Any) -> int | None:
         """The worker an item goes to: its own ``worker``, else (processes) the next in round robin from the
@@ -199,7 +190,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     def _submit(self) -> None:
         assert self._pool is not None
         clock = self._clock
-        while not self._exhausted and len(self._pending) < self.in_flight:
+        while not self._exhausted and len(self._flight) < self.in_flight:
             weight = clock.draw() if clock is not None else 0
             try:
                 item = clock.source(self.source, weight) if weight else self.source.next()
@@ -207,15 +198,14 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 self._exhausted = True
                 return
             task = self._pool.submit(item if clock is None else (weight, item), self._affinity(item))
-            self._seq += 1
-            self._pending.append((self._seq, self.source.state_dict(), task, item))
+            self._flight.add(self.source.state_dict(), task, item)
 
     def _next_inline(self) -> R:
         item = self._held
         weight, self.record_next = self.record_next if self._clock is not None else 0, 0
         if item is _NOTHING:  # reset() initialised the source: skip BaseNode.__next__'s check
             item = self._held = self._clock.source(self.source, weight) if weight else self.source.next()
-            self._delivered = None  # nothing in flight: the source's own state is the delivered one
+            self._flight.delivered = None  # nothing in flight: the source's own state is the delivered one
         try:
             if weight:
                 seconds, result = self._clock.inline(self.map_fn, item, weight)
@@ -240,40 +230,25 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         waited = 0.0
         while True:
             if self.in_order:
-                if self._pool.wait(self._pending[0][2], _POLL_S):
+                if self._pool.wait(self._flight.oldest(), _POLL_S):
                     return 0
             else:
-                ready = next((i for i, entry in enumerate(self._pending) if self._pool.done(entry[2])), None)
+                tasks = self._flight.tasks()
+                ready = next((i for i, task in enumerate(tasks) if self._pool.done(task)), None)
                 if ready is not None:
                     return ready
-                if self._pool.wait_any([entry[2] for entry in self._pending], _POLL_S):
+                if self._pool.wait_any(tasks, _POLL_S):
                     continue
             waited += _POLL_S
             if self.timeout and waited >= self.timeout:
                 return None
 
-    def _deliver(self, index: int) -> Any:
-        """Take pending item ``index`` out; the delivered state follows (``in_order=False``: see ``get_state``)."""
-        seq, state, task, item = self._pending[index]
-        del self._pending[index]
-        if index:
-            self._ahead.append((seq, state, item))
-            return task
-        self._delivered = state
-        if self._ahead:  # items delivered ahead of this one that now follow the delivered prefix
-            head = self._pending[0][0] if self._pending else self._seq + 1
-            joined = [entry for entry in self._ahead if entry[0] < head]
-            if joined:
-                self._delivered = max(joined, key=lambda entry: entry[0])[1]
-                self._ahead = [entry for entry in self._ahead if entry[0] >= head]
-        return task
-
     def next(self) -> R:
-        if self._inline and not self._pending:
+        if self._inline and not self._flight:
             if self.adaptive or self._held is not _NOTHING or self.record_next:
                 return self._next_inline()
             item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
-            self._delivered = None
+            self._flight.delivered = None
             try:
                 result = self.map_fn(item)
             except Exception:
@@ -283,10 +258,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             return result
         if not self._inline:
             self._submit()
-        if not self._pending:
+        if not self._flight:
             raise StopIteration
         index = self._ready()  # a KeyboardInterrupt here leaves the items pending
-        task = self._deliver(index or 0)
+        task = self._flight.take(index or 0)
         if index is None:
             self._pool.abandon(task)
             raise TimeoutError(
@@ -305,12 +280,13 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        if self._ahead and hasattr(self.source, "state_before"):  # the oldest undelivered item, then skip these
-            ahead = [item for _, _, item in self._ahead]
-            return {self.SOURCE_KEY: self.source.state_before(self._pending[0][3], ahead)}
+        skipped = self._flight.skipped()
+        if skipped is not None and hasattr(self.source, "state_before"):  # the oldest undelivered item, then these
+            return {self.SOURCE_KEY: self.source.state_before(*skipped)}
         if self._held is not _NOTHING and hasattr(self.source, "state_before"):
             return {self.SOURCE_KEY: self.source.state_before(self._held)}
-        return {self.SOURCE_KEY: self.source.state_dict() if self._delivered is None else self._delivered}
+        delivered = self._flight.delivered
+        return {self.SOURCE_KEY: self.source.state_dict() if delivered is None else delivered}
 
     def worker_pids(self) -> list[int]:
         """The worker processes' pids (none for threads or before the first ``reset()``)."""

@@ -31,7 +31,7 @@ from torch_drt.random import enter_batch, exit_batch, map_items
 from torch_drt.sampling.budget import ConsumerPlan, batch_counts
 
 if TYPE_CHECKING:
-    from torch_drt.cache._loader_log import ReaderEvents
+    from torch_drt.cache.loader._events import ReaderEvents
     from torch_drt.locations import CacheBackend
 
 

@@ -18,18 +18,19 @@ import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
-from torch_drt.cache._loader_log import ReaderEvents, log_ready
 from torch_drt.cache.loader._consumer import RowFetcher
+from torch_drt.cache.loader._events import ReaderEvents, log_ready
 from torch_drt.cache.loader._loader_options import (
     MAX_SAMPLE_BUDGET,
     LoaderOptions,
     check_dataloader_kwargs,
     check_picklable,
 )
+from torch_drt.cache.loader._loader_style import PER_RANK, PER_WORKER, loader_style
 from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
-from torch_drt.cache.loader._stream_mode import PER_RANK, PER_WORKER, StreamMode
+from torch_drt.cache.loader._stream_mode import StreamMode
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
@@ -100,24 +101,6 @@ class _Default:
 DEFAULT: Any = _Default()
 
 
-class _Style(NamedTuple):
-    """What the arguments left out mean for a dataset's ``loader_defaults``."""
-
-    shuffle: bool | None  # None: the ReaderConfig's
-    seed: int | str | None  # None: the ReaderConfig's
-    verbose: bool
-    logger: str
-    context: str  # the start method of loading processes
-    streams: str  # PER_RANK: one stream per rank dealt to the processes; PER_WORKER: one per process
-
-
-# torch_drt's (the dataset's ReaderConfig decides shuffle and seed; quiet; torch's default start method; streams
-# independent of num_workers) or dataset-rt's (shuffled with a random seed whatever the ReaderConfig says; events
-# printed; spawned processes, each with its own stream)
-_STYLES: dict[str, _Style] = {
-    "torch_drt": _Style(None, None, False, "torch_drt.cache.loader", "inherit", PER_RANK),
-    "dataset-rt": _Style(True, "random", True, "dataset_rt.loader", "spawn", PER_WORKER),
-}
 _RESTART_WARNING = (
     "persistent_workers=False restarts the loader's consumers on every pass with the same sampling seed and reset "
     "draw offset or sequential cursor. With unchanged metadata, each epoch repeats the same sample sequence, "
@@ -168,7 +151,7 @@ def to_torch_dataloader(
     from torch_drt.loader.device import resolve_pin_memory
 
     check_dataloader_kwargs(dataloader_kwargs)
-    style = _STYLES[dataset.loader_defaults]
+    style = loader_style(dataset.loader_defaults)
     if shuffle is DEFAULT:
         shuffle = dataset.reader_config.shuffle if style.shuffle is None else style.shuffle
     seed_given = seed is not DEFAULT

@@ -14,6 +14,7 @@ from torch_drt.cache.dataset import CachedDataset as _CachedDataset
 from torch_drt.cache.dataset import MetadataBackend
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import manifest_digest, read_manifest
+from torch_drt.cache.loader._loader_style import PER_WORKER, LoaderStyle, register_style
 from torch_drt.compat.dataset_rt.results import (
     AbsentManifestTarget,
     Err,
@@ -25,6 +26,10 @@ from torch_drt.compat.dataset_rt.results import (
 )
 from torch_drt.compat.dataset_rt.torch_iterable import SizedTorchIterableDataset
 
+# dataset-rt's loader: shuffled with a random seed whatever the ReaderConfig says, events printed on its logger,
+# spawned processes, each with its own stream
+register_style("dataset-rt", LoaderStyle(True, "random", True, "dataset_rt.loader", "spawn", PER_WORKER))
+
 
 class CachedDataset(_CachedDataset):
     """``torch_drt.CachedDataset`` whose ``get_metadata()`` / ``samples_metadata()`` return polars by default, whose
@@ -33,7 +38,7 @@ class CachedDataset(_CachedDataset):
     the ``dataset_rt.loader`` logger, ``multiprocessing_context="spawn"``, a stream per loading worker) and
     writes the ``dump_config`` export into each loader's ``work_dir`` subdirectory."""
 
-    loader_defaults: ClassVar[Literal["torch_drt", "dataset-rt"]] = "dataset-rt"
+    loader_defaults: ClassVar[str] = "dataset-rt"
     sampling_default: ClassVar[Literal["permutation", "weighted"]] = "weighted"
 
     def get_metadata(self, backend: MetadataBackend | None = None) -> Any:
