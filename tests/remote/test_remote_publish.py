@@ -49,6 +49,24 @@ def test_a_cache_written_to_s3_uploads_its_manifest_last_and_reads_back(runtime,
     assert open_cache(result.path, verify=True, storage_options=options(proxy), remote_config=config)
 
 
+def test_a_url_root_is_written_and_profiled_as_a_local_one_is_with_its_upload_as_the_publish_stage(
+    runtime, tmp_path, proxy
+):
+    name, staging = unique("profiled"), tmp_path / "staging"
+    staging.mkdir()
+    config = remote_config(tmp_path, staging_dir=str(staging))
+    stages = {}
+    for side, root in (("local", tmp_path / "local"), ("remote", f"s3://{BUCKET}")):
+        profiler = drt.WriterProfilerConfig(enabled=True, path=tmp_path / f"{side}.json")
+        writer = drt.WriterConfig(show_progress=False, max_shard_bytes=300, profiler=profiler)
+        runtime.write_cache(ListSource(name, 50), root, writer_config=writer, storage_options=options(proxy),
+                            remote_config=config)
+        (source,) = json.loads((tmp_path / f"{side}.json").read_text())["sources"]
+        stages[side] = [stage["name"] for stage in source["stages"]]
+    assert stages["remote"] == stages["local"] and "publish" in stages["remote"]
+    assert list(staging.iterdir()) == []  # the staging directory under RemoteConfig.staging_dir is gone
+
+
 def test_an_existing_manifest_is_never_overwritten(runtime, tmp_path, proxy):
     name = unique("once")
     root = f"s3://{BUCKET}"

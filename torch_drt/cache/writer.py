@@ -1,4 +1,4 @@
-"""Writing one source into a staging directory and publishing it by atomic rename."""
+"""Writing one source into a staging directory, published in one step by its location's publisher."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import traceback
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -31,20 +31,18 @@ from torch_drt.cache._format import (
     validate_source_name,
 )
 from torch_drt.cache._profile import SourceStages, WriterProfile
+from torch_drt.cache._publishers import WriteMode, publisher_for
 from torch_drt.cache._shard_files import ShardFiles
-from torch_drt.cache._write_remote import write_remote
 from torch_drt.cache.config import WriterConfig
-from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
-from torch_drt.cache.validate import is_complete_cache, open_cache
+from torch_drt.cache.records import CacheWriteError, CacheWriteResult
+from torch_drt.cache.validate import open_cache
 from torch_drt.checksums import sha256_file, xxh3_128_hex
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_config import RemoteConfig
-from torch_drt.locations.remote_store import RemoteStore
-from torch_drt.publish import StagingDir, fsync_dir, move_aside, publish_lock, remove_stale_staging, write_json_atomic
+from torch_drt.publish import fsync_dir, write_json_atomic
 
 logger = logging.getLogger("torch_drt.cache")
 
-WriteMode = Literal["create", "reuse"]
 _BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes,
 _RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records)
 
@@ -146,32 +144,6 @@ def _write_records(
     return body
 
 
-def _publish(staging: StagingDir, mode: WriteMode, validate: bool) -> CacheWriteResult:
-    root, name, target = staging.root, staging.name, staging.target
-    with publish_lock(root, name):
-        remove_stale_staging(root, name)
-        if target.exists() or target.is_symlink():
-            if mode == "create":
-                staging.discard()
-                return CacheWriteError(name, f"cache path already exists: {target}")
-            if is_complete_cache(target, verify=validate):
-                staging.discard()  # another writer published it first
-                return CacheWriteSuccess(name, target)
-            move_aside(target)
-        staging.publish()
-    return CacheWriteSuccess(name, target)
-
-
-def _reuse(root: Path, name: str, validate: bool) -> CacheWriteResult | None:
-    """A complete cache already at ``root/name`` (stale staging directories of the name are cleaned too)."""
-    if not is_complete_cache(root / name, verify=validate):
-        return None
-    with publish_lock(root, name):
-        remove_stale_staging(root, name)
-    logger.info("reused the cache of source %r at %s", name, root / name)
-    return CacheWriteSuccess(name, root / name)
-
-
 def _describe(e: BaseException) -> str:
     """The error and where it was raised (the innermost frame), so a failed source's cause is not hidden."""
     frames = traceback.extract_tb(e.__traceback__)
@@ -179,12 +151,6 @@ def _describe(e: BaseException) -> str:
     cause = e.__cause__ or e.__context__
     chained = f"; caused by {type(cause).__name__}: {cause}" if cause is not None else ""
     return f"{type(e).__name__}: {e}{where}{chained}"
-
-
-def _stage(
-    source: Any, root: Path, *, config: WriterConfig, position: int, profile: WriterProfile | None
-) -> CacheWriteResult:
-    return write_source(source, root, config, mode="create", position=position, profile=profile)
 
 
 def write_source(
@@ -200,9 +166,10 @@ def write_source(
 ) -> CacheWriteResult:
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
-    A URL root (``s3://bucket/caches``) is published remotely: the cache is written under a local staging root
-    (``RemoteConfig.staging_dir``), then uploaded (see ``torch_drt.locations.remote_publish``); its result's path is
-    the cache's URL.
+    Where the cache is staged and how it is published is the location's publisher's business
+    (``cache/_publishers.py``): a local root stages beside the target and renames; a URL root
+    (``s3://bucket/caches``) stages under ``RemoteConfig.staging_dir`` and uploads (see
+    ``torch_drt.locations.remote_publish``), and its result's path is the cache's URL.
 
     Args:
         source: an object with ``name`` and ``__iter__`` yielding ``CacheInput``.
@@ -213,7 +180,7 @@ def write_source(
             remote one that does not open is an error: it is never overwritten).
         position: line of the progress bar, for several sources at once.
         profile: the call's timing profile; a source written (not reused) adds its stages to it (a URL root's
-            upload is not timed).
+            upload is its ``publish`` stage).
         storage_options: fsspec options for a URL root (credentials, endpoint).
         remote_config: remote settings for a URL root (default ``RemoteConfig()``).
 
@@ -226,35 +193,26 @@ def write_source(
     where = Location.parse(root, storage_options, remote_config)
     try:
         name = validate_source_name(raw_name)
-        if where.is_remote:
-            RemoteStore(where.url, storage_options, remote_config)  # a URL with secrets in it is refused now
+        publisher = publisher_for(where, name, config.validate_cache)  # a URL with secrets in it is refused here
     except ValueError as e:
         return CacheWriteError(str(raw_name), str(e))
-    if where.is_remote:
-        stage = functools.partial(_stage, config=config, position=position, profile=profile)
-        try:
-            return write_remote(source, name, where.url, stage, mode, config.validate_cache,
-                                remote_config or RemoteConfig(), storage_options)
-        except Exception as e:  # an upload that failed after its retries: nothing is published
-            logger.error("publishing the cache of source %r at %s failed", name, root, exc_info=True)
-            return CacheWriteError(name, _describe(e))
-    root = where.path
     try:
-        if mode == "reuse" and (reused := _reuse(root, name, config.validate_cache)) is not None:
-            return reused
+        if (known := publisher.existing(mode)) is not None:
+            return known
         stages = profile.source(name) if profile is not None else None
         timed = stages.stage if stages is not None else _untimed
-        with StagingDir(root, name) as staging:
-            manifest = _write_records(source, staging.path, config, position, stages)
+        with publisher.staging() as staged:
+            manifest = _write_records(source, staged, config, position, stages)
             with timed("finish_manifest"):
-                write_json_atomic(staging.path / MANIFEST_FILE, manifest)
+                write_json_atomic(staged / MANIFEST_FILE, manifest)
             if config.validate_cache:
                 with timed("validate"):
-                    open_cache(staging.path, verify=True)
+                    open_cache(staged, verify=True)
             with timed("publish"):
-                return _publish(staging, mode, config.validate_cache)
+                return publisher.publish(staged, mode)
     except BadInput as e:
         return CacheWriteError(name, str(e))
-    except (Exception, GeneratorExit) as e:  # a source that raises, a full disk: the source fails, the others go on
-        logger.error("writing the cache of source %r failed", name, exc_info=True)
+    except (Exception, GeneratorExit) as e:  # a source that raises, a full disk, an upload that failed after its
+        # retries: the source fails (nothing is published), the others go on
+        logger.error("writing the cache of source %r at %s failed", name, publisher.where, exc_info=True)
         return CacheWriteError(name, _describe(e))
