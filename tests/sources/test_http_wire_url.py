@@ -8,6 +8,7 @@ import pytest
 from http_server import Server
 
 from torch_drt import HttpDataset, StatefulDataLoader
+from torch_drt.sources._urls import wire_url
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +66,39 @@ def test_through_the_loader(server):
                                 item_concurrency=3, collate_fn=list)
     assert [body.decode() for batch in loader for body in batch] == targets
     loader.close()
+
+
+@pytest.mark.parametrize(
+    ("url", "wire"),
+    [  # the common shape (no urlsplit) and each case that must leave it for the general path, same results
+        ("http://127.0.0.1:8080/item/1?size=5", "http://127.0.0.1:8080/item/1?size=5"),
+        ("https://ex.com/a%26b?sig=x%2By", "https://ex.com/a%26b?sig=x%2By"),
+        ("http://h/x?", "http://h/x"),  # an empty query is dropped
+        ("http://h/x??a", "http://h/x??a"),
+        ("http://h/x?a#", "http://h/x?a"),
+        ("http://h/x?a#b/c", "http://h/x?a"),  # no fragment
+        ("http://h/x#%41", "http://h/x"),
+        ("HTTP://H.COM/x", "http://h.com/x"),
+        ("http://h?x", "http://h/?x"),
+        ("http://h?/x", "http://h/?/x"),
+        ("http://h", "http://h/"),
+        ("http://u:p%40ss@h:80/x", "http://u:p%40ss@h/x"),
+        ("http://a@b@c/x", "http://a%40b@c/x"),
+        ("http://[::1]:8080/x", "http://[::1]:8080/x"),
+        ("http://ü.com/x", "http://xn--tda.com/x"),
+        ("http://h/a b?c d", "http://h/a%20b?c%20d"),
+        ("http://h/x?q=%", "http://h/x?q=%25"),
+    ],
+)
+def test_wire_url_of_each_shape(url, wire):
+    assert str(wire_url(url)) == wire
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://[::1/x", "http://h:0/x", "http://h:99999/x", "http://h\t/x", "http://h\u2028/x", "ftp://h/x", "http:///x",
+     "httpss://h/x", "http://h/\x7f"],
+)
+def test_wire_url_refuses_what_is_not_an_http_url(url):
+    with pytest.raises(ValueError, match="is not an http"):
+        wire_url(url)

@@ -105,6 +105,28 @@ def test_success_after_failures():
     assert RetryPolicy(2, 0.001).run(attempt, "x") == b"body"
 
 
+@pytest.mark.parametrize("run", ["run", "arun"])
+def test_what_may_be_made_only_when_an_attempt_fails(run, caplog):
+    made = []
+
+    def what():
+        made.append(1)
+        return "GET http://h/x"
+
+    policy = RetryPolicy(1, 0.001)
+    call = (lambda a: policy.run(a, what)) if run == "run" else (lambda a: asyncio.run(policy.arun(_async(a), what)))
+    assert call(lambda: b"body") == b"body" and made == []  # a successful item never builds its message
+    outcomes = iter([ConnectionResetError(), ConnectionResetError()])
+
+    def attempt():
+        raise next(outcomes)
+
+    with caplog.at_level(logging.INFO, logger="torch_drt"), pytest.raises(OSError) as info:
+        call(attempt)
+    assert str(info.value) == "GET http://h/x failed after 2 attempt(s): ConnectionResetError"
+    assert caplog.records[0].getMessage().startswith("GET http://h/x: attempt 1 of 2 failed") and made == [1]
+
+
 @pytest.mark.parametrize("kwargs", [{"retries": -1}, {"retries": 1.5}, {"retries": True}, {"backoff": -1},
                                     {"max_backoff": float("nan")}])
 def test_policy_validation(kwargs):

@@ -98,3 +98,8 @@ def test_property_a_path_value_never_leaves_its_directory(value):
 
     location = Template("/root/{v}/file", {"v": [value]}, "path").location(0)
     assert posixpath.dirname(posixpath.dirname(location)) == "/root"
+
+
+def test_a_first_url_whose_host_cannot_be_encoded_is_refused_up_front():
+    with pytest.raises(ValueError, match=r"invalid first location: .* is not an http"):
+        Template("http://\u2603\ufe0f.example/{key}", {"key": ["a"]}, "url")  # IDNA refuses this host

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -28,17 +29,34 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{parts.path}"
 
 
-def _split_http(url: str) -> SplitResult | None:
+@functools.lru_cache(maxsize=256)
+def _origin(scheme: str, netloc: str) -> str | None:
+    """``scheme://netloc`` as it goes on the wire (host IDNA-encoded), or None unless it is http(s) with a valid
+    host and port (one check per origin: a dataset's URLs mostly share theirs)."""
+    from yarl import URL
+
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")  # urlsplit's own checks (IPv6 brackets, port range) included
+        if (parts.scheme, parts.netloc) != (scheme, netloc) or scheme not in ("http", "https"):
+            return None
+        if not parts.hostname or parts.port == 0:
+            return None
+        if _NOT_AUTHORITY.search(netloc) or not netloc.isprintable():
+            return None
+        user, password = (None if v is None else unquote(v) for v in (parts.username, parts.password))
+        return str(URL.build(scheme=scheme, user=user, password=password, host=parts.hostname, port=parts.port))
+    except (ValueError, UnicodeError):
+        return None
+
+
+def _split_http(url: str) -> tuple[SplitResult, str] | None:
+    """The parts of ``url`` and its wire origin, or None unless it is a printable http(s) URL with a valid host."""
     try:
         parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0
     except ValueError:
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        return None
-    if _NOT_AUTHORITY.search(parts.netloc) or not url.isprintable():
-        return None
-    return parts
+    origin = _origin(parts.scheme, parts.netloc)
+    return None if origin is None or not url.isprintable() else (parts, origin)
 
 
 def check_http_url(url: str) -> str:
@@ -65,16 +83,18 @@ def wire_url(url: str) -> Any:
     """
     from yarl import URL
 
-    parts = _split_http(url)
-    if parts is None:
+    # the common case, without urlsplit: "http(s)://netloc/..." whose path and query need no encoding and that has
+    # no fragment and no empty query; its origin is checked (and cached) as in the general case below
+    start = url.find("://") + 3
+    end = url.find("/", start)
+    if 6 < start < 10 and end > 0 and "#" not in url and url[-1] != "?" and not _NOT_URL.search(url, end):
+        netloc = url[start:end]
+        origin = None if "?" in netloc else _origin(url[: start - 3], netloc)
+        if origin is not None:
+            return URL(origin + url[end:], encoded=True)
+    split = _split_http(url)
+    if split is None:
         raise ValueError(f"{redact(url)!r} is not an http(s) URL with a valid host")
+    parts, origin = split
     query = f"?{_NOT_URL.sub(_encode, parts.query)}" if parts.query else ""
-    target = _NOT_URL.sub(_encode, parts.path or "/") + query
-    try:
-        user, password = (None if v is None else unquote(v) for v in (parts.username, parts.password))
-        origin = str(URL.build(scheme=parts.scheme, user=user, password=password, host=parts.hostname, port=parts.port))
-    except (ValueError, UnicodeError):
-        origin = None
-    if origin is None:
-        raise ValueError(f"{redact(url)!r} is not an http(s) URL with a valid host")
-    return URL(origin + target, encoded=True)
+    return URL(origin + _NOT_URL.sub(_encode, parts.path or "/") + query, encoded=True)

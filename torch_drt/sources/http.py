@@ -21,6 +21,13 @@ def _phrase(status: int) -> str:
         return ""
 
 
+def _status_error(status: int, headers: Any) -> AttemptError:
+    """The failed attempt of an HTTP error status (the reason is the standard phrase: never the server's text)."""
+    transient = transient_status(status)
+    retry_after = parse_retry_after(headers.get("Retry-After")) if transient else None
+    return AttemptError(f"HTTP {status} {_phrase(status)}".rstrip(), transient=transient, retry_after=retry_after)
+
+
 class HttpDataset(LocatedDataset):
     """Bodies of HTTP GET requests, fetched with aiohttp; one client session per event loop keeps connections.
 
@@ -99,11 +106,11 @@ class HttpDataset(LocatedDataset):
         return state
 
     def _session(self) -> Any:
-        import aiohttp
-
         loop = asyncio.get_running_loop()
         session = self._sessions.get(id(loop))
         if session is None or session.closed:
+            import aiohttp
+
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
             connector = aiohttp.TCPConnector(limit=0, loop=loop)
             headers = {"Accept-Encoding": "identity", **self.headers}  # bodies as served: no decoding work
@@ -118,38 +125,37 @@ class HttpDataset(LocatedDataset):
             self._sessions[id(loop)] = session
         return session
 
-    async def _get(self, session: Any, url: Any) -> bytes:
-        async with session.get(url, allow_redirects=True) as response:
-            if response.status >= 400:
-                transient = transient_status(response.status)
-                retry_after = parse_retry_after(response.headers.get("Retry-After")) if transient else None
-                reason = f"HTTP {response.status} {_phrase(response.status)}".rstrip()  # not the server's own text
-                raise AttemptError(reason, transient=transient, retry_after=retry_after)
-            check_size(response.content_length, self.max_bytes, "the body (Content-Length)")
-            if response.content_length is not None:  # size known and allowed: one read, no chunk loop
-                return await response.read()
-            body = bytearray()
-            async for chunk in response.content.iter_chunked(1 << 16):
-                body += chunk
-                check_size(len(body), self.max_bytes, "the body (so far)")
-            return bytes(body)
-
     async def _attempt(self, session: Any, url: Any) -> bytes:
+        """One GET under the time limit: the body (one read into bytes when its size is known), else a failed
+        ``AttemptError``."""
         try:
-            async with asyncio.timeout(self.timeout) as limit:
-                return await self._get(session, url)
+            async with asyncio.timeout(self.timeout) as limit, session.get(url, allow_redirects=True) as response:
+                if response.status >= 400:
+                    raise _status_error(response.status, response.headers)
+                length = response.content_length
+                check_size(length, self.max_bytes, "the body (Content-Length)")
+                if length is not None:  # size known and allowed: one read into bytes, no chunk loop
+                    return await response.read()
+                return await self._chunked(response)
         except TimeoutError:
             if not limit.expired():  # aiohttp's own (connect) time-out: a connection error
                 raise
             raise AttemptError(f"timed out after {self.timeout}s", transient=True, kind=TimeoutError) from None
 
+    async def _chunked(self, response: Any) -> bytes:
+        """A body of unknown size, read in chunks up to ``max_bytes``."""
+        body = bytearray()
+        async for chunk in response.content.iter_chunked(1 << 16):
+            body += chunk
+            check_size(len(body), self.max_bytes, "the body (so far)")
+        return bytes(body)
+
     async def _fetch(self, session: Any, index: int) -> bytes:
         url = self.locations[index]
-        what = f"GET {redact(url)}"
         wire = wire_url(url)
         if self._authorized and (wire.user is not None or wire.password is not None):
-            raise ValueError(f"{what}: credentials both in the URL and in an Authorization header: give one")
-        return await self.policy.arun(lambda: self._attempt(session, wire), what)
+            raise ValueError(f"GET {redact(url)}: credentials both in the URL and in an Authorization header: give one")
+        return await self.policy.arun(lambda: self._attempt(session, wire), lambda: f"GET {redact(url)}")
 
     async def aget(self, index: int) -> bytes:
         """Fetch item ``index`` on the running event loop (the loader's)."""

@@ -141,12 +141,13 @@ class RetryPolicy:
         )
         return wait
 
-    def run(self, attempt: Callable[[], T], what: str, *, unknown: bool = False) -> T:
+    def run(self, attempt: Callable[[], T], what: str | Callable[[], str], *, unknown: bool = False) -> T:
         """``attempt()`` until it succeeds, fails permanently or runs out of attempts.
 
         Args:
             attempt: one try.
-            what: the operation on the redacted location, e.g. ``"reading s3://bucket/key"``.
+            what: the operation on the redacted location, e.g. ``"reading s3://bucket/key"``, or a function that
+                makes it (called only when an attempt fails: a successful item pays nothing for its message).
             unknown: whether an error of no known kind is transient (see ``is_transient``).
         """
         for n in range(1, self.attempts + 1):
@@ -154,19 +155,23 @@ class RetryPolicy:
                 return attempt()
             except Exception as e:
                 error = e
+            what = what() if callable(what) else what
             wait = self._wait(error, n, what, unknown)
             if wait is None:
                 raise failure(error, what, n)
             time.sleep(wait)
         raise AssertionError("unreachable")
 
-    async def arun(self, attempt: Callable[[], Awaitable[T]], what: str, *, unknown: bool = False) -> T:
+    async def arun(
+        self, attempt: Callable[[], Awaitable[T]], what: str | Callable[[], str], *, unknown: bool = False
+    ) -> T:
         """``run`` for an ``async`` attempt, waiting with ``asyncio.sleep``."""
         for n in range(1, self.attempts + 1):
             try:
                 return await attempt()
             except Exception as e:
                 error = e
+            what = what() if callable(what) else what
             wait = self._wait(error, n, what, unknown)
             if wait is None:
                 raise failure(error, what, n)
