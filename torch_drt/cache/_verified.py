@@ -2,7 +2,8 @@
 
 A record's XXH3-64 is compared with its index entry the first time this process reads it from the cache's mapped
 shards; later reads of the same record from the same mappings skip the hash. One bit per record, private to the
-process (a forked child starts with its parent's bits: it shares the parent's mappings).
+process (a forked child starts with its parent's bits: it shares the parent's mappings). Reader threads marking at
+once can lose a bit (that record is hashed again on its next read), never set one that was not verified.
 """
 
 from __future__ import annotations
