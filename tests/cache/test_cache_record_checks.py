@@ -7,6 +7,7 @@ these tests pin down as documented: bytes rewritten in place after a record's fi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import shutil
@@ -16,6 +17,7 @@ import numpy as np
 import pydantic
 import pytest
 from conftest import QUIET, run_isolated
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
 from torch_drt.cache._verified import VerifiedRecords
@@ -156,3 +158,22 @@ def test_verified_records_bits():
     assert bits.unchecked(np.array([12, 1, 7, 8, 0, 9])).tolist() == [1, 5]
     bits.forget()
     assert bits.unchecked(np.array([0, 12])).tolist() == [0, 1]
+
+
+def test_caches_at_urls_are_checked_on_every_read(runtime, tmp_path, moto_endpoint, proxy):
+    """``first_read`` trusts local maps only: a node-cache copy damaged after its first read is still found by the
+    record checks (and fetched anew), not returned."""
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=40, max_shard_bytes=400)
+    config = remote_config(tmp_path)
+    expected = [s.data for s in runtime.cached_dataset(local, reader_config=_config(None))]
+    ds = runtime.cached_dataset(url, reader_config=_config("first_read"), storage_options=options(proxy),
+                                remote_config=config)
+    assert [s.data for s in ds] == expected
+    shard = sorted((local / "shards").iterdir())[0]
+    copy = Path(config.cache_dir) / "data" / f"sha256-{hashlib.sha256(shard.read_bytes()).hexdigest()}"
+    body = bytearray(copy.read_bytes())
+    body[len(body) // 2] ^= 0xFF
+    with open(copy, "r+b") as f:  # in place: the reader's map of the copy sees it
+        f.write(body)
+    assert [s.data for s in ds] == expected
+    assert copy.read_bytes() == shard.read_bytes()  # fetched anew
