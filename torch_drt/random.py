@@ -153,9 +153,10 @@ def exit_batch(token: contextvars.Token) -> None:
 
 
 def map_items(
-    fn: Callable[[int, Any], Any], indices: Sequence[int], items: Sequence[Any], positions: Sequence[int]
+    fn: Callable[..., Any], indices: Sequence[int] | None, items: Sequence[Any], positions: Sequence[int]
 ) -> list:
-    """``[fn(index, item) ...]``, each call in its item's scope (``item_scope``'s hot path for loaders).
+    """``[fn(index, item) ...]`` (``[fn(item) ...]`` when ``indices`` is None), each call in its item's scope
+    (``item_scope``'s hot path for loaders).
 
     Each item sets the scope's position (a context copied during a call keeps that call's item); the scope is
     left once, after the last item or the first error: one ``reset`` per batch restores what was before it.
@@ -164,9 +165,14 @@ def map_items(
     append, enter = out.append, _item.set
     token = enter(_item.get())
     try:
-        for index, item, position in zip(indices, items, positions):
-            enter(position)
-            append(fn(index, item))
+        if indices is None:  # a one-argument transform: no wrapper call per item
+            for item, position in zip(items, positions):
+                enter(position)
+                append(fn(item))
+        else:
+            for index, item, position in zip(indices, items, positions):
+                enter(position)
+                append(fn(index, item))
     finally:
         _item.reset(token)
     return out

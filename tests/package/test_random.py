@@ -78,6 +78,18 @@ def test_item_scope_alone_reproduces_an_item() -> None:
     assert (a == b).all() and not (a == c).all()
 
 
+def test_map_items_without_indices_calls_a_one_argument_fn_in_each_items_scope() -> None:
+    from torch_drt.random import map_items
+
+    def fn(item: str) -> tuple[str, int]:
+        return item, item_generator().initial_seed()
+
+    with batch_scope(3, 1, [5, 6], [20, 21]):
+        assert map_items(fn, None, ["a", "b"], [20, 21]) == [("a", item_seed(3, 1, 20)), ("b", item_seed(3, 1, 21))]
+        with pytest.raises(RuntimeError, match="needs the index"):
+            item_generator()  # no item scope left behind
+
+
 def test_map_items_scopes_each_item_and_leaves_the_scope_after_the_batch_or_an_error() -> None:
     import contextvars
 

@@ -119,6 +119,9 @@ class ReaderConfig(BaseModel):
             have equal weights) or ``"weighted"`` (draws by weight with replacement: rows repeat and others are
             missed). None: ``"permutation"`` for torch_drt's datasets, ``"weighted"`` for
             ``torch_drt.compat.dataset_rt``'s (dataset-rt's meaning of ``shuffle``).
+        record_checks: when a record's checksum (format 2) is compared: ``"every_read"`` (None, the default) or
+            ``"first_read"``: a local cache's record only on its first read in each process, later reads trust the
+            unchanged mapping (see ``torch_drt.cache.reader.CacheReader`` for what is checked when).
     """
 
     model_config = _FROZEN
@@ -129,6 +132,7 @@ class ReaderConfig(BaseModel):
     validate_cache: bool = False
     shard_window: int | None = Field(default=None, ge=1, strict=True)
     sampling: Literal["permutation", "weighted"] | None = None
+    record_checks: Literal["every_read", "first_read"] | None = None
 
     @model_validator(mode="after")
     def _window_shuffles(self) -> ReaderConfig:
@@ -145,10 +149,11 @@ class ReaderConfig(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """dataset-rt's fields, plus torch_drt's ``shard_window`` and ``sampling`` only when set (so dumps of either
-        package's settings load in the other's ``ReaderConfig``, whose unknown fields are errors)."""
+        """dataset-rt's fields, plus torch_drt's ``shard_window``, ``sampling`` and ``record_checks`` only when set
+        (so dumps of either package's settings load in the other's ``ReaderConfig``, whose unknown fields are
+        errors)."""
         data = handler(self)
-        for name in ("shard_window", "sampling"):
+        for name in ("shard_window", "sampling", "record_checks"):
             if getattr(self, name) is None:
                 data.pop(name, None)
         return data

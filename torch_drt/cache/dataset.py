@@ -74,7 +74,7 @@ class CachedDataset(DatasetPosition):
         self._runtime = runtime  # a dataset keeps its runtime (and its pool) alive
         self.layouts = tuple(layouts)
         self.reader_config = reader_config
-        self.reader = CacheReader(self.layouts)
+        self.reader = CacheReader(self.layouts, reader_config.record_checks or "every_read")
         self._stored = layouts[0].arrow_schema
         self._cache_index = {layout.cache_id: i for i, layout in enumerate(layouts)}
         self._lock = threading.Lock()

@@ -5,7 +5,8 @@ through ``CacheReader``; where the bytes come from is the cache's backend (``tor
 
 For each gather, per cache: the rows' index entries are looked up; every file read from is checked for its
 size (a truncated shard is an error, not a SIGBUS); the records are copied out; in format 2 each record's
-XXH3-64 is compared with its index entry before anything else looks at it; then records are decompressed
+XXH3-64 is compared with its index entry before anything else looks at it (with ``record_checks="first_read"``,
+only on a record's first read in the process: see ``CacheReader``); then records are decompressed
 within the cache's ``max_record_bytes``. Any failure is a ``CacheCorruptError`` naming the shard and sample.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from torch_drt.cache._compression import decompressor
 from torch_drt.cache._legacy import payload_index
+from torch_drt.cache._verified import RECORD_CHECKS, VerifiedRecords
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import load_index, open_cache, open_layout, open_shards
@@ -28,7 +30,7 @@ from torch_drt.describe import described
 class _OpenedCache:
     """One cache's opened files and index, and the gather over them."""
 
-    def __init__(self, layout: CacheLayout) -> None:
+    def __init__(self, layout: CacheLayout, record_checks: str = "every_read") -> None:
         self.layout = layout
         self.backend = layout.backend
         self.shards = open_shards(layout)
@@ -38,6 +40,8 @@ class _OpenedCache:
             self.index_file.close()
             self.index_file = None
         self.checksum = self.index["checksum"] if layout.record_checksums else None
+        once = record_checks == "first_read" and self.checksum is not None and all(f.lasting for f in self.shards)
+        self.verified = VerifiedRecords(len(self.index)) if once else None  # local maps only
         self.decompress = decompressor(layout.compression, layout.max_record_bytes)
 
     def _fail(self, shard: int, sample: int, reason: str) -> CacheCorruptError:
@@ -92,13 +96,23 @@ class _OpenedCache:
         return data
 
     def verify(self, data: Sequence[bytes | np.ndarray], entries: np.ndarray, sample_ids: np.ndarray) -> None:
-        """Compare each record's XXH3-64 with its index entry (format 2)."""
+        """Compare each record's XXH3-64 with its index entry (format 2); with ``first_read``, only the records
+        this process has not verified yet."""
+        verified = self.verified
+        if verified is not None:
+            todo = verified.unchecked(sample_ids)
+            if not todo.size:
+                return
+            if todo.size < len(data):
+                data, entries, sample_ids = [data[i] for i in todo.tolist()], entries[todo], sample_ids[todo]
         bad = record_checksums(data, len(data)) != entries["checksum"]
         if bad.any():
             i = int(np.argmax(bad))
             raise self._fail(
                 int(entries["shard"][i]), int(sample_ids[i]), "record fails its checksum (damaged shard or index)"
             )
+        if verified is not None:
+            verified.mark(sample_ids)
 
     def _decompress(self, data: list[bytes], entries: np.ndarray, sample_ids: np.ndarray) -> list[bytes]:
         decompress = self.decompress
@@ -163,26 +177,40 @@ class CacheReader:
     A reader pickles as its layouts and reopens the files on the other side (worker processes under spawn,
     fork or forkserver), checking the index again there.
 
+    What is checked when (format 2: an XXH3-64 per record): at every gather, the size of each file read from (a
+    truncated file is a ``CacheCorruptError``, not a SIGBUS); with ``record_checks="every_read"`` (the default),
+    every record's hash before its bytes are returned. With ``"first_read"``, a record of a local cache is hashed
+    before its bytes are first returned in this process (a forked child keeps what its parent verified: same
+    mappings); later reads copy the same mapped bytes unhashed. That holds while shard files do not change in
+    place: a published shard is never rewritten, a replaced or deleted file leaves this process's map of the old
+    one intact, a truncated one fails the size check. Not caught after a record's first read: a shard rewritten
+    in place by another program, or storage returning other bytes when evicted pages are read again (use
+    ``"every_read"`` where either can happen). Caches at URLs are checked on every read.
+
     Args:
         layouts: the caches, as returned by ``open_cache``; their order defines cache positions.
+        record_checks: ``"every_read"`` or ``"first_read"`` (see above).
     """
 
-    def __init__(self, layouts: Sequence[CacheLayout]) -> None:
+    def __init__(self, layouts: Sequence[CacheLayout], record_checks: str = "every_read") -> None:
+        if record_checks not in RECORD_CHECKS:
+            raise ValueError(f"{record_checks=} must be one of {RECORD_CHECKS}")
         self.layouts = tuple(layouts)
-        self._caches = [_OpenedCache(layout) for layout in self.layouts]
+        self.record_checks = record_checks
+        self._caches = [_OpenedCache(layout, record_checks) for layout in self.layouts]
         self._offsets = np.concatenate([[0], np.cumsum([len(lay.shards) for lay in self.layouts])]).astype(np.int64)
 
     @classmethod
-    def open(cls, paths: Sequence[str | Path], verify: bool = False) -> CacheReader:
+    def open(cls, paths: Sequence[str | Path], verify: bool = False, record_checks: str = "every_read") -> CacheReader:
         """Open the caches at ``paths`` for reading payloads.
 
         The manifest, the shards' sizes and the index are checked as at every open; the metadata table, which
         a reader does not use, is checked only with ``verify`` (then with every SHA-256, as ``open_cache``).
         """
-        return cls([open_cache(p, verify=True) if verify else open_layout(p) for p in paths])
+        return cls([open_cache(p, verify=True) if verify else open_layout(p) for p in paths], record_checks)
 
     def __reduce__(self):
-        return (CacheReader, (self.layouts,))
+        return (CacheReader, (self.layouts, self.record_checks))
 
     def __len__(self) -> int:
         return len(self.layouts)

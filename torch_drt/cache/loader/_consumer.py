@@ -35,16 +35,6 @@ if TYPE_CHECKING:
     from torch_drt.locations import CacheBackend
 
 
-class _OneArg:
-    """``sample_transform_fn(sample)`` as ``transform(row, sample)``."""
-
-    def __init__(self, fn: Callable[[CachedSample], Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, row: int, sample: CachedSample) -> Any:
-        return self.fn(sample)
-
-
 class RowFetcher:
     """Loads ``StreamBatch``es of this rank's consumers (picklable: it opens its files in each process).
 
@@ -84,7 +74,7 @@ class RowFetcher:
 
     _KEPT = ("caches", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn",
              "native_num_workers", "pin", "events", "shard_window", "world_size", "batch_size", "continue_streams",
-             "sampling", "dealt_to")
+             "sampling", "dealt_to", "record_checks")
 
     def __init__(
         self,
@@ -113,12 +103,13 @@ class RowFetcher:
             raise ValueError(f"batches are dealt to {dealt_to} processes from one consumer, not {len(plans)}")
         self.caches, self.snapshot_path, self.plans = list(caches), snapshot_path, plans
         self.shuffle, self.seed, self.partition = shuffle, seed, partition
-        self.transform = None if transform is None else _OneArg(transform)
+        self.transform = transform
         self.collate_fn, self.native_num_workers, self.pin = collate_fn, native_num_workers, pin
         self.events = events
         self.shard_window, self.world_size = shard_window, world_size
         self.batch_size, self.continue_streams = batch_size, continue_streams
         self.sampling, self.dealt_to = sampling, dealt_to
+        self.record_checks = reader.record_checks if reader is not None else "every_read"  # the dataset's
         self._opened_in: int | None = None
         self._made_in = (os.getpid(), reader, snapshot)
 
@@ -131,7 +122,8 @@ class RowFetcher:
             return
         pid, reader, snapshot = self._made_in
         here = pid == os.getpid()
-        self._reader = reader if reader is not None and here else CacheReader.open(self.caches)
+        opened = reader is not None and here
+        self._reader = reader if opened else CacheReader.open(self.caches, record_checks=self.record_checks)
         self._snapshot = snapshot if snapshot is not None and here else Snapshot(self.snapshot_path)
         self._new_streams()
         self._remote = self._reader.remote
@@ -236,7 +228,7 @@ class RowFetcher:
             samples = self.read(rows)
             if times is not None:
                 t0 = _lap(times, "dataset", t0, len(samples))
-            items = samples if self.transform is None else map_items(self.transform, indices, samples, batch.positions)
+            items = samples if self.transform is None else map_items(self.transform, None, samples, batch.positions)
             if times is not None and self.transform is not None:
                 t0 = _lap(times, "transform", t0, len(items))
             out = self.collate_fn(items)
