@@ -33,9 +33,6 @@ from pathlib import Path
 import numpy as np
 from _workload import payloads, workload_parser
 
-CONFIGS = {"checked": (True, True), "no record checks": (False, True), "no checks": (False, False)}
-
-PAYLOAD = 4096
 CONFIGS = {
     "checked": (True, True),
     "first read": (True, True),
@@ -177,23 +174,13 @@ def print_integrity(rows: list[tuple[str, dict[str, float]]], repeats: int) -> N
 
 def main() -> None:
     parser = workload_parser(__doc__, "--repeats", 7)
-    args = parser.parse_args()
-    records = payloads(args.samples)
-    work = Path(tempfile.mkdtemp(prefix="bench_integrity_"))
-    try:
-        print_integrity(bench_integrity(work, records, args.repeats), args.repeats)
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cpu", action="store_true", help="time with process_time (CPU), not the wall clock")
     args = parser.parse_args()
     clock = time.process_time if args.cpu else time.perf_counter
-    rng = np.random.default_rng(0)
-    payloads = [rng.integers(0, 256, PAYLOAD, dtype=np.uint8).tobytes() for _ in range(args.samples)]
+    records = payloads(args.samples)
     work = Path(tempfile.mkdtemp(prefix="bench_integrity_"))
     try:
-        print_integrity(bench_integrity(work, payloads, args.repeats, clock), args.repeats)
+        print_integrity(bench_integrity(work, records, args.repeats, clock), args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
