@@ -87,3 +87,15 @@ def test_the_shards_feed_the_locality_aware_permutation():
     shards = [ds[int(i)]["shard"] for i in order]
     runs = [s for k, s in enumerate(shards) if k == 0 or shards[k - 1] != s]
     assert sorted(runs) == [0, 1, 2, 3]  # one shard at a time: each shard's samples come together
+
+
+def test_places_of_a_batch_are_each_index_located():
+    ds = Counting([3, 0, 2, 4])
+    picks = [8, 0, -1, 3, np.int64(5), -9, 2]
+    shards, local = ds.places(picks)
+    assert list(zip(shards.tolist(), local.tolist())) == [ds.locate(i) for i in picks]
+    assert [s["index"] for s in ds.__getitems__(picks)] == [ds[i]["index"] for i in picks]
+    assert ds.places([])[0].tolist() == [] and ds.places([True])[0].tolist() == [0]
+    for bad in ([1, 9], [-10], [0, 1.5]):
+        with pytest.raises((IndexError, TypeError)):
+            ds.places(bad)

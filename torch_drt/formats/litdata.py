@@ -25,7 +25,6 @@ from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
 _INDEX_LIMIT = 256 << 20
-_AHEAD = 8  # chunks fetched ahead of a remote read, in chunk order
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
 
 
@@ -138,15 +137,19 @@ class LitDataset(ShardSet):
             self._configs.append(config)
         super().__init__(counts, names, cache_shards)
 
-    def _ahead(self, shard: int) -> None:
-        roots = [self._configs[self._chunks[k][0]].root for k in range(shard, min(self.num_shards, shard + _AHEAD))]
-        if self._files.remote(roots[0]):
-            self._files.prefetch([self._files.open(root, self._chunks[k][1]) for k, root in enumerate(roots, shard)])
-
-    def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
+    def _chunk_file(self, shard: int) -> StoredFile:
         c, name, nbytes = self._chunks[shard]
         config = self._configs[c]
-        file: StoredFile = self._files.open(config.root, name, None if config.compression else nbytes)
+        return self._files.open(config.root, name, None if config.compression else nbytes)
+
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        remote = self._files.remote(self._configs[self._chunks[shard][0]].root)
+        return self._chunk_file(shard) if remote else None
+
+    def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
+        c, _, nbytes = self._chunks[shard]
+        config = self._configs[c]
+        file = self._chunk_file(shard)
         if config.compression:
             where = file.where
             data = gather_one(file, 0, file.size)

@@ -28,7 +28,6 @@ from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
 _INDEX_LIMIT = 256 << 20
-_AHEAD = 8  # shards fetched ahead of a remote read, in shard order
 _MAX_SHARD_BYTES = 1 << 32  # an index claiming more for one shard is damaged (MDS writes 64 MiB by default)
 
 
@@ -189,9 +188,8 @@ class MDSDataset(ShardSet):
         checksum = ("sha256", hashes["sha256"]) if "sha256" in hashes else None
         return self._files.open(s.root, name, size, checksum)
 
-    def _ahead(self, shard: int) -> None:
-        if self._files.remote(self._shards[shard].root):
-            self._files.prefetch([self._shard_file(k) for k in range(shard, min(self.num_shards, shard + _AHEAD))])
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        return self._shard_file(shard) if self._files.remote(self._shards[shard].root) else None
 
     def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
         """The shard's bytes (opened, or read whole and verified) and its sample offsets.
