@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from torch_drt.cache.errors import CacheCorruptError, FormatError
-from torch_drt.formats._files import RangeReader
+from torch_drt.formats._range_reader import RangeReader
 from torch_drt.locations import StoredFile
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from torch_drt.cache.errors import CacheCorruptError, FormatError
-from torch_drt.formats._files import RangeReader
+from torch_drt.formats._range_reader import RangeReader
 from torch_drt.locations import CacheBackend, StoredFile
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext

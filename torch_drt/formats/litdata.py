@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,7 @@ class LitDataset(ShardSet):
         n = len(config.decoders)
         if len(data) < 4 * n:
             raise FormatError(self.shard_names[shard], f"item {index} is shorter than its {n} leaf sizes")
-        sizes = [int(s) for s in np.frombuffer(data, np.uint32, n)]
+        sizes = struct.unpack_from(f"<{n}I", data)
         if 4 * n + sum(sizes) > len(data):
             raise FormatError(self.shard_names[shard], f"leaves of item {index} run past its {len(data)} bytes")
         values, at = [], 4 * n

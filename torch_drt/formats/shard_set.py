@@ -28,33 +28,41 @@ from torch_drt.locations import StoredFile
 
 
 class ShardSet(ABC):
-    """Samples of a list of shards, read lazily, the last ``cache_shards`` decoded shards kept per process.
+    """Samples of a list of shards, read lazily, the last ``cache_shards`` decoded shards kept per process (more
+    while they hold at most ``cache_bytes``).
 
     Args:
         counts: samples in each shard.
         names: each shard's name (its file, and its part of the file), for errors and ``repr``.
         cache_shards: decoded shards kept in this process (>= 1).
+        cache_bytes: more decoded shards are kept while the memory they hold (``_nbytes``) adds up to at most
+            this (0: ``cache_shards`` only).
     """
 
-    def __init__(self, counts: Sequence[int], names: Sequence[str], cache_shards: int = 4) -> None:
+    def __init__(
+        self, counts: Sequence[int], names: Sequence[str], cache_shards: int = 4, cache_bytes: int = 0
+    ) -> None:
         if not isinstance(cache_shards, int) or isinstance(cache_shards, bool) or cache_shards < 1:
             raise ValueError(f"{cache_shards=} must be an int >= 1")
+        if not isinstance(cache_bytes, int) or isinstance(cache_bytes, bool) or cache_bytes < 0:
+            raise ValueError(f"{cache_bytes=} must be an int >= 0")
         if len(counts) != len(names):
             raise ValueError(f"{len(counts)=} and {len(names)=} must be equal")
         self.shard_names = tuple(names)
         self.shard_counts = np.asarray(counts, dtype=np.int64)
         self.shard_starts = np.concatenate([[0], np.cumsum(self.shard_counts)]).astype(np.int64)
-        self.cache_shards = cache_shards
+        self.cache_shards, self.cache_bytes = cache_shards, cache_bytes
         self._lru: OrderedDict[int, Any] = OrderedDict()
+        self._held: dict[int, int] = {}  # shard -> the bytes its decoded form holds (with cache_bytes)
         self._lock = threading.Lock()
         self._remote: dict[int, StoredFile | None] = {}  # shard -> its remote file (None: local), for prefetching
 
     def __getstate__(self) -> dict[str, Any]:  # a worker process decodes its own shards
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lru", "_lock", "_remote")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lru", "_lock", "_remote", "_held")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lru, self._lock, self._remote = OrderedDict(), threading.Lock(), {}
+        self._lru, self._lock, self._remote, self._held = OrderedDict(), threading.Lock(), {}, {}
 
     def __len__(self) -> int:
         return int(self.shard_starts[-1])
@@ -159,12 +167,20 @@ class ShardSet(ABC):
                 self._lru.move_to_end(shard)
                 return got
         got = self._load(shard)  # outside the lock: threads decode different shards at once
+        size = self._nbytes(got) if self.cache_bytes else 0
         with self._lock:
             self._lru[shard] = got
             self._lru.move_to_end(shard)
-            while len(self._lru) > self.cache_shards:
-                self._lru.popitem(last=False)
+            self._held[shard] = size
+            while len(self._lru) > self.cache_shards and (
+                not self.cache_bytes or sum(self._held.values()) > self.cache_bytes
+            ):
+                self._held.pop(self._lru.popitem(last=False)[0], None)
         return got
+
+    def _nbytes(self, decoded: Any) -> int:
+        """The memory a decoded shard holds (readers that cache by bytes say it)."""
+        return 0
 
     def _remote_file(self, shard: int) -> StoredFile | None:
         """Shard ``shard``'s remote file (opened once per process), or None when it is local (or not one file)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -140,9 +141,10 @@ class BatchPlanner(BaseNode[BatchPlan]):
         if self._skip and plan.offset in self._skip:
             return self.next()
         if self.plan_reads is not None:
-            view = self._chunk[pos : pos + _READ_AHEAD]
+            skip = self._skip
+            view = [p.indices for p in self._chunk[pos : pos + _READ_AHEAD] if not skip or p.offset not in skip]
             first = 0 if self._planned_first else len(plan.indices)
-            self.plan_reads([i for p in view if not (self._skip and p.offset in self._skip) for i in p.indices], first)
+            self.plan_reads(list(itertools.chain.from_iterable(view)), first)
             self._planned_first = True
         return plan
 
