@@ -104,6 +104,10 @@ class ParquetDataset(ShardSet):
                                      f"{self.shard_counts[shard]}")
         return table
 
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        directory, rel = self.files[self._groups[shard][0]]
+        return self._files.open(directory, rel) if self._files.remote(directory) else None
+
     def _nbytes(self, decoded: pa.Table) -> int:
         return int(decoded.nbytes)
 
