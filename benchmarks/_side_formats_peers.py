@@ -95,7 +95,8 @@ def loader(cfg: dict, work: Path):
 
         ds = ld.StreamingDataset(f"s3://{cfg['bucket']}/{cfg['prefix']}", cache_dir=str(local), shuffle=True, seed=1,
                                  storage_options={"endpoint_url": cfg["proxy"]})
-        return ld.StreamingDataLoader(ds, batch_size=batch, num_workers=workers, collate_fn=collate)
+        return ld.StreamingDataLoader(ds, batch_size=batch, num_workers=workers, collate_fn=collate,
+                                      persistent_workers=workers > 0)
     if system == "webdataset":  # over HTTP through the proxy (moto serves the bucket's objects), fetched by curl
         import webdataset as wds
 
@@ -103,7 +104,7 @@ def loader(cfg: dict, work: Path):
         urls = f"{cfg['proxy']}/{cfg['bucket']}/{cfg['prefix']}/shard-{{000000..{last:06d}}}.tar"
         ds = (wds.WebDataset(urls, shardshuffle=cfg["shards"], seed=1, workersplitter=wds.split_by_worker)
               .shuffle(1000, initial=1000).batched(batch, collation_fn=collate, partial=True))
-        return wds.WebLoader(ds, batch_size=None, num_workers=workers)
+        return wds.WebLoader(ds, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
     import datasets  # parquet: the datasets library's own iteration
 
     ds = datasets.Dataset.from_parquet(cfg["path"], cache_dir=str(local)).with_format("torch")

@@ -108,6 +108,7 @@ def write_ours(system: str, args: argparse.Namespace, servers: Servers, work: Pa
     import pyarrow.parquet as pq
 
     path = work / f"{prefix}.parquet"
+    data = [d[:-1] + b"\x01" for d in data]  # datasets' torch format drops a value's trailing NUL bytes (numpy S)
     table = pa.table({"data": pa.array(data, pa.binary()), "label": [i % 1000 for i in range(args.samples)]})
     pq.write_table(table, path, row_group_size=max(1, args.shard_bytes // args.size))
     return {"url": str(path), "path": str(path), "prefix": prefix}
@@ -116,7 +117,7 @@ def write_ours(system: str, args: argparse.Namespace, servers: Servers, work: Pa
 def ours_loader(system: str, where: dict, servers: Servers, cache: Path, workers: int, batch: int):
     remote = {"storage_options": options(servers.proxy),
               "remote_config": drt.RemoteConfig(cache_dir=str(cache), prefetch_shards=8)}
-    fork = {"multiprocessing_context": "fork"} if workers else {}
+    fork = {"multiprocessing_context": "fork", "persistent_workers": True} if workers else {}  # as the peers' loaders
     if system == "parquet":
         ds = ParquetDataset(where["path"])
     else:

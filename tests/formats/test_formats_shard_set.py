@@ -17,8 +17,8 @@ from torch_drt.sampling.locality import ShardWindowShuffle
 class Counting(ShardSet):
     """Shard s holds samples (s, 0), (s, 1), ...; counts each decode."""
 
-    def __init__(self, counts, cache_shards=2):
-        super().__init__(counts, [f"shard{s}" for s in range(len(counts))], cache_shards)
+    def __init__(self, counts, cache_shards=2, cache_bytes=0):
+        super().__init__(counts, [f"shard{s}" for s in range(len(counts))], cache_shards, cache_bytes)
         self.loads: list[int] = []
 
     def _load(self, shard):
@@ -27,6 +27,9 @@ class Counting(ShardSet):
 
     def _sample(self, decoded, shard, index):
         return decoded[index]
+
+    def _nbytes(self, decoded):
+        return 100 * len(decoded)
 
 
 def test_samples_lie_in_the_shards_their_counts_say():
@@ -87,3 +90,29 @@ def test_the_shards_feed_the_locality_aware_permutation():
     shards = [ds[int(i)]["shard"] for i in order]
     runs = [s for k, s in enumerate(shards) if k == 0 or shards[k - 1] != s]
     assert sorted(runs) == [0, 1, 2, 3]  # one shard at a time: each shard's samples come together
+
+
+def test_places_of_a_batch_are_each_index_located():
+    ds = Counting([3, 0, 2, 4])
+    picks = [8, 0, -1, 3, np.int64(5), -9, 2]
+    shards, local = ds.places(picks)
+    assert list(zip(shards.tolist(), local.tolist())) == [ds.locate(i) for i in picks]
+    assert [s["index"] for s in ds.__getitems__(picks)] == [ds[i]["index"] for i in picks]
+    assert ds.places([])[0].tolist() == [] and ds.places([True])[0].tolist() == [0]
+    for bad in ([1, 9], [-10], [0, 1.5]):
+        with pytest.raises((IndexError, TypeError)):
+            ds.places(bad)
+
+
+def test_cache_bytes_keeps_more_decoded_shards_while_they_fit():
+    ds = Counting([2] * 6, cache_shards=1, cache_bytes=600)  # 200 bytes a shard: three fit
+    for _ in range(2):
+        ds.__getitems__([0, 2, 4])
+    assert ds.loads == [0, 1, 2] and len(ds._lru) == 3
+    ds.__getitems__([6, 8])  # two more: the oldest two go
+    assert list(ds._lru) == [2, 3, 4]
+    ds = Counting([2] * 6, cache_shards=2, cache_bytes=0)  # bytes not counted: two shards
+    ds.__getitems__([0, 2, 4])
+    assert list(ds._lru) == [1, 2]
+    with pytest.raises(ValueError, match="cache_bytes"):
+        Counting([1], cache_bytes=-1)

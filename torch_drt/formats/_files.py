@@ -17,6 +17,7 @@ from typing import Any
 from torch_drt.cache.errors import FormatError
 from torch_drt.formats._file_reads import gather_one
 from torch_drt.locations import CacheBackend, StoredFile, backend_for
+from torch_drt.locations._remote_file import RemoteFile
 from torch_drt.locations.location import Location, is_url
 from torch_drt.locations.remote_config import RemoteConfig
 
@@ -105,13 +106,6 @@ class Files:
         finally:
             file.close()
 
-    def prefetch(self, files: Sequence[StoredFile]) -> None:
-        """Fetch remote ``files`` into the node cache ahead of their reads, in this order (replacing the previous
-        plan of this process; the first one is needed now)."""
-        backend = next((getattr(f, "backend", None) for f in files if getattr(f, "backend", None)), None)
-        if backend is not None:
-            backend.prefetch(files, first=1)
-
     def list_remote(self, directory: str) -> None:
         """List a remote directory's files now (one request), so that the dataset carries their sizes and ETags
         to its worker processes; nothing for a local one."""
@@ -188,6 +182,23 @@ def _list_etags(backend: CacheBackend) -> dict[str, tuple[int, str]]:
         if etag and isinstance(size, int):
             out[str(info.get("name", "")).rstrip("/").rsplit("/", 1)[-1]] = (size, str(etag))
     return out
+
+
+def prefetch_files(files: Sequence[StoredFile | None], first: int = 0) -> None:
+    """Fetch the remote ``files`` into the node cache ahead of their reads, in this order, by this process's
+    prefetcher (replacing its plan; the first ``first`` files are what the next read needs); local ones (None, or
+    files of a local backend) are left out."""
+    remote = [f for f in files if isinstance(f, RemoteFile)]
+    if remote:
+        remote[0].backend.prefetch(remote, first=first)
+
+
+def demand_files(files: Sequence[StoredFile | None]) -> None:
+    """Ask for the remote ``files`` a read needs now that are not in the node cache yet, all at once (downloads in
+    parallel, ahead of anything planned)."""
+    for f in files:
+        if isinstance(f, RemoteFile) and f.downloadable and f.backend.config.read_mode == "shards" and not f.present():
+            f.backend.prefetcher.demand(f)
 
 
 def many(locations: str | Path | Sequence[str | Path]) -> list[str]:

@@ -60,12 +60,12 @@ def _tensor(data: bytes) -> Any:
 def _numpy(data: bytes) -> np.ndarray:
     if len(data) < 8:
         raise ValueError("shorter than the array header")
-    code, rank = (int(v) for v in np.frombuffer(data, np.uint32, 2))
+    code, rank = struct.unpack_from("<II", data)
     if 8 + 4 * rank > len(data):
         raise ValueError(f"a shape of {rank} dimensions runs past the value's {len(data)} bytes")
-    shape = [int(v) for v in np.frombuffer(data, np.uint32, rank, 8)]
+    shape = struct.unpack_from(f"<{rank}I", data, 8)
     values = np.frombuffer(data, _numpy_dtype(code), offset=8 + 4 * rank).copy()
-    return values if list(values.shape) == shape else values.reshape(shape)
+    return values if values.shape == shape else values.reshape(shape)
 
 
 def _pil(data: bytes) -> Any:

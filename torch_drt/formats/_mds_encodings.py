@@ -92,7 +92,7 @@ def _scalar(dtype: np.dtype) -> Callable[[bytes], Any]:
 def _int(data: bytes) -> int:
     if len(data) != 8:
         raise ValueError(f"{len(data)} bytes for an int64 value")
-    return int(np.frombuffer(data, np.int64)[0])
+    return int.from_bytes(data, "little", signed=True)
 
 
 def _pil(data: bytes) -> Any:

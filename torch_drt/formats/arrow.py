@@ -21,6 +21,7 @@ from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, 
 from torch_drt.formats._file_reads import gather_one
 from torch_drt.formats._files import Files, many
 from torch_drt.formats.shard_set import ShardSet
+from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
 _FILE_MAGIC = b"ARROW1"
@@ -37,7 +38,8 @@ class ArrowDataset(ShardSet):
         columns: the columns kept (default: all).
         storage_options: fsspec options of URLs.
         remote_config: retries, time-outs and range settings of URLs (``torch_drt.RemoteConfig``).
-        cache_shards: decoded record batches kept per process.
+        cache_shards: decoded record batches kept per process at least.
+        cache_bytes: decoded record batches kept per process while they hold at most this many bytes in all.
 
     Raises:
         FormatError: a file is no Arrow IPC file, holds dictionary batches, or its schema differs from the first's.
@@ -51,6 +53,7 @@ class ArrowDataset(ShardSet):
         storage_options: Mapping[str, Any] | None = None,
         remote_config: RemoteConfig | None = None,
         cache_shards: int = 4,
+        cache_bytes: int = 256 << 20,
     ) -> None:
         self._files = Files(storage_options, remote_config)
         self._block = (remote_config or RemoteConfig()).chunk_bytes
@@ -78,7 +81,7 @@ class ArrowDataset(ShardSet):
             missing = sorted(set(self.columns) - set(self.schema.names if self.schema else ()))
             if missing:
                 raise ValueError(f"columns {missing} are not in the files' schema {self.schema}")
-        super().__init__(counts, names, cache_shards)
+        super().__init__(counts, names, cache_shards, cache_bytes)
 
     def _data_files(self, location: str | Path | Sequence[str | Path]) -> list[tuple[str, str]]:
         locations = many(location)
@@ -145,6 +148,13 @@ class ArrowDataset(ShardSet):
         if batch.num_rows != self.shard_counts[shard]:
             raise FormatError(where, f"record batch has {batch.num_rows} rows, {self.shard_counts[shard]} when opened")
         return batch
+
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        directory, rel = self.files[self._batches[shard][0]]
+        return self._files.open(directory, rel) if self._files.remote(directory) else None
+
+    def _nbytes(self, decoded: pa.RecordBatch) -> int:
+        return int(decoded.nbytes)
 
     def _sample(self, decoded: pa.RecordBatch, shard: int, index: int) -> dict[str, Any]:
         return decoding(self.shard_names[shard], "row", lambda: rows_of(decoded, [index])[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
 _INDEX_LIMIT = 256 << 20
-_AHEAD = 8  # chunks fetched ahead of a remote read, in chunk order
 _ARROW_FOOTER_MAGIC = b"LDARW01\0"
 
 
@@ -139,15 +139,19 @@ class LitDataset(ShardSet):
             self._configs.append(config)
         super().__init__(counts, names, cache_shards)
 
-    def _ahead(self, shard: int) -> None:
-        roots = [self._configs[self._chunks[k][0]].root for k in range(shard, min(self.num_shards, shard + _AHEAD))]
-        if self._files.remote(roots[0]):
-            self._files.prefetch([self._files.open(root, self._chunks[k][1]) for k, root in enumerate(roots, shard)])
-
-    def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
+    def _chunk_file(self, shard: int) -> StoredFile:
         c, name, nbytes = self._chunks[shard]
         config = self._configs[c]
-        file: StoredFile = self._files.open(config.root, name, None if config.compression else nbytes)
+        return self._files.open(config.root, name, None if config.compression else nbytes)
+
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        remote = self._files.remote(self._configs[self._chunks[shard][0]].root)
+        return self._chunk_file(shard) if remote else None
+
+    def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
+        c, _, nbytes = self._chunks[shard]
+        config = self._configs[c]
+        file = self._chunk_file(shard)
         if config.compression:
             where = file.where
             data = gather_one(file, 0, file.size)
@@ -174,7 +178,7 @@ class LitDataset(ShardSet):
         n = len(config.decoders)
         if len(data) < 4 * n:
             raise FormatError(self.shard_names[shard], f"item {index} is shorter than its {n} leaf sizes")
-        sizes = [int(s) for s in np.frombuffer(data, np.uint32, n)]
+        sizes = struct.unpack_from(f"<{n}I", data)
         if 4 * n + sum(sizes) > len(data):
             raise FormatError(self.shard_names[shard], f"leaves of item {index} run past its {len(data)} bytes")
         values, at = [], 4 * n

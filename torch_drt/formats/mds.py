@@ -13,6 +13,7 @@ import bz2
 import hashlib
 import io
 import json
+import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +30,6 @@ from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
 _INDEX_LIMIT = 256 << 20
-_AHEAD = 8  # shards fetched ahead of a remote read, in shard order
 _MAX_SHARD_BYTES = 1 << 32  # an index claiming more for one shard is damaged (MDS writes 64 MiB by default)
 
 
@@ -111,10 +111,13 @@ class _Shard:
     def _build(self) -> None:
         """The decoders (functions: made again in each process, never pickled)."""
         self.decoders = [enc.decoder(e, self.decode_images) for e in self.encodings]
+        variable = sum(1 for e in self.encodings if enc.fixed_size(e) is None)
+        self.head = struct.Struct(f"<{variable}I")  # the sizes of the variable columns, before the values
+        self.columns = list(zip(self.names, self.decoders, (enc.fixed_size(e) for e in self.encodings)))
         self.unzip = None if self.zip is None else _decompressor(str(self.compression))
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("decoders", "unzip")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("decoders", "unzip", "head", "columns")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -190,9 +193,8 @@ class MDSDataset(ShardSet):
         checksum = ("sha256", hashes["sha256"]) if "sha256" in hashes else None
         return self._files.open(s.root, name, size, checksum)
 
-    def _ahead(self, shard: int) -> None:
-        if self._files.remote(self._shards[shard].root):
-            self._files.prefetch([self._shard_file(k) for k in range(shard, min(self.num_shards, shard + _AHEAD))])
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        return self._shard_file(shard) if self._files.remote(self._shards[shard].root) else None
 
     def _load(self, shard: int) -> tuple[StoredFile, np.ndarray]:
         """The shard's bytes (opened, or read whole and verified) and its sample offsets.
@@ -233,18 +235,16 @@ class MDSDataset(ShardSet):
 
     def _decode(self, shard: int, data: bytes) -> dict[str, Any]:
         s = self._shards[shard]
-        sizes, at = [], 0
-        for size in s.sizes:
-            if size is None:
-                if at + 4 > len(data):
-                    raise FormatError(self.shard_names[shard], "a sample is shorter than its column sizes")
-                size = int.from_bytes(data[at : at + 4], "little")
-                at += 4
-            sizes.append(size)
+        head = s.head
+        if head.size > len(data):
+            raise FormatError(self.shard_names[shard], "a sample is shorter than its column sizes")
+        variable = iter(head.unpack_from(data))
+        sizes = [next(variable) if size is None else size for _, _, size in s.columns]
+        at = head.size
         if at + sum(sizes) > len(data):
             raise FormatError(self.shard_names[shard], f"columns of {sum(sizes)} bytes run past their sample")
         out = {}
-        for name, decode, size in zip(s.names, s.decoders, sizes):
+        for (name, decode, _), size in zip(s.columns, sizes):
             try:
                 out[name] = decode(data[at : at + size])
             except MemoryError:

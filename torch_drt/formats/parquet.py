@@ -23,7 +23,8 @@ class ParquetDataset(ShardSet):
     """Parquet files as a map-style dataset: sample ``i`` is row ``i`` of the files in order, a dict of its columns.
 
     Opening reads each file's footer only; a row group is read (only the chosen columns) when a sample of it is
-    first asked for, and the last ``cache_shards`` decoded row groups are kept per process.
+    first asked for, and decoded row groups are kept per process: up to ``cache_bytes`` of them (at least the last
+    ``cache_shards``), so that a shuffled epoch over a file decodes each row group about once.
 
     Args:
         location: a file, a directory (its ``.parquet`` files, sorted by name) or a list of files; local paths or
@@ -31,7 +32,8 @@ class ParquetDataset(ShardSet):
         columns: the columns read (default: all).
         storage_options: fsspec options of URLs (credentials, ``client_kwargs={"endpoint_url": ...}``).
         remote_config: retries, time-outs and range settings of URLs (``torch_drt.RemoteConfig``).
-        cache_shards: decoded row groups kept per process.
+        cache_shards: decoded row groups kept per process at least.
+        cache_bytes: decoded row groups kept per process while they hold at most this many bytes in all.
 
     Raises:
         FormatError: a file is no Parquet file, or its schema differs from the first file's.
@@ -45,6 +47,7 @@ class ParquetDataset(ShardSet):
         storage_options: Mapping[str, Any] | None = None,
         remote_config: RemoteConfig | None = None,
         cache_shards: int = 4,
+        cache_bytes: int = 256 << 20,
     ) -> None:
         self._files = Files(storage_options, remote_config)
         self.files = self._files.expand(location, (".parquet", ".pq"))
@@ -71,7 +74,7 @@ class ParquetDataset(ShardSet):
             missing = sorted(set(self.columns) - set(self.schema.names if self.schema else ()))
             if missing:
                 raise ValueError(f"columns {missing} are not in the files' schema {self.schema}")
-        super().__init__(counts, names, cache_shards)
+        super().__init__(counts, names, cache_shards, cache_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_open": {}, "_file_locks": {}}
@@ -100,6 +103,13 @@ class ParquetDataset(ShardSet):
             raise FormatError(where, f"row group has {table.num_rows} rows, the footer records "
                                      f"{self.shard_counts[shard]}")
         return table
+
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        directory, rel = self.files[self._groups[shard][0]]
+        return self._files.open(directory, rel) if self._files.remote(directory) else None
+
+    def _nbytes(self, decoded: pa.Table) -> int:
+        return int(decoded.nbytes)
 
     def _sample(self, decoded: pa.Table, shard: int, index: int) -> dict[str, Any]:
         return decoding(self.shard_names[shard], "row", lambda: rows_of(decoded, [index])[0])

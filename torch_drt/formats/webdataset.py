@@ -22,8 +22,6 @@ from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
 
-_AHEAD = 8  # tars fetched ahead of a remote read, in shard order
-
 
 class WebDatasetShards(ShardSet):
     """WebDataset tar shards as a map-style dataset: sample ``i`` is a dict with ``__key__``, ``__url__`` (the
@@ -76,9 +74,9 @@ class WebDatasetShards(ShardSet):
     def _load(self, shard: int) -> StoredFile:
         return self._open(self.urls[shard])
 
-    def _ahead(self, shard: int) -> None:
-        if self._files.remote(split_location(self.urls[shard])[0]):
-            self._files.prefetch([self._open(u) for u in self.urls[shard : shard + _AHEAD]])
+    def _shard_remote_file(self, shard: int) -> StoredFile | None:
+        url = self.urls[shard]
+        return self._open(url) if self._files.remote(split_location(url)[0]) else None
 
     def _sample(self, decoded: StoredFile, shard: int, index: int) -> dict[str, Any]:
         return self._shard_samples(decoded, shard, [index])[0]

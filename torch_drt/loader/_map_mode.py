@@ -51,7 +51,8 @@ class MapMode(LoaderMode):
             if self.shuffle
             else SequentialSampler(n)
         )
-        self.planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last)
+        self.planner = BatchPlanner(self.sampler, self.batch_size, self.world_size, self.rank, self.drop_last,
+                                    plan_reads=getattr(loader.dataset, "plan_reads", None))
         self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 

@@ -57,7 +57,9 @@ class StatefulDataLoader(SplitLoader):
         dataset: a map-style dataset (``__len__``, ``__getitem__``, optional ``__getitems__``; either may be
             ``async def``, run on one event loop per loader, with an optional ``async def aclose()`` awaited when
             the loader is closed or dropped), an ``IterableDataset`` (optionally torchdata ``Stateful``), or a
-            torchdata node (``torch_drt.nodes.CacheReaderNode`` over a ``CacheSampler``, say).
+            torchdata node (``torch_drt.nodes.CacheReaderNode`` over a ``CacheSampler``, say). A map-style
+            dataset with ``plan_reads(indices, first)`` (``torch_drt.formats`` readers) is told the indices of the
+            next batches, in order, before each batch (in the loader's own process), to fetch them ahead.
         batch_size: samples per batch on this rank; None: no batching (each item alone through ``collate_fn``,
             default torch's ``default_convert``).
         shuffle: shuffle positions with a keyed permutation of ``seed``, new each epoch (None: False).

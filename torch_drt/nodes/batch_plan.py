@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
@@ -13,6 +14,7 @@ from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import PositionSampler
 
 _UNBOUNDED = 1 << 62  # the epoch length of a user sampler that has not ended yet
+_READ_AHEAD = 8  # batches whose indices ``plan_reads`` is told before each batch
 
 
 class BatchPlan(NamedTuple):
@@ -47,6 +49,9 @@ class BatchPlanner(BaseNode[BatchPlan]):
         world_size: number of ranks.
         rank: this rank.
         drop_last: drop an incomplete last global batch.
+        plan_reads: ``plan_reads(indices, first)``, told before each batch is handed out the indices of this rank's
+            next batches (that one and up to 7 more), in order; ``first``: after a reset, the number of them the
+            first batch reads, else 0 (a dataset's ``plan_reads``: its shards fetched ahead in the loader's order).
     """
 
     EPOCH_KEY = "epoch"
@@ -55,10 +60,18 @@ class BatchPlanner(BaseNode[BatchPlan]):
     _CHUNK = 64  # batches planned per numpy pass
 
     def __init__(
-        self, source: PositionSampler, batch_size: int, world_size: int = 1, rank: int = 0, drop_last: bool = False
+        self,
+        source: PositionSampler,
+        batch_size: int,
+        world_size: int = 1,
+        rank: int = 0,
+        drop_last: bool = False,
+        plan_reads: Callable[[list[int], int], None] | None = None,
     ) -> None:
         super().__init__()
         self.source = source
+        self.plan_reads = plan_reads
+        self._planned_first = False  # whether plan_reads was told the first batch since the reset
         self.partition = Partition(
             _UNBOUNDED if source.n is None else source.n, batch_size, world_size, rank, drop_last
         )
@@ -82,6 +95,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self.source.start_epoch(self.epoch, self.offset)
         self._sync_length()
         self._chunk, self._chunk_pos = [], 0
+        self._planned_first = False
 
     def _sync_length(self) -> None:
         n = _UNBOUNDED if self.source.n is None else self.source.n
@@ -126,6 +140,12 @@ class BatchPlanner(BaseNode[BatchPlan]):
         plan = self._chunk[pos]
         if self._skip and plan.offset in self._skip:
             return self.next()
+        if self.plan_reads is not None:
+            skip = self._skip
+            view = [p.indices for p in self._chunk[pos : pos + _READ_AHEAD] if not skip or p.offset not in skip]
+            first = 0 if self._planned_first else len(plan.indices)
+            self.plan_reads(list(itertools.chain.from_iterable(view)), first)
+            self._planned_first = True
         return plan
 
     def get_state(self) -> dict[str, Any]:
