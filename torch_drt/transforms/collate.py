@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torchvision import tv_tensors
 
@@ -14,6 +15,7 @@ from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, 
 from torch_drt.transforms.dtype import Normalize
 
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32, None: None}
+_255 = np.float32(255)
 
 
 def _storage_uses(tensor: torch.Tensor) -> int | None:
@@ -193,10 +195,23 @@ class ImageCollator:
         else:
             if c != len(self.normalize.mean):
                 raise ValueError(f"normalize has {len(self.normalize.mean)} channel values, the images have {c}")
-            for k, im in enumerate(images):
-                if im.dtype == torch.uint8:
-                    torch.div(im, 255, out=nchw[k])  # ToFloat's float(x) / 255, converted as it is written
-                else:
-                    nchw[k].copy_(im)
-            nchw.sub_(self.normalize._mean).div_(self.normalize._std)  # Normalize's operations, once for the batch
+            _normalize_into(nchw.numpy(), images, self.normalize._mean.numpy(), self.normalize._std.numpy())
         return nchw.as_subclass(ImageBatch)
+
+
+def _normalize_into(out: np.ndarray, images: list[torch.Tensor], mean: np.ndarray, std: np.ndarray) -> None:
+    """ToFloat (uint8 images) then Normalize, image by image into ``out`` (N, C, H, W), any strides.
+
+    The element operations are ToFloat's and Normalize's, in float32 (``float(x) / 255``, ``- mean``, ``/ std``:
+    each correctly rounded, so the values are theirs bit for bit). Each image is finished while it is in the
+    cache, and numpy's loops run without the GIL (three passes over one image instead of two more over the whole
+    batch once it is written).
+    """
+    for k, im in enumerate(images):
+        dst = out[k]
+        if im.dtype == torch.uint8:
+            np.divide(im.numpy(), _255, out=dst, dtype=np.float32)
+        else:
+            np.copyto(dst, im.numpy())
+        np.subtract(dst, mean, out=dst)
+        np.divide(dst, std, out=dst)
