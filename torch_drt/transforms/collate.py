@@ -6,16 +6,14 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torchvision import tv_tensors
 
 from torch_drt import _threads
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain
-from torch_drt.transforms.dtype import Normalize
+from torch_drt.transforms.dtype import Normalize, float_normalize_into
 
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32, None: None}
-_255 = np.float32(255)
 
 
 def _storage_uses(tensor: torch.Tensor) -> int | None:
@@ -195,23 +193,8 @@ class ImageCollator:
         else:
             if c != len(self.normalize.mean):
                 raise ValueError(f"normalize has {len(self.normalize.mean)} channel values, the images have {c}")
-            _normalize_into(nchw.numpy(), images, self.normalize._mean.numpy(), self.normalize._std.numpy())
+            out = nchw.numpy()
+            for k, im in enumerate(images):  # each image finished while it is in cache, without the GIL
+                float_normalize_into(out[k], im.numpy(), self.normalize)
         return nchw.as_subclass(ImageBatch)
 
-
-def _normalize_into(out: np.ndarray, images: list[torch.Tensor], mean: np.ndarray, std: np.ndarray) -> None:
-    """ToFloat (uint8 images) then Normalize, image by image into ``out`` (N, C, H, W), any strides.
-
-    The element operations are ToFloat's and Normalize's, in float32 (``float(x) / 255``, ``- mean``, ``/ std``:
-    each correctly rounded, so the values are theirs bit for bit). Each image is finished while it is in the
-    cache, and numpy's loops run without the GIL (three passes over one image instead of two more over the whole
-    batch once it is written).
-    """
-    for k, im in enumerate(images):
-        dst = out[k]
-        if im.dtype == torch.uint8:
-            np.divide(im.numpy(), _255, out=dst, dtype=np.float32)
-        else:
-            np.copyto(dst, im.numpy())
-        np.subtract(dst, mean, out=dst)
-        np.divide(dst, std, out=dst)
