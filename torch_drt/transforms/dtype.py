@@ -124,14 +124,12 @@ class FloatNormalizeChw(Transform):
         oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
         src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
-        values = np.empty((c, h, w), dtype=np.float32)
-        float_normalize_into(values, src, self.normalize, self.to_float.scale)
-        if not any(ltrb):
-            return torch.from_numpy(values).as_subclass(Image)
-        # PadTo as well: the padding's value goes through the same operations as a padded pixel would
         out = np.empty((c, oh, ow), dtype=np.float32)
-        float_normalize_into(out[:, :1, :1], np.full((c, 1, 1), np.uint8(pad.fill)), self.normalize,
-                             self.to_float.scale)
-        out[:] = out[:, :1, :1]
-        out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w] = values
+        left, top = ltrb[0], ltrb[1]
+        if any(ltrb):  # PadTo as well: the border gets the padding value's result (the same operations), once
+            border = np.empty((c, 1, 1), dtype=np.float32)
+            float_normalize_into(border, np.full((c, 1, 1), np.uint8(pad.fill)), self.normalize, self.to_float.scale)
+            out[:, :top], out[:, top + h :] = border, border
+            out[:, top : top + h, :left], out[:, top : top + h, left + w :] = border, border
+        float_normalize_into(out[:, top : top + h, left : left + w], src, self.normalize, self.to_float.scale)
         return torch.from_numpy(out).as_subclass(Image)
