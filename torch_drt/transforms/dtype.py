@@ -105,7 +105,8 @@ class FloatNormalizeChw(Transform):
 
     The values are the same, element for element (``float_normalize_into``): the uint8 data is put in CHW order
     (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted and normalised in
-    three passes over contiguous planes; a padded image's border gets the padding value's result, computed once.
+    three passes over contiguous planes and, with PadTo, copied into the padded result, whose border gets the
+    padding value's result, computed once.
     """
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
@@ -124,12 +125,16 @@ class FloatNormalizeChw(Transform):
         oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
         src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
+        values = np.empty((c, h, w), dtype=np.float32)  # contiguous: numpy's loops are much faster than on a region
+        float_normalize_into(values, src, self.normalize, self.to_float.scale)
+        if not any(ltrb):
+            return torch.from_numpy(values).as_subclass(Image)
+        # PadTo as well: the border gets the padding value's result (the same operations), computed once
         out = np.empty((c, oh, ow), dtype=np.float32)
+        border = np.empty((c, 1, 1), dtype=np.float32)
+        float_normalize_into(border, np.full((c, 1, 1), np.uint8(pad.fill)), self.normalize, self.to_float.scale)
         left, top = ltrb[0], ltrb[1]
-        if any(ltrb):  # PadTo as well: the border gets the padding value's result (the same operations), once
-            border = np.empty((c, 1, 1), dtype=np.float32)
-            float_normalize_into(border, np.full((c, 1, 1), np.uint8(pad.fill)), self.normalize, self.to_float.scale)
-            out[:, :top], out[:, top + h :] = border, border
-            out[:, top : top + h, :left], out[:, top : top + h, left + w :] = border, border
-        float_normalize_into(out[:, top : top + h, left : left + w], src, self.normalize, self.to_float.scale)
+        out[:, :top], out[:, top + h :] = border, border
+        out[:, top : top + h, :left], out[:, top : top + h, left + w :] = border, border
+        out[:, top : top + h, left : left + w] = values
         return torch.from_numpy(out).as_subclass(Image)
