@@ -103,10 +103,9 @@ def float_normalize_into(out: np.ndarray, src: np.ndarray, normalize: Normalize,
 class FloatNormalizeChw(Transform):
     """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence), with PadTo before them.
 
-    The values are the same, element for element (``float_normalize_into``): the uint8 data is put in CHW order
-    (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted and normalised in
-    three passes over contiguous planes and, with PadTo, copied into the padded result, whose border gets the
-    padding value's result, computed once.
+    The values are the same, element for element (``float_normalize_into``): without padding, the uint8 data is
+    put in CHW order (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted
+    and normalised in three passes over contiguous planes; with PadTo, torch's ops write into the padded result.
     """
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
@@ -124,17 +123,22 @@ class FloatNormalizeChw(Transform):
         ltrb = pad.padding(h, w) if pad is not None else (0, 0, 0, 0)
         oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
-        src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
-        values = np.empty((c, h, w), dtype=np.float32)  # contiguous: numpy's loops are much faster than on a region
-        float_normalize_into(values, src, self.normalize, self.to_float.scale)
         if not any(ltrb):
+            values = np.empty((c, h, w), dtype=np.float32)
+            src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
+            float_normalize_into(values, src, self.normalize, self.to_float.scale)
             return torch.from_numpy(values).as_subclass(Image)
-        # PadTo as well: the border gets the padding value's result (the same operations), computed once
-        out = np.empty((c, oh, ow), dtype=np.float32)
-        border = np.empty((c, 1, 1), dtype=np.float32)
-        float_normalize_into(border, np.full((c, 1, 1), np.uint8(pad.fill)), self.normalize, self.to_float.scale)
-        left, top = ltrb[0], ltrb[1]
-        out[:, :top], out[:, top + h :] = border, border
-        out[:, top : top + h, :left], out[:, top : top + h, left + w :] = border, border
-        out[:, top : top + h, left : left + w] = values
-        return torch.from_numpy(out).as_subclass(Image)
+        # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
+        # pixel, and only the image's own pixels are converted (torch's ops, writing into the padded result)
+        fill = torch.full((c, 1, 1), np.uint8(pad.fill), dtype=torch.uint8)
+        out = self._values(fill, torch.empty((c, 1, 1), dtype=torch.float32)).expand(c, oh, ow).contiguous()
+        self._values(chw, out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w])
+        return out.as_subclass(Image)
+
+    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``float_normalize_into`` with torch's ops, into the float32 CHW tensor ``out``."""
+        if self.to_float.scale:
+            torch.div(src, 255, out=out)
+        else:
+            out.copy_(src)
+        return out.sub_(self.normalize._mean).div_(self.normalize._std)
