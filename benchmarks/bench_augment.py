@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     torch.set_num_threads(1)  # the workers are the parallelism (torch's processes do this; docs/augmentations.md)
     with tempfile.TemporaryDirectory(prefix="bench_augment_") as tmp:
         paths = write_jpegs(Path(tmp), args.images)
@@ -143,7 +145,8 @@ def main() -> None:
     result["ratio_processes"] = result["torch_drt_processes"] / result["torchvision"]
     result["max_difference"] = worst
     result["runs"] = figures
-    print(f"# augmentation pipeline on {machine()}, {args.images} JPEGs, batch {BATCH}, median of {args.repeats}")
+    print(f"# augmentation pipeline on {machine()}, {args.images} JPEGs, batch {BATCH}, median of {args.repeats}, "
+          f"load average {load} at the start")
     print("decode, RandomResizedCrop(224), RandomHorizontalFlip, ColorJitter(0.4, 0.4, 0.4), float32, Normalize")
     print(f"values: equal to torchvision v2 within {worst:.1e} from the same seed")
     print(f"torchvision v2 on torch DataLoader, {args.workers} processes: {result['torchvision']:8.0f} images/s")

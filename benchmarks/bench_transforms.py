@@ -3,15 +3,17 @@
 PNG set: 2,000 generated PNG images of up to 224 x 224; Decode, ToRgb, PadTo(224, 224), ToFloat, Normalize, ToChw,
 ImageCollator, batch 64. JPEG set: 2,000 generated JPEG images of 256-400 px with Resize(224) then CenterCrop(224).
 torch_drt with 2 worker threads and with 0 workers, against torch's DataLoader with 2 persistent worker processes
-running the same steps with Pillow and torchvision.
+running the same steps with Pillow and torchvision; the three loaders' epochs are interleaved (one of each per
+round, after a warm-up round) and the figures are medians.
 
-    python benchmarks/bench_transforms.py [--images 2000] [--repeats 3]
+    python benchmarks/bench_transforms.py [--images 2000] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from torch.utils.data import DataLoader
 from torchvision import transforms as TV
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, median_time
+from _common import interleaved_times, machine, median_time
 
 from torch_drt import ImageCollator, StatefulDataLoader
 from torch_drt import transforms as T
@@ -74,9 +76,9 @@ def drain(loader):
 
 
 def run(name, data, ours, reference, repeats):
-    figures = {}
-    for workers in (0, 2):
-        loader = StatefulDataLoader(
+    """torch_drt at 0 and 2 worker threads and torch's DataLoader at 2 processes, epochs interleaved, medians."""
+    loaders = {
+        f"drt_{workers}": StatefulDataLoader(
             data,
             batch_size=64,
             num_workers=workers,
@@ -84,9 +86,11 @@ def run(name, data, ours, reference, repeats):
             collate_fn=ImageCollator(buffers=8),
             prefetch_depth=2,
         )
-        figures[f"drt_{workers}"] = len(data) / median_time(drain(loader), repeats)
-    torch_loader = DataLoader(reference(data), batch_size=64, num_workers=2, persistent_workers=True)
-    figures["torch_2"] = len(data) / median_time(drain(torch_loader), repeats)
+        for workers in (0, 2)
+    }
+    loaders["torch_2"] = DataLoader(reference(data), batch_size=64, num_workers=2, persistent_workers=True)
+    times = interleaved_times({k: drain(loader) for k, loader in loaders.items()}, repeats)
+    figures = {k: len(data) / t for k, t in times.items()}
     print(f"\n## {name} (images/s)")
     print(f"torch DataLoader, 2 processes (Pillow + torchvision): {figures['torch_2']:8.0f}")
     print(f"torch_drt, 0 workers:                                {figures['drt_0']:8.0f}")
@@ -118,9 +122,9 @@ def scaling(data, pipeline, repeats) -> dict:
 
 
 def png_decode_cost(data: list[bytes], repeats: int) -> dict:
-    """Decode's PNG path (Pillow, crash-safe) against torchvision's ``decode_png`` (libpng; it crashes the
-    interpreter on corrupt image data, so Decode no longer uses it), valid files only, interleaved, medians,
-    single thread, in microseconds per image."""
+    """Decode's PNG path (libpng through imagecodecs, crash-safe; Pillow for the kinds it converts) against
+    torchvision's ``decode_png`` (libpng; it crashes the interpreter on corrupt image data, so Decode does not use
+    it), valid files only, interleaved, medians, single thread, in microseconds per image."""
     import statistics
     import time
     import warnings
@@ -148,7 +152,7 @@ def png_decode_cost(data: list[bytes], repeats: int) -> dict:
             runs[name].append((time.perf_counter() - t0) / len(data) * 1e6)
     out = {k: statistics.median(v) for k, v in runs.items()}
     print(
-        f"\n## PNG decode, one thread (us per image): Decode (Pillow) {out['pillow']:.0f}, torchvision decode_png "
+        f"\n## PNG decode, one thread (us per image): Decode {out['pillow']:.0f}, torchvision decode_png "
         f"(libpng, unsafe on corrupt data) {out['libpng']:.0f}: {out['pillow'] / out['libpng']:.2f}x its time"
     )
     return out
@@ -157,13 +161,14 @@ def png_decode_cost(data: list[bytes], repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--scaling", action="store_true", help="also measure PNG throughput at 0, 1, 2, 4 workers")
     args = parser.parse_args()
     results: dict = {}
     torch.set_num_threads(1)  # the loader's threads are the parallelism; keep torch kernels single-threaded
-    print(f"# image pipelines on {machine()}, median of {args.repeats}")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"# image pipelines on {machine()}, median of {args.repeats}, load average {load} at the start")
     png = make_images(args.images, "PNG", 96, 224)
     pipeline = T.Compose([T.Decode(), T.ToRgb(), T.PadTo(224, 224), T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()])
     results["png"] = run("PNG up to 224x224, pad to 224", png, pipeline, PilPng, args.repeats)

@@ -153,3 +153,23 @@ def test_compose_as_loader_transform_and_bad_images_fail_only_their_batch(kwargs
     with pytest.raises(ValueError, match="not a decodable image"):
         next(it)
     assert [b.shape[0] for b in it] == [2, 2]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("memory", ["chw", "hwc", "float"])
+def test_normalize_gives_tofloat_then_normalize_bit_for_bit(layout, memory):
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    rng = np.random.default_rng(1)
+    arrays = [rng.integers(0, 256, (33, 21, 3), dtype=np.uint8) for _ in range(4)]
+    arrays[0][:] = np.resize(np.arange(256, dtype=np.uint8), (33, 21, 3))  # every value in every channel
+    items = [T.Image.from_array(a) for a in arrays]  # HWC memory
+    if memory == "chw":
+        items = [T.ToChw()(im) for im in items]
+    elif memory == "float":
+        items = [T.ToFloat()(im) for im in items]
+    batch = ImageCollator(layout=layout, normalize=(mean, std), buffers=2)(items)
+    to_float, normalize = T.ToFloat(), T.Normalize(mean, std)
+    expected = torch.stack([normalize(im if memory == "float" else to_float(im)).as_subclass(torch.Tensor)
+                            for im in items])
+    assert batch.dtype == torch.float32 and batch.memory_layout == layout
+    assert torch.equal(batch.as_subclass(torch.Tensor), expected)

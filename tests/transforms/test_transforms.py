@@ -261,3 +261,17 @@ def test_cmyk_jpeg_becomes_rgb_like_pillow():
     out = hwc(T.Decode()(data))
     assert out.shape == (9, 17, 3)
     assert np.abs(out.astype(int) - pil_decoded(data).astype(int)).max() <= 3
+
+
+@pytest.mark.parametrize("pad", [T.PadTo(32, 30, fill=9, anchor="center"), T.PadTo(19, 40, fill=250), None])
+@pytest.mark.parametrize("memory", ["hwc", "chw"])
+def test_fused_pad_float_normalize_chw_equals_the_steps_one_by_one(pad, memory):
+    image = T.Image.from_array(np.random.default_rng(2).integers(0, 256, (23, 17, 3), dtype=np.uint8))
+    image = T.ToChw()(image) if memory == "chw" else image
+    steps = ([pad] if pad else []) + [T.ToFloat(), T.Normalize(MEAN, STD), T.ToChw()]
+    expected = image
+    for step in steps:  # each on its own: no fusing
+        expected = step(expected)
+    fused = T.Compose(steps)
+    assert type(fused._steps[0].__self__).__name__ == "FloatNormalizeChw"
+    assert torch.equal(fused(image).as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))

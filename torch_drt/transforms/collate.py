@@ -11,7 +11,7 @@ from torchvision import tv_tensors
 
 from torch_drt import _threads
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain
-from torch_drt.transforms.dtype import Normalize
+from torch_drt.transforms.dtype import Normalize, float_normalize_into
 
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32, None: None}
 
@@ -193,10 +193,8 @@ class ImageCollator:
         else:
             if c != len(self.normalize.mean):
                 raise ValueError(f"normalize has {len(self.normalize.mean)} channel values, the images have {c}")
-            for k, im in enumerate(images):
-                if im.dtype == torch.uint8:
-                    torch.div(im, 255, out=nchw[k])  # ToFloat's float(x) / 255, converted as it is written
-                else:
-                    nchw[k].copy_(im)
-            nchw.sub_(self.normalize._mean).div_(self.normalize._std)  # Normalize's operations, once for the batch
+            out = nchw.numpy()
+            for k, im in enumerate(images):  # each image finished while it is in cache, without the GIL
+                float_normalize_into(out[k], im.numpy(), self.normalize)
         return nchw.as_subclass(ImageBatch)
+

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
+from torch_drt.transforms import _png
 from torch_drt.transforms._formats import jpeg_header, png_header, tiff_deep_reason, webp_header
 from torch_drt.transforms._image import MAX_ALLOC, MAX_SIDE, Image, check_max_alloc, from_hwc
 from torch_drt.transforms.base import Transform
@@ -50,8 +51,9 @@ def _pillow_peak(mode: str, target: str, fmt: str, pixels: int) -> int:
 
 
 class Decode(Transform):
-    """Decode encoded image bytes: JPEG and still WebP with libjpeg-turbo and libwebp (torchvision.io, one call
-    without the GIL), every other format, PNG included, with Pillow.
+    """Decode encoded image bytes: JPEG and still WebP with libjpeg-turbo and libwebp (torchvision.io), 8-bit grey,
+    grey + alpha, RGB and RGBA PNG with libpng (imagecodecs), each in one call without the GIL; every other
+    format, and PNGs with a palette, fewer bits, transparency chunks or animation, with Pillow.
 
     The result is an ``Image`` (C, H, W) in HWC memory with the image's own channels: grey 1, grey + alpha 2, RGB
     3, RGBA 4; palette images become RGB, or RGBA when they carry transparency; CMYK and YCbCr become RGB. The size
@@ -62,8 +64,9 @@ class Decode(Transform):
     A PIL image (what ``torchvision.datasets.ImageFolder`` and ``PIL.Image.open`` give) is converted as its bytes
     would be decoded, without decoding again, so one pipeline serves encoded bytes and a dataset's PIL images.
 
-    PNG goes through Pillow because torchvision's PNG decoder crashes the interpreter (SIGSEGV) when libpng finds
-    an error in the image data, which any corrupt file can trigger.
+    PNG never goes through torchvision's decoder: it crashes the interpreter (SIGSEGV) when libpng finds an error in
+    the image data, which any corrupt file can trigger. imagecodecs' libpng binding reports such errors, and gives
+    the same pixels as Pillow (PNG is lossless; the kinds Pillow would convert go to Pillow).
 
     Args:
         max_width: widest accepted image.
@@ -103,6 +106,9 @@ class Decode(Transform):
         png = png_header(data)
         if png is not None and png.depth > 8:
             raise ValueError(f"{png.depth}-bit PNG refused: images are decoded to 8 bits and never cut")
+        if png is not None and _png.eligible(data, png):
+            self._check(png.width, png.height, _png.peak(png))
+            return from_hwc(torch.from_numpy(_png.decode(data, png)))
         jpeg = jpeg_header(data) if png is None else None
         if jpeg is not None:
             if jpeg.precision != 8:

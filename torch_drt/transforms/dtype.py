@@ -11,6 +11,8 @@ import torch
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 
+_255 = np.float32(255)
+
 
 def _float_bytes(image: Image, what: str, max_alloc: int) -> None:
     check_alloc(f"{what} of {tuple(image.shape)}", image.numel() * 4, max_alloc)
@@ -44,6 +46,7 @@ class Normalize(Transform):
         self.max_alloc = check_max_alloc(max_alloc)
         self._mean = torch.tensor(self.mean, dtype=torch.float32).view(-1, 1, 1)
         self._std = torch.tensor(self.std, dtype=torch.float32).view(-1, 1, 1)
+        self._mean_np, self._std_np = self._mean.numpy(), self._std.numpy()
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
@@ -82,25 +85,31 @@ class ToHwc(_Relayout):
         return image.hwc.contiguous().permute(2, 0, 1).as_subclass(Image)
 
 
-class FloatNormalizeChw(Transform):
-    """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence).
+def float_normalize_into(out: np.ndarray, src: np.ndarray, normalize: Normalize, scale: bool = True) -> None:
+    """ToFloat (``float(x) / 255`` with ``scale``) of the uint8 or float32 array ``src``, then ``normalize``, written
+    into the float32 array ``out`` of the same shape (C, H, W) or (N, C, H, W), any strides.
 
-    The values are the same, element for element: the uint8 data is converted, divided by 255 and transposed in
-    one pass into a fresh CHW float32 tensor, then normalised in place, plane by plane (a per-channel broadcast
-    over contiguous planes, much faster than over an innermost axis of 3).
+    The element operations are ToFloat's and Normalize's in float32, each correctly rounded, so the values are
+    theirs bit for bit; numpy's loops run without the GIL.
+    """
+    if src.dtype == np.uint8 and scale:
+        np.divide(src, _255, out=out, dtype=np.float32)
+    else:
+        np.copyto(out, src)
+    np.subtract(out, normalize._mean_np, out=out)
+    np.divide(out, normalize._std_np, out=out)
+
+
+class FloatNormalizeChw(Transform):
+    """ToFloat, Normalize and ToChw in one step (``Compose`` uses it for that sequence), with PadTo before them.
+
+    The values are the same, element for element (``float_normalize_into``): without padding, the uint8 data is
+    put in CHW order (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted
+    and normalised in three passes over contiguous planes; with PadTo, torch's ops write into the padded result.
     """
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
         self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
-
-    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """ToFloat then Normalize of ``src`` into the float32 CHW tensor ``out`` (the same element operations:
-        ``float(x) / 255``, ``- mean``, ``/ std``)."""
-        if self.to_float.scale:
-            torch.div(src, 255, out=out)
-        else:
-            out.copy_(src)
-        return out.sub_(self.normalize._mean).div_(self.normalize._std)
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
@@ -115,10 +124,21 @@ class FloatNormalizeChw(Transform):
         oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
         if not any(ltrb):
-            return self._values(chw, torch.empty((c, h, w), dtype=torch.float32)).as_subclass(Image)
+            values = np.empty((c, h, w), dtype=np.float32)
+            src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
+            float_normalize_into(values, src, self.normalize, self.to_float.scale)
+            return torch.from_numpy(values).as_subclass(Image)
         # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
-        # pixel, and only the image's own pixels are converted.
+        # pixel, and only the image's own pixels are converted (torch's ops, writing into the padded result)
         fill = torch.full((c, 1, 1), np.uint8(pad.fill), dtype=torch.uint8)
         out = self._values(fill, torch.empty((c, 1, 1), dtype=torch.float32)).expand(c, oh, ow).contiguous()
         self._values(chw, out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w])
         return out.as_subclass(Image)
+
+    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``float_normalize_into`` with torch's ops, into the float32 CHW tensor ``out``."""
+        if self.to_float.scale:
+            torch.div(src, 255, out=out)
+        else:
+            out.copy_(src)
+        return out.sub_(self.normalize._mean).div_(self.normalize._std)
