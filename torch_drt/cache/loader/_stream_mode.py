@@ -122,6 +122,12 @@ class StreamMode(LoaderMode):
         self.num_workers = num_workers
         self.planner.processes = self.fetcher.dealt_to = max(1, num_workers)  # type: ignore[attr-defined]
 
+    def set_window(self, window: int) -> None:
+        """Read with shard window ``window`` from the next epoch on (``shard_window="auto"``): the loading processes
+        restart with it."""
+        self.fetcher.rewindow(window)
+        self.mapper.close()
+
     def close(self) -> None:
         """Stop the workers, and the prefetch this process's reads planned (an abandoned loader downloads
         nothing more)."""

@@ -31,6 +31,7 @@ from torch_drt.cache.loader._loader_options import (
 )
 from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
 from torch_drt.cache.loader._stream_mode import PER_RANK, PER_WORKER, StreamMode, batches_in_flight
+from torch_drt.cache.loader._window_tune import AUTO, WindowTune, WindowTuned
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
 
-class CacheDataLoader(PipelineLoader):
+class CacheDataLoader(WindowTuned, PipelineLoader):
     """The cache's torch loader: a ``torchdata`` ``StatefulDataLoader`` whose checkpoint is (pass, batches done).
 
     Build it with ``CachedDataset.to_torch_dataloader``. ``state_dict()`` counts delivered batches only and
@@ -52,7 +53,8 @@ class CacheDataLoader(PipelineLoader):
     partition, the streams' layout, the table's fingerprint); ``load_state_dict`` refuses a state of other
     settings with a ``ValueError`` naming them (a world-size change changes the streams; a worker-count change
     does too for ``torch_drt.compat.dataset_rt``'s per-worker streams only). With ``num_workers="tune"`` the
-    checkpoint keeps the processes and batches ahead chosen too (``"autotune"``), and a resume runs them.
+    checkpoint keeps the processes and batches ahead chosen too (``"autotune"``), and a resume runs them; with
+    ``shard_window="auto"``, the window of the epoch (``"shard_window_auto"``).
     """
 
     worker_method = "process"
@@ -60,12 +62,13 @@ class CacheDataLoader(PipelineLoader):
 
     def __init__(
         self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool,
-        autotune: AutotuneRequest | None = None,
+        autotune: AutotuneRequest | None = None, window_tune: WindowTune | None = None,
     ) -> None:
         self.__dict__.update({key: value for key, value in settings.items() if key != "seed"})
         self.dataset = dataset
         self.snapshot_path = str(workdir / SNAPSHOT)
-        self._setup_pipeline(mode, True if autotune is not None else None)  # the search reads the statistics
+        self._window_tune = window_tune
+        self._setup_pipeline(mode, True if autotune or window_tune else None)  # the tuners read the statistics
         self._autotune = None if autotune is None else autotune.autotune(self)
         if not keep:  # a work_dir export is the caller's; a temporary one goes with the loader
             weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
@@ -173,7 +176,7 @@ def to_torch_dataloader(
     persistent_workers: bool | Literal["auto"] = "auto",
     verbose: bool = DEFAULT,
     dataloader_kwargs: Mapping[str, Any] | None = None,
-    shard_window: int | None = None,
+    shard_window: int | Literal["auto"] | None = None,
     autotune_memory_cap: int | None = None,
 ) -> CacheDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
@@ -226,6 +229,7 @@ def to_torch_dataloader(
     plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=consumers,
                            world_size=world_size, rank=rank, partition=options.partition, drop_last=drop_last)
     # fmt: on
+    tuner = WindowTune.of(dataset, consumers, world_size) if window == AUTO else None
     pin = resolve_pin_memory(pin_memory)
     continue_streams = workers.persistent or processes == 0
     # fmt: off
@@ -246,7 +250,7 @@ def to_torch_dataloader(
         native_num_workers=workers.counts.native_threads,
         pin=pin and processes == 0,
         events=events,
-        shard_window=window,
+        shard_window=window if tuner is None else tuner.window,
         world_size=world_size,
         batch_size=batch_size,
         continue_streams=continue_streams,
@@ -283,7 +287,8 @@ def to_torch_dataloader(
         work_dir=workdir if work_dir is not None else None,
     )
     mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
-    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None, autotune=tune)
+    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None, autotune=tune,
+                             window_tune=tuner)
     if events is not None:
         log_ready(style.logger, loader, plans, dataset.reader_config.prefetch_size)
         events.empty()
