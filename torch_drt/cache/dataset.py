@@ -251,6 +251,7 @@ class CachedDataset(DatasetPosition):
         ``num_workers="tune"`` (torch_drt's datasets; ``"auto"`` keeps dataset-rt's CPU budget) searches the loading
         processes and batches ahead from the loader's statistics during the first 5% of the epoch, under
         ``autotune_memory_cap`` bytes (default half the memory available), and keeps the choice in the checkpoint.
+        ``shard_window="auto"`` (caches at URLs) chooses the window from the statistics at each epoch's start.
 
         Raises:
             ValueError: for invalid arguments or ``dataloader_kwargs``.
