@@ -135,9 +135,13 @@ def run(dataset, batches: int, **kwargs) -> dict:
 
 
 def grid(dataset, batches: int, cap: int, workers: list[int], depths: list[int], **kwargs) -> dict:
-    fixed = {f"{w}x{d}": run(dataset, batches, num_workers=w, prefetch_depth=d, **kwargs)
-             for w in workers for d in depths}
+    fixed = {}
+    for w in workers:
+        for d in depths:
+            fixed[f"{w}x{d}"] = run(dataset, batches, num_workers=w, prefetch_depth=d, **kwargs)
+            print(f"{w}x{d}: {fixed[f'{w}x{d}']}", file=sys.stderr, flush=True)  # kept if a later run is cut short
     auto = run(dataset, batches, num_workers="auto", prefetch_depth="auto", autotune_memory_cap=cap, **kwargs)
+    print(f"auto: {auto}", file=sys.stderr, flush=True)
     best = max(fixed, key=lambda k: fixed[k]["throughput"])
     return {"fixed": fixed, "auto": auto, "best": best,
             "share": auto["throughput"] / fixed[best]["throughput"], "within_5pct": (auto["settled_at"] or batches)
