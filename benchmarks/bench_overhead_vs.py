@@ -84,7 +84,7 @@ def main() -> None:
     for workers in ("0", "2"):
         a, b = statistics.median(base[workers]), statistics.median(ours[workers])
         label = "0 workers" if workers == "0" else "2 threads"
-        names, target = (("stats off", "stats on", 1.01) if args.stats else ("baseline", "this tree", 1.05))
+        names, target = (("stats off", "stats on"), 1.01) if args.stats else (("baseline", "this tree"), 1.05)
         print(f"{label}: {names[0]} {a * 1e3:.2f} ms, {names[1]} {b * 1e3:.2f} ms, ratio {b / a:.3f} "
               f"(target <= {target})")
 
