@@ -7,7 +7,9 @@ run, a loop that does nothing with the batches, so the loader is the bottleneck)
 - ``http``: I/O-bound ``HttpDataset`` items from a local aiohttp server (its own process) that waits ``--delay``
   per request, thread workers;
 - ``remote``: rows of a cache on moto's S3 server (its own process) read through ``read_rows`` with a node cache,
-  thread workers.
+  thread workers;
+- ``cache``: the same cache read by its own torch loader (``to_torch_dataloader``, loading processes forked, a
+  node cache of its own), ``num_workers="tune"`` against the grid of ``num_workers`` x ``prefetch_factor``.
 
 For each fixed setting of the grid (``--workers`` x ``--depths``) and for auto: the steady throughput, measured over
 the batches after the first 5% of the epoch (auto must have settled by then), and the peak memory of the process
@@ -15,7 +17,7 @@ and its workers above what it held before the loader (sampled every 20 ms), agai
 auto's throughput as a share of the best fixed setting's (goal >= 90%), the batch at which it settled (goal: within
 the first 5%), the setting it chose, and its peak memory against the cap.
 
-    python benchmarks/bench_autotune.py [--workloads cpu,http,remote] [--batches 2000] [--cap BYTES] [--smoke]
+    python benchmarks/bench_autotune.py [--workloads cpu,http,remote,cache] [--batches 2000] [--cap BYTES] [--smoke]
 """
 
 from __future__ import annotations
@@ -102,7 +104,16 @@ class PeakMemory:
 
 def run(dataset, batches: int, **kwargs) -> dict:
     """One epoch of ``batches``: steady throughput after its first 5%, where auto settled, the peak memory."""
-    loader = drt.StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True, seed=0, collate_fn=as_list, **kwargs)
+    if isinstance(dataset, drt.CachedDataset):  # the cache's own loader: "tune", and prefetch_factor for depth
+        if "prefetch_depth" in kwargs:
+            kwargs["prefetch_factor"] = kwargs.pop("prefetch_depth")
+        if kwargs.get("num_workers") == "auto":
+            kwargs["num_workers"] = "tune"
+            del kwargs["prefetch_factor"]
+        loader = dataset.to_torch_dataloader(batch_size=BATCH, shuffle=True, seed=0, collate_fn=as_list, **kwargs)
+    else:
+        loader = drt.StatefulDataLoader(dataset, batch_size=BATCH, shuffle=True, seed=0, collate_fn=as_list,
+                                        **kwargs)
     tuned = loader._autotune is not None
     skip, settled, n = max(1, batches // 20), None, 0
     with PeakMemory() as memory:
@@ -124,9 +135,13 @@ def run(dataset, batches: int, **kwargs) -> dict:
 
 
 def grid(dataset, batches: int, cap: int, workers: list[int], depths: list[int], **kwargs) -> dict:
-    fixed = {f"{w}x{d}": run(dataset, batches, num_workers=w, prefetch_depth=d, **kwargs)
-             for w in workers for d in depths}
+    fixed = {}
+    for w in workers:
+        for d in depths:
+            fixed[f"{w}x{d}"] = run(dataset, batches, num_workers=w, prefetch_depth=d, **kwargs)
+            print(f"{w}x{d}: {fixed[f'{w}x{d}']}", file=sys.stderr, flush=True)  # kept if a later run is cut short
     auto = run(dataset, batches, num_workers="auto", prefetch_depth="auto", autotune_memory_cap=cap, **kwargs)
+    print(f"auto: {auto}", file=sys.stderr, flush=True)
     best = max(fixed, key=lambda k: fixed[k]["throughput"])
     return {"fixed": fixed, "auto": auto, "best": best,
             "share": auto["throughput"] / fixed[best]["throughput"], "within_5pct": (auto["settled_at"] or batches)
@@ -148,7 +163,7 @@ def http_dataset(n: int, delay: float, stack: list) -> drt.HttpDataset:
     return drt.HttpDataset([f"http://127.0.0.1:{port.read_text()}/item/{i}?size=16384" for i in range(n)])
 
 
-def remote_dataset(n: int, work: Path, stack: list) -> CacheRows:
+def remote_dataset(n: int, work: Path, stack: list) -> drt.CachedDataset:
     from _s3 import options, start_s3
     from bench_remote import Source
 
@@ -161,13 +176,13 @@ def remote_dataset(n: int, work: Path, stack: list) -> CacheRows:
     url = result.path
     config = drt.RemoteConfig(cache_dir=str(work / "node"), prefetch_shards=4)
     reader = drt.ReaderConfig(seed=1)
-    return CacheRows(drt.DatasetRuntime(1).cached_dataset(url, reader_config=reader, storage_options=storage,
-                                                          remote_config=config))
+    return drt.DatasetRuntime(1).cached_dataset(url, reader_config=reader, storage_options=storage,
+                                                remote_config=config)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="cpu,http,remote")
+    parser.add_argument("--workloads", default="cpu,http,remote,cache")
     parser.add_argument("--batches", type=int, default=2000, help="batches per run (an epoch)")
     parser.add_argument("--workers", default="1,2,4,8,16")
     parser.add_argument("--depths", default="1,2,4,8")
@@ -188,9 +203,11 @@ def main() -> None:
             elif name == "http":
                 dataset, kwargs = http_dataset(n, args.delay, stack), {"worker_method": "thread"}
             elif name == "remote":
-                dataset, kwargs = remote_dataset(n, work, stack), {"worker_method": "thread"}
+                dataset, kwargs = CacheRows(remote_dataset(n, work / name, stack)), {"worker_method": "thread"}
+            elif name == "cache":  # the node cache is its own: the first epoch downloads, as remote's does
+                dataset, kwargs = remote_dataset(n, work / name, stack), {"multiprocessing_context": "fork"}
             else:
-                raise SystemExit(f"unknown workload {name!r}: cpu, http or remote")
+                raise SystemExit(f"unknown workload {name!r}: cpu, http, remote or cache")
             results[name] = grid(dataset, args.batches, args.cap, workers, depths, **kwargs)
     finally:
         for stop in reversed(stack):

@@ -70,13 +70,7 @@ class AutotuneRequest:
             raise ValueError(f"prefetch_depth='auto' tunes the batches loaded ahead: give no {prefetch_factor=}")
         if depth and num_workers == 0:
             raise ValueError("prefetch_depth='auto' loads ahead on workers: it needs num_workers > 0 or 'auto'")
-        if memory_cap is not None:
-            if not isinstance(memory_cap, int) or isinstance(memory_cap, bool) or memory_cap < 1:
-                raise ValueError(f"autotune_memory_cap={memory_cap!r} must be an int > 0 (bytes) or None")
-            if not (workers or depth):
-                raise ValueError(
-                    f"autotune_memory_cap={memory_cap} bounds num_workers='auto' and prefetch_depth='auto': give one"
-                )
+        check_memory_cap(memory_cap, workers or depth, "num_workers='auto' and prefetch_depth='auto'")
         if (workers or depth) and stats is False:
             raise ValueError("num_workers='auto' and prefetch_depth='auto' tune from the loader's statistics: "
                              "stats=False turns them off")
@@ -108,6 +102,21 @@ class AutotuneRequest:
             epoch_batches = None
         return LoaderAutotune(self.start, self.workers, self.depth, self.memory_cap,
                               loader.worker_method == "process", epoch_batches)
+
+
+def check_memory_cap(memory_cap: Any, tuning: bool, what: str) -> None:
+    """Refuse an ``autotune_memory_cap`` that is not a positive int or None, or one given with nothing to tune
+    (``what``: the arguments it bounds).
+
+    Raises:
+        ValueError: naming the cap.
+    """
+    if memory_cap is None:
+        return
+    if not isinstance(memory_cap, int) or isinstance(memory_cap, bool) or memory_cap < 1:
+        raise ValueError(f"autotune_memory_cap={memory_cap!r} must be an int > 0 (bytes) or None")
+    if not tuning:
+        raise ValueError(f"autotune_memory_cap={memory_cap} bounds {what}: give one")
 
 
 def default_memory_cap() -> int:
@@ -274,11 +283,11 @@ def apply_setting(loader: Any, setting: Setting) -> None:
     loader.num_workers, loader.prefetch_depth = setting.workers, setting.depth
     mode, position = loader._mode, loader._position
     cursor = position.cursor() if position.active else None
-    mode.mapper.resize(setting.workers, loader.in_flight)
-    fetcher = getattr(mode, "fetcher", None)
-    if fetcher is not None and getattr(fetcher, "item_threads", None) not in (None, item_threads(loader)):
-        fetcher.close_items()
-        fetcher.item_threads = item_threads(loader)
+    mode.resize(setting.workers, loader.in_flight)
+    threads = getattr(getattr(mode, "fetcher", None), "item_threads", None)  # a map-style fetcher's item threads
+    if threads is not None and threads != item_threads(loader):
+        mode.fetcher.close_items()
+        mode.fetcher.item_threads = item_threads(loader)
     if position.active:
         loader._start_workers(position.epoch)
         mode.mapper.reset(mode.start_state(position.epoch, cursor))

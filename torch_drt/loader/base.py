@@ -47,6 +47,10 @@ class LoaderMode:
         """What an iterator calls for the next ``Fetched`` of the running epoch (``StopIteration`` at its end)."""
         return self.mapper.next
 
+    def resize(self, num_workers: int, in_flight: int) -> None:
+        """Run with ``num_workers`` and ``in_flight`` batches from the next ``mapper.reset()`` on (autotune)."""
+        self.mapper.resize(num_workers, in_flight)
+
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any] | None:
         """The mapper's initial state for ``epoch`` at ``cursor`` (called by ``iter(loader)``)."""
         raise NotImplementedError

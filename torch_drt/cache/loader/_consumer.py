@@ -161,6 +161,14 @@ class RowFetcher:
         if self._opened_in == os.getpid():
             self._new_streams()
 
+    def rewindow(self, window: int) -> None:
+        """Read with shard window ``window`` from now on (``shard_window="auto"``, at an epoch's start): the streams
+        and read-ahead this process built with the old one are built anew."""
+        self.shard_window = window
+        if self._opened_in == os.getpid():
+            self.stop_prefetch()
+            self._new_streams()
+
     def stream(self, batch: StreamBatch) -> int:
         """The consumer whose stream ``batch`` belongs to."""
         return 0 if self.dealt_to > 1 else batch.worker

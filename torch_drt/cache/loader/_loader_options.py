@@ -126,7 +126,7 @@ class LoaderOptions:
     prefetch_factor: int | Literal["auto"]
     verbose: bool
     work_dir: str | Path | None
-    shard_window: int | None = None
+    shard_window: int | Literal["auto"] | None = None
     sampling: str | None = None
 
     def __post_init__(self) -> None:
@@ -158,8 +158,8 @@ class LoaderOptions:
         if self.work_dir is not None and not Path(self.work_dir).is_dir():
             raise ValueError(f"work_dir={str(self.work_dir)!r} must be an existing directory")
         window = self.shard_window  # torch_drt's own argument, checked after dataset-rt's
-        if window is not None and (type(window) is not int or window < 1):
-            raise ValueError(f"shard_window={window!r} must be None or an int >= 1")
+        if window is not None and window != "auto" and (type(window) is not int or window < 1):
+            raise ValueError(f"shard_window={window!r} must be None, 'auto' or an int >= 1")
         if window is not None and not self.shuffle:
             raise ValueError("shard_window is a way of shuffling: it needs shuffle=True")
         sampling = self.sampling

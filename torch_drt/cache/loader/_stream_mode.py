@@ -104,13 +104,28 @@ class StreamMode(LoaderMode):
             self.planner,
             fetcher,
             num_workers=workers,
-            in_flight=workers * (settings["prefetch_factor"] or 1),
+            in_flight=batches_in_flight(workers, settings["prefetch_factor"], settings.get("prefetch_depth")),
             method="process",
             multiprocessing_context=None if context is None else context.get_start_method(),
             timeout=settings["timeout"],
             transport=SharedMemoryTransport(pin=settings["pin_memory"]),
             worker_init=settings["worker_init_fn"],
         )
+
+    def resize(self, num_workers: int, in_flight: int) -> None:
+        """Run ``num_workers`` loading processes from the next ``mapper.reset()`` on (``num_workers="tune"``): the
+        rank's one stream is dealt to them in turn, so its rows stay the same."""
+        if self.streams != PER_RANK:
+            raise ValueError("a loader whose loading processes read their own streams cannot change their number")
+        self.mapper.resize(num_workers, in_flight)
+        self.num_workers = num_workers
+        self.planner.processes = self.fetcher.dealt_to = max(1, num_workers)  # type: ignore[attr-defined]
+
+    def set_window(self, window: int) -> None:
+        """Read with shard window ``window`` from the next epoch on (``shard_window="auto"``): the loading processes
+        restart with it."""
+        self.fetcher.rewindow(window)
+        self.mapper.close()
 
     def close(self) -> None:
         """Stop the workers, and the prefetch this process's reads planned (an abandoned loader downloads
@@ -223,6 +238,14 @@ class StreamMode(LoaderMode):
             self.fetcher.reseed(seed)
             self.mapper.close()  # loading processes hold the old seed: start new ones
         return epoch, {self.EPOCH_KEY: epoch, self.DONE_KEY: done}
+
+
+def batches_in_flight(workers: int, prefetch_factor: int | None, prefetch_depth: int | None) -> int:
+    """Batches loading at most: ``workers + prefetch_depth`` as ``num_workers="tune"`` sets them, else torch's
+    ``workers * prefetch_factor``."""
+    if prefetch_depth is not None:
+        return workers + prefetch_depth
+    return workers * (prefetch_factor or 1)
 
 
 def _shared(settings: Mapping[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from torch_drt.cache.loader._autotune import tune_request
 from torch_drt.cache.loader._consumer import RowFetcher
 from torch_drt.cache.loader._events import ReaderEvents, log_ready
 from torch_drt.cache.loader._loader_options import (
@@ -30,7 +31,8 @@ from torch_drt.cache.loader._loader_options import (
 )
 from torch_drt.cache.loader._loader_style import PER_RANK, PER_WORKER, loader_style
 from torch_drt.cache.loader._snapshot import Snapshot, export_snapshot
-from torch_drt.cache.loader._stream_mode import StreamMode
+from torch_drt.cache.loader._stream_mode import StreamMode, batches_in_flight
+from torch_drt.cache.loader._window_tune import AUTO, WindowTune, WindowTuned
 from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
@@ -39,29 +41,43 @@ from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
+    from torch_drt.loader._autotune import AutotuneRequest
 
 
 SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
 
-class CacheDataLoader(PipelineLoader):
+class CacheDataLoader(WindowTuned, PipelineLoader):
     """The cache's torch loader: a ``torchdata`` ``StatefulDataLoader`` whose checkpoint is (pass, batches done).
 
     Build it with ``CachedDataset.to_torch_dataloader``. ``state_dict()`` counts delivered batches only and
     records the settings that make the streams (world size, budget, batch size, shuffle, sampling, seed,
     partition, the streams' layout, the table's fingerprint); ``load_state_dict`` refuses a state of other
     settings with a ``ValueError`` naming them (a world-size change changes the streams; a worker-count change
-    does too for ``torch_drt.compat.dataset_rt``'s per-worker streams only).
+    does too for ``torch_drt.compat.dataset_rt``'s per-worker streams only). With ``num_workers="tune"`` the
+    checkpoint keeps the processes and batches ahead chosen too (``"autotune"``), and a resume runs them; with
+    ``shard_window="auto"``, the window of the epoch (``"shard_window_auto"``).
     """
 
+    worker_method = "process"
+    prefetch_depth: int | None = None  # batches ahead beyond the processes, as num_workers="tune" sets them
+
     def __init__(
-        self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool
+        self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool,
+        autotune: AutotuneRequest | None = None, window_tune: WindowTune | None = None,
     ) -> None:
         self.__dict__.update({key: value for key, value in settings.items() if key != "seed"})
         self.dataset = dataset
         self.snapshot_path = str(workdir / SNAPSHOT)
-        self._setup_pipeline(mode)
+        self._window_tune = window_tune
+        self._setup_pipeline(mode, True if autotune or window_tune else None)  # the tuners read the statistics
+        self._autotune = None if autotune is None else autotune.autotune(self)
         if not keep:  # a work_dir export is the caller's; a temporary one goes with the loader
             weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
+
+    @property
+    def in_flight(self) -> int:
+        """Batches loading at most: ``num_workers * prefetch_factor``, or ``num_workers + prefetch_depth`` tuned."""
+        return batches_in_flight(self.num_workers, self.prefetch_factor, self.prefetch_depth)
 
     @property
     def seed(self) -> int:  # type: ignore[override]
@@ -143,7 +159,8 @@ def to_torch_dataloader(
     persistent_workers: bool | Literal["auto"] = "auto",
     verbose: bool = DEFAULT,
     dataloader_kwargs: Mapping[str, Any] | None = None,
-    shard_window: int | None = None,
+    shard_window: int | Literal["auto"] | None = None,
+    autotune_memory_cap: int | None = None,
 ) -> CacheDataLoader:
     """Build a finite torch loader over the dataset's active table (see ``CachedDataset.to_torch_dataloader``)."""
     from torch.utils.data import default_collate
@@ -152,6 +169,9 @@ def to_torch_dataloader(
 
     check_dataloader_kwargs(dataloader_kwargs)
     style = loader_style(dataset.loader_defaults)
+    # num_workers="tune" (torch_drt's datasets; compat ones refuse it with dataset-rt's message): start at one process
+    tune = tune_request(num_workers if style.streams == PER_RANK else None, prefetch_factor, autotune_memory_cap)
+    num_workers = num_workers if tune is None else tune.start.workers
     if shuffle is DEFAULT:
         shuffle = dataset.reader_config.shuffle if style.shuffle is None else style.shuffle
     seed_given = seed is not DEFAULT
@@ -192,6 +212,7 @@ def to_torch_dataloader(
     plans = consumer_plans(len(dataset.active), samples=samples, batch_size=batch_size, workers=consumers,
                            world_size=world_size, rank=rank, partition=options.partition, drop_last=drop_last)
     # fmt: on
+    tuner = WindowTune.of(dataset, consumers, world_size) if window == AUTO else None
     pin = resolve_pin_memory(pin_memory)
     continue_streams = workers.persistent or processes == 0
     # fmt: off
@@ -212,7 +233,7 @@ def to_torch_dataloader(
         native_num_workers=workers.counts.native_threads,
         pin=pin and processes == 0,
         events=events,
-        shard_window=window,
+        shard_window=window if tuner is None else tuner.window,
         world_size=world_size,
         batch_size=batch_size,
         continue_streams=continue_streams,
@@ -237,7 +258,8 @@ def to_torch_dataloader(
         multiprocessing_context=workers.context,
         persistent_workers=workers.persistent,
         continue_streams=continue_streams,
-        prefetch_factor=workers.prefetch_factor,
+        prefetch_factor=workers.prefetch_factor if tune is None else None,
+        prefetch_depth=None if tune is None else tune.start.depth,
         worker_init_fn=worker_init_fn,
         collate_fn=fetcher.collate_fn,
         sample_transform_fn=sample_transform_fn,
@@ -248,7 +270,8 @@ def to_torch_dataloader(
         work_dir=workdir if work_dir is not None else None,
     )
     mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
-    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None)
+    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None, autotune=tune,
+                             window_tune=tuner)
     if events is not None:
         log_ready(style.logger, loader, plans, dataset.reader_config.prefetch_size)
         events.empty()

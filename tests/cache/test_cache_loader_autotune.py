@@ -1,0 +1,154 @@
+"""``to_torch_dataloader(num_workers="tune")`` (issue 28): the cache loader's loading processes and batches ahead,
+searched by the loader autotuner, kept in the checkpoint, bounded by ``autotune_memory_cap``.
+
+``num_workers="auto"`` keeps dataset-rt's meaning (its CPU budget); the search is ``"tune"``. Throughput is a cost
+model reading the setting the pipeline really runs (its mapper's processes and batches in flight), so the choices
+are deterministic; the processes, the rows and (in the cap test) the memory measured are real.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import QUIET, ListSource
+
+import torch_drt as drt
+import torch_drt.compat.dataset_rt as compat
+from torch_drt.loader._autotune import STATE_KEY, private_bytes
+from torch_drt.loader._tuner import MemoryModel, Setting, Trial
+
+N = 240
+SEED = dict(shuffle=True, seed=11)
+
+
+@pytest.fixture
+def dataset(runtime, tmp_path):
+    return runtime.from_cache_sources([ListSource("r", N)], tmp_path / "caches", reader_config=drt.ReaderConfig(seed=3),
+                                      writer_config=QUIET)
+
+
+def ids(batch) -> list[int]:
+    return batch["ids"]
+
+
+def collate(samples) -> dict:
+    return {"ids": [s.sample_id for s in samples]}
+
+
+def big_collate(samples) -> dict:  # a batch of 4 MiB: the memory model has something to bound
+    return {"ids": [s.sample_id for s in samples], "x": torch.zeros(1 << 19, dtype=torch.int64)}
+
+
+def make(dataset, **kwargs):
+    kwargs = dict(batch_size=2, collate_fn=collate, multiprocessing_context="fork", **SEED) | kwargs
+    return dataset.to_torch_dataloader(**kwargs)
+
+
+def rows(batches) -> list[int]:
+    return [i for b in batches for i in ids(b)]
+
+
+def cost_model(loader, seen: list | None = None, real: bool = False):
+    """A ``measure``: more processes pay (50 batches/s each, the caller takes 1000/s); batches ahead barely do.
+    ``real``: the memory is what the real trial measured (the batch's bytes, the processes' private memory)."""
+    measured = loader._autotune._measured
+
+    def measure(_loader, batch, setting, batches, elapsed_ns):
+        mapper = loader._mode.mapper
+        workers, depth = mapper.num_workers, mapper.in_flight - mapper.num_workers
+        if seen is not None:
+            seen.append(Setting(workers, depth))
+        rate = min(1000.0, workers * 50.0 * (1 + 0.02 * min(depth, 4)))
+        memory = measured(_loader, batch, setting, batches, elapsed_ns) if real else Trial(0, 0)
+        return Trial(rate, 1 - rate / 1000.0, memory.batch_bytes, memory.worker_bytes)
+
+    return measure
+
+
+def test_tune_chooses_processes_keeps_the_rows_and_a_resume_runs_the_choice(dataset):
+    expected = rows(make(dataset, num_workers=0))
+    loader = make(dataset, num_workers="tune")
+    assert (loader.num_workers, loader.prefetch_depth, loader.in_flight) == (1, 1, 2)
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = cost_model(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(70)]
+    assert loader._autotune.done, loader._autotune.climb.history
+    state = loader.state_dict()
+    chosen = state[STATE_KEY]
+    assert chosen["done"] is True and chosen["num_workers"] == 4, loader._autotune.climb.history
+    assert loader._mode.mapper.num_workers == loader.num_workers == 4
+    assert len(loader.worker_pids()) == 4  # real processes, restarted at the chosen count
+    assert rows(head + list(it)) == expected  # the rank's stream is dealt to any number: nothing lost or repeated
+    workers = loader.stats().workers
+    assert all(workers[w].batches > 0 for w in range(4)), workers  # the batches are dealt to all four
+
+    resumed = make(dataset, num_workers="tune")
+
+    def no_search(*args):
+        raise AssertionError("a resumed loader searched again")
+
+    resumed._autotune.measure = no_search
+    resumed.load_state_dict(state)
+    assert (resumed.num_workers, resumed.prefetch_depth) == (chosen["num_workers"], chosen["prefetch_depth"])
+    assert rows(resumed) == expected[70 * 2:]
+    again = resumed.state_dict()[STATE_KEY]
+    assert resumed._mode.mapper.num_workers == 4 and again["num_workers"] == 4 and again["done"] is True
+
+
+def test_a_fixed_loader_resumes_a_tuned_checkpoint_under_its_own_workers(dataset):
+    expected = rows(make(dataset, num_workers=0))
+    loader = make(dataset, num_workers="tune")
+    loader._autotune.measure = cost_model(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(30)]
+    fixed = make(dataset, num_workers=2)
+    fixed.load_state_dict(loader.state_dict())
+    assert rows(head + list(fixed)) == expected and fixed.num_workers == 2
+
+
+def test_the_memory_cap_bounds_the_real_processes(dataset):
+    one = (1 << 19) * 8  # bytes of a batch's tensor
+    probe = make(dataset, num_workers=1, collate_fn=big_collate)
+    it = iter(probe)
+    next(it), next(it)
+    (pid,) = probe.worker_pids()
+    worker = private_bytes(pid)  # what one forked loading process holds privately here
+    probe.close()
+    cap = 3 * worker + 8 * one  # two processes fit; four (4 * worker + 13 batches in flight and transport) do not
+    loader = make(dataset, num_workers="tune", collate_fn=big_collate, autotune_memory_cap=cap)
+    loader._autotune.climb.max_workers = 4
+    seen: list = []
+    loader._autotune.measure = cost_model(loader, seen, real=True)
+    assert sorted(rows(loader)) == list(range(N))
+    state = loader.state_dict()[STATE_KEY]
+    assert state["done"] and state["memory_cap"] == cap
+    assert state["batch_bytes"] >= one and state["worker_bytes"] >= worker // 2  # measured on the real processes
+    model = MemoryModel(cap, True, state["batch_bytes"], state["worker_bytes"])
+    chosen = Setting(state["num_workers"], state["prefetch_depth"])
+    assert 2 <= chosen.workers < 4 and model.fits(chosen), (chosen, seen, state)  # the cap, not the cost, bound it
+    assert not model.fits(Setting(4, 1))
+    assert all(model.fits(s) for s in seen[1:]), seen  # every setting run after the first trial fits the cap
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_workers": "tune", "prefetch_factor": 2}, "leave prefetch_factor='auto', not 2"),
+        ({"num_workers": 2, "autotune_memory_cap": 1 << 20}, "bounds num_workers='tune': give one"),
+        ({"num_workers": "tune", "autotune_memory_cap": 0}, "autotune_memory_cap=0 must be an int > 0"),
+        ({"num_workers": "many"}, "num_workers must be 'auto' or an integer"),
+    ],
+)
+def test_arguments_are_checked_up_front(dataset, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        dataset.to_torch_dataloader(**kwargs)
+
+
+def test_auto_keeps_dataset_rts_meaning_and_compat_refuses_tune_as_dataset_rt_does(dataset, tmp_path):
+    assert dataset.to_torch_dataloader().__dict__.get("_autotune") is None  # "auto": dataset-rt's CPU budget
+    (result,) = compat.DatasetRuntime(num_workers=1).write_cache(ListSource("c", 8), tmp_path / "compat",
+                                                                  writer_config=compat.WriterConfig(show_progress=False))
+    theirs = compat.DatasetRuntime(num_workers=1).cached_dataset(result.path, reader_config=compat.ReaderConfig(seed=1))
+    with pytest.raises(ValueError, match=r"^num_workers must be 'auto' or an integer between 0 and"):
+        theirs.to_torch_dataloader(num_workers="tune")
