@@ -3,10 +3,8 @@ statistics (download wait against the node cache's capacity) once an epoch's las
 mid-epoch; the checkpoint keeps it, so a resume mid-epoch or at the boundary reads what an uninterrupted run reads.
 
 The loader tests stub ``decide`` (the rule) so the windows are known; the rule itself is tested on real
-``StatsRecorder`` counts. Reads go to moto's S3 server through s3fs. Every loader is closed once read: one that the
-garbage collector finalises in the middle of another loader's read of the same dataset can deadlock on the
-reader's map lock (``PipelineLoader.__del__`` -> ``stop_prefetch`` -> ``OpenMaps.keep_only``, re-entered from
-``OpenMaps.acquire``; found here, not fixed here).
+``StatsRecorder`` counts. Reads go to moto's S3 server through s3fs. Every loader is closed once read (a loader
+finalised by the garbage collector inside another's read once deadlocked on the map lock: test_open_maps.py).
 """
 
 from __future__ import annotations

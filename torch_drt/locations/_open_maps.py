@@ -119,10 +119,19 @@ class OpenMaps:
                 mapped.pinned.close()
 
     def keep_only(self, keys: set[str]) -> None:
-        """Unmap the idle maps whose content keys are not in ``keys`` (no planned read needs them)."""
-        with self._lock:
+        """Unmap the idle maps whose content keys are not in ``keys`` (no planned read needs them).
+
+        A hint, skipped while the lock is held: a loader that the garbage collector finalises runs this from
+        inside whatever this thread was doing, possibly ``acquire`` holding the lock (waiting would hang the thread
+        for ever). What is skipped stays idle and unlocked (the node cache may evict it) until the cap unmaps it.
+        """
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
             for key in [k for k, m in self._maps.items() if m.users == 0 and k[1] not in keys]:
                 self._maps.pop(key).pinned.close()
+        finally:
+            self._lock.release()
 
 
 _MAPS = OpenMaps()
