@@ -6,23 +6,11 @@ import numpy as np
 import pytest
 import torch
 from lm_corpora import write_stream
+from test_lm_packing import reference_sequence as reference_row  # one reference of what a sequence holds
 
 from torch_drt import StatefulDataLoader
 from torch_drt.lm import ArraySource, PackedSequence, PackerNode, collate_packed
 from torch_drt.lm.planner import SourcePlanner
-
-
-def reference_row(docs, plan, length, pad):
-    """One sequence's four fields built token by token from a plan ``[doc, start, n, ...]``."""
-    tokens, seg, pos = [], [], []
-    for k in range(0, len(plan), 3):
-        doc, start, n = plan[k : k + 3]
-        for j in range(n):
-            tokens.append(int(docs[doc][start + j]))
-            seg.append(k // 3 + 1)
-            pos.append(j)
-    real = len(tokens)
-    return tokens + [pad] * (length - real), seg + [0] * (length - real), pos + [0] * (length - real), real
 
 
 def reference_batch(rows, length):
