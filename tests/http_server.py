@@ -99,16 +99,23 @@ class Server:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(delay,), daemon=True, name="test-http-server")
+        self._error: BaseException | None = None
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(60) or self._error is not None:
+            raise RuntimeError("the test HTTP server did not start") from self._error
 
     def _run(self, delay: float) -> None:
-        asyncio.set_event_loop(self._loop)
-        runner = web.AppRunner(make_app(self.hits, delay, self.raw_paths), access_log=None)
-        self._loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        self._loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]
+        try:
+            asyncio.set_event_loop(self._loop)
+            runner = web.AppRunner(make_app(self.hits, delay, self.raw_paths), access_log=None)
+            self._loop.run_until_complete(runner.setup())
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            self._loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+        except BaseException as e:  # told to the constructor, which raises it
+            self._error = e
+            self._ready.set()
+            raise
         self._runner = runner
         self._ready.set()
         self._loop.run_forever()
