@@ -86,3 +86,19 @@ def test_unlink_rings_removes_a_dead_workers_files():
     assert glob.glob(glob.escape(prefix) + "*")
     unlink_rings(prefix)
     assert not glob.glob(glob.escape(prefix) + "*")
+
+
+def test_two_pools_of_one_process_never_share_ring_file_names():
+    """Each pool numbered its workers from 0, so two pools in one process (two loaders, or a pool restarted by the
+    autotuner while the old one is still being closed) named their ring files alike, and closing one removed the
+    other's files: a batch in flight then failed with FileNotFoundError."""
+    from torch_drt.nodes._process_pool import ProcessPool
+    from torch_drt.nodes.transport import SharedMemoryTransport, ring_prefix
+
+    pools = [ProcessPool(abs, 1, "fork", SharedMemoryTransport(slots=2)) for _ in range(2)]
+    try:
+        prefixes = [ring_prefix(pool.pid, pool._workers[0].uid) for pool in pools]
+        assert prefixes[0] != prefixes[1]
+    finally:
+        for pool in pools:
+            pool.close()

@@ -39,6 +39,7 @@ def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
 
 
 logger = logging.getLogger("torch_drt.loader")
+_UIDS = itertools.count()  # worker ids of every pool of this process (ring file names, torch_drt-worker-<uid>)
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
 
@@ -87,7 +88,6 @@ class ProcessPool:
         self._payload: Any = (fn, initializer) if fork else pickle.dumps((fn, initializer))
         self._transport = transport if transport is not None and transport.available else None
         self._reader = RingReader(pin=transport.pin) if transport is not None else None
-        self._uids = itertools.count()
         self._ids = itertools.count()
         self._turn = itertools.count()
         self._startup_failures = 0
@@ -95,7 +95,7 @@ class ProcessPool:
 
     def _spawn(self, index: int) -> _Worker:
         w = _Worker()
-        w.uid = next(self._uids)
+        w.uid = next(_UIDS)  # unique in this process: two pools' ring files never share a name
         tasks_r, w.tasks = self._ctx.Pipe(duplex=False)
         w.results, results_w = self._ctx.Pipe(duplex=False)
         ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
