@@ -115,6 +115,27 @@ def run_isolated(code: str, *, timeout: float = 120, memory_bytes: int | None = 
     )
 
 
+def read_after_truncation(cache: Path, rel: str, size: int, record_checks: str | None = None,
+                          read_first: bool = False):
+    """Open ``cache`` in a fresh interpreter (``read_first``: read it whole once), truncate its file ``rel`` to
+    ``size`` bytes, read it again and print the ``CacheCorruptError`` that gives; the ``CompletedProcess``
+    (a SIGBUS shows as returncode -7, not as a failed pytest)."""
+    code = f"""
+        import os
+        import torch_drt as drt
+        config = drt.ReaderConfig(seed=0, shuffle=False, record_checks={record_checks!r})
+        ds = drt.DatasetRuntime(1).cached_dataset([{str(cache)!r}], reader_config=config)
+        if {read_first!r}:
+            list(ds)
+        os.truncate({str(cache / rel)!r}, {size})
+        try:
+            list(ds)
+        except drt.CacheCorruptError as e:
+            print("CacheCorruptError", e)
+    """
+    return run_isolated(code)
+
+
 def downgrade_to_v1(path: Path) -> None:
     """Rewrite a format 2 cache as format 1 (the same records, an index without checksums)."""
     import hashlib

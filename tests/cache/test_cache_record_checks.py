@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pydantic
 import pytest
-from conftest import QUIET, run_isolated
+from conftest import QUIET, read_after_truncation
 from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
@@ -125,19 +125,7 @@ def test_a_replaced_shard_leaves_the_verified_mapping_intact(cache, runtime, tmp
 
 
 def test_a_shard_truncated_after_the_first_read_is_an_error_not_sigbus(cache):
-    code = f"""
-        import os
-        import torch_drt as drt
-        config = drt.ReaderConfig(seed=0, shuffle=False, record_checks="first_read")
-        ds = drt.DatasetRuntime(1).cached_dataset([{str(cache)!r}], reader_config=config)
-        list(ds)
-        os.truncate({str(cache / "shards" / "000000.bin")!r}, 10)
-        try:
-            list(ds)
-        except drt.CacheCorruptError as e:
-            print("CacheCorruptError", e)
-    """
-    proc = run_isolated(code)
+    proc = read_after_truncation(cache, "shards/000000.bin", 10, record_checks="first_read", read_first=True)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-1000:])
     assert proc.stdout.startswith("CacheCorruptError") and "truncated?" in proc.stdout
 

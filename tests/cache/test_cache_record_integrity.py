@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUIET, ListSource, downgrade_to_v1, flip_outcomes, payload, run_isolated
+from conftest import QUIET, ListSource, downgrade_to_v1, flip_outcomes, payload, read_after_truncation
 
 import torch_drt as drt
 from torch_drt.cache import open_cache
@@ -67,18 +67,7 @@ def test_format_1_caches_stay_readable_and_bound_decompression(tmp_path, algo):
 @pytest.mark.parametrize(("rel", "size"), [("shards/000000.bin", 10), ("index.bin", 0)])
 def test_a_file_truncated_after_open_is_an_error_not_sigbus(tmp_path, rel, size):
     clean = _cache(tmp_path, "none", n=2000)
-    code = f"""
-        import os
-        import torch_drt as drt
-        config = drt.ReaderConfig(seed=0, shuffle=False)
-        ds = drt.DatasetRuntime(1).cached_dataset([{str(clean)!r}], reader_config=config)
-        os.truncate({str(clean / rel)!r}, {size})
-        try:
-            list(ds)
-        except drt.CacheCorruptError as e:
-            print("CacheCorruptError", e)
-    """
-    proc = run_isolated(code)
+    proc = read_after_truncation(clean, rel, size)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-1000:])
     assert proc.stdout.startswith("CacheCorruptError") and "truncated?" in proc.stdout
 
