@@ -99,3 +99,48 @@ def test_a_source_without_items_in_a_whole_epoch_is_an_error_when_cycling_foreve
 def test_cycling_until_all_are_exhausted_ends_and_repeats_the_early_ones():
     items = run(mixer(criteria="CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED", sizes=(5, 30, 5)))
     assert {f"b{i}" for i in range(30)} <= set(items) and items.count("a0") > 1
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_stop_criteria_mean_what_torchdatas_multi_node_weighted_sampler_means(world_size):
+    """The orders differ by design (one global stream here); what each stop criterion delivers is torchdata's: all
+    items once (ALL_DATASETS_EXHAUSTED), every item at least once (CYCLE_UNTIL_ALL), a source run dry
+    (FIRST_DATASET_EXHAUSTED)."""
+    from torchdata.nodes import IterableWrapper, Loader
+    from torchdata.nodes.samplers.multi_node_weighted_sampler import MultiNodeWeightedSampler
+    from torchdata.nodes.samplers.stop_criteria import StopCriteria
+
+    from torch_drt.nodes import WeightedMixer
+
+    sizes, weights = {"a": 7, "b": 19}, {"a": 0.3, "b": 0.7}
+
+    def sources():
+        return {k: IterableWrapper([f"{k}{i}" for i in range(n)]) for k, n in sizes.items()}
+
+    def run(make, criterion):
+        out = []
+        for rank in range(world_size):
+            node = make(sources(), weights, seed=5, stop_criteria=criterion, rank=rank, world_size=world_size)
+            out.append(list(Loader(node)))
+        return out
+
+    def ours(src, w, **kw):
+        return WeightedMixer(src, w, **kw)
+
+    def theirs(src, w, **kw):
+        return MultiNodeWeightedSampler(src, w, **kw)
+
+    everything = sorted(f"{k}{i}" for k, n in sizes.items() for i in range(n))
+    for make in (ours, theirs):
+        # ours deals each item to one rank; torchdata's ranks each read every item with their own draws
+        def streams(criterion, make=make):
+            got = run(make, criterion)
+            return [[x for rank in got for x in rank]] if make is ours else got
+
+        for stream in streams(StopCriteria.ALL_DATASETS_EXHAUSTED):
+            assert sorted(stream) == everything, make.__name__
+        for stream in streams(StopCriteria.CYCLE_UNTIL_ALL_DATASETS_EXHAUSTED):
+            assert set(stream) == set(everything), make.__name__
+        for stream in streams(StopCriteria.FIRST_DATASET_EXHAUSTED):
+            assert len(stream) == len(set(stream)), make.__name__  # nothing repeats: no source restarted
+            assert any({f"{k}{i}" for i in range(n)} <= set(stream) for k, n in sizes.items()), make.__name__
