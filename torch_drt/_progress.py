@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
+from torch_drt._protocol import split_protocol
+
 REDRAW_S = 0.1
 _WIDTH = 24
 _silenced = 0
@@ -62,7 +64,7 @@ def _bytes(n: float) -> str:
 def shown(target: Any) -> str:
     """A job's target as a bar shows it: a URL without credentials, query or fragment; a path as it is."""
     text = str(target)
-    if "://" not in text:
+    if not split_protocol(text)[0]:
         return text
     from torch_drt.sources._urls import redact
 

@@ -85,3 +85,29 @@ def test_split_protocol_is_the_one_scheme_test():
     assert split_protocol("file:///x") == ("file", "/x")
     assert split_protocol("weird/dir://name") == ("", "weird/dir://name")
     assert split_protocol("mod:function") == ("", "mod:function")
+
+
+def test_no_module_but_the_owner_looks_for_a_scheme_separator():
+    """Whether a string is a URL is decided by ``torch_drt._protocol.split_protocol`` only; ``sources/_urls.py``
+    parses and redacts HTTP URLs (after the decision, never making it)."""
+    import ast
+
+    import torch_drt
+
+    root = Path(torch_drt.__file__).parent
+    owners = {"_protocol.py", "sources/_urls.py"}
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = str(path.relative_to(root))
+        if rel in owners:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):  # "://" in x, x == "://"
+                operands = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):  # x.split("://") ...
+                operands = list(node.args)
+            else:
+                continue
+            if any(isinstance(o, ast.Constant) and o.value == "://" for o in operands):
+                found.append(f"{rel}:{node.lineno}")
+    assert found == []

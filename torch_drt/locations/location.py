@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from torch_drt._protocol import split_protocol
+
 if TYPE_CHECKING:
     from torch_drt.locations.base import CacheBackend
 
@@ -33,18 +35,6 @@ _BACKENDS: dict[str, type[CacheBackend]] = {}
 # torch_drt's own backends, imported by name on first use (fsspec's ``known_implementations``): each module
 # registers its schemes when imported, so a built-in backend is its module plus one line here
 _BUILT_IN = {"file": "torch_drt.locations.local", ANY_URL: "torch_drt.locations.remote"}
-
-
-def split_protocol(location: str) -> tuple[str, str]:
-    """``(scheme, rest)`` of ``scheme://rest`` (the scheme lower-cased); ``("", location)`` for a plain path.
-
-    This is the one test of whether a string carries a scheme (fsspec's ``split_protocol``); ``file://`` and
-    ``local://`` carry one too: ``is_url`` and ``Location.parse`` say which schemes are local.
-    """
-    scheme, sep, rest = location.partition("://")
-    if not sep or not scheme or "/" in scheme:
-        return "", location
-    return scheme.lower(), rest
 
 
 def register_backend(scheme: str, backend: type[CacheBackend], *, replace: bool = False) -> None:

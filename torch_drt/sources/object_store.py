@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torch_drt._protocol import split_protocol
 from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size
 from torch_drt.sources._locations import Locations
 from torch_drt.sources._timed import run_with_timeout
@@ -79,7 +80,7 @@ class ObjectStoreDataset(LocatedDataset):
         self.url, self.options = os.fspath(url), dict(options or {})
         self._fs, self._root = _open_store(self.url, self.options)  # validates the URL and options now
         self._fs_pid = os.getpid()
-        self._protocol = self.url.split("://", 1)[0] if "://" in self.url else "file"
+        self._protocol = split_protocol(self.url)[0] or "file"
 
     @classmethod
     def from_template(
@@ -130,7 +131,7 @@ class ObjectStoreDataset(LocatedDataset):
 
     def __getitem__(self, index: int) -> bytes:
         path = self.path(index)
-        shown = redact(path if "://" in path else f"{self._protocol}://{path}")
+        shown = redact(path if split_protocol(path)[0] else f"{self._protocol}://{path}")
         return self.policy.run(
             lambda: run_with_timeout(lambda: self._read(path), self.timeout), f"reading {shown}", unknown=True
         )
