@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from torch_drt.nodes.transport import RingWriter
+from torch_drt._processes.transport import RingWriter
 
 
 def portable(error: BaseException) -> BaseException:

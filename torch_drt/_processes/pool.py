@@ -27,8 +27,8 @@ from multiprocessing.connection import wait as wait_ready
 from time import monotonic
 from typing import Any
 
-from torch_drt.nodes._process_worker import worker_main
-from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
+from torch_drt._processes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
+from torch_drt._processes.worker import worker_main
 
 
 def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
