@@ -28,7 +28,9 @@ from torch_drt.publish import publish_lock, remove_stale_staging
 _WAIT_S = 60.0  # one wait of the parent (the pool wakes it for every result, death and deadline)
 
 
-def _write_one(root: Path | str, config: WriterConfig, mode: WriteMode, where: dict[str, Any], job: tuple) -> Any:
+def _write_one(
+    root: Path | str, config: WriterConfig, mode: WriteMode, where: dict[str, Any], job: tuple[int, str, bytes]
+) -> CacheWriteResult:
     """In a child: write the source of ``job`` (its position, name and pickled source)."""
     position, name, payload = job
     try:
@@ -42,7 +44,9 @@ def _name(source: Any, index: int) -> str:
     return str(getattr(source, "name", index))
 
 
-def _take(pool: ProcessPool, running: dict[int, Task], results: dict[int, CacheWriteResult], sources: list) -> None:
+def _take(
+    pool: ProcessPool, running: dict[int, Task], results: dict[int, CacheWriteResult], sources: list[Any]
+) -> None:
     """Wait until a running source is done; move the results of those done from ``running`` to ``results``."""
     while not pool.wait_any(list(running.values()), _WAIT_S):
         pass
@@ -80,7 +84,7 @@ def write_in_processes(
         children,
         "spawn",
         supervision=Supervision(restart=False, start_timeout=timeout, task_timeout=timeout),
-        torch_threads=None,  # torch's own default in each child, as in a process of its own
+        torch_threads=None,  # a child sets no torch threads (and imports no torch)
     )
     try:
         for index, source in enumerate(sources):
