@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_drt.cache.loader import _cpu_budget as budget
+from torch_drt import _cpu_budget as budget
 
 resources = pytest.importorskip("dataset_rt.resources")
 loading = pytest.importorskip("dataset_rt.integrations.loading")

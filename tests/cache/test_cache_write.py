@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,47 @@ def test_num_processes_writes_in_spawned_processes(runtime, tmp_path):
         [tmp_path / "p1", tmp_path / "p2"], reader_config=drt.ReaderConfig(seed=0, shuffle=False)
     )
     assert [s.data for s in ds] == [payload(i) for i in range(5)] + [payload(i) for i in range(6)]
+
+
+def _refuse(name: str) -> None:
+    raise ValueError(f"{name} stays here")
+
+
+class StaysHere(ListSource):
+    """Pickles in this process; unpickling it (in a writer process) raises."""
+
+    def __reduce__(self):
+        return _refuse, (self.name,)
+
+
+def test_a_source_that_cannot_reach_its_writer_process_is_its_own_error_and_the_others_are_written(runtime, tmp_path):
+    cfg = drt.WriterConfig(show_progress=False, num_processes=1)
+    local = ListSource("local", 2)
+    local.hook = lambda: None  # a lambda does not pickle
+    sources = [local, StaysHere("away", 2), ListSource("ok", 3)]
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache(sources, tmp_path, writer_config=cfg)
+    results = info.value.results
+    assert [type(r).__name__ for r in results] == ["CacheWriteError", "CacheWriteError", "CacheWriteSuccess"]
+    assert results[0].message.startswith("source pickling failed (sources must pickle with num_processes > 0): ")
+    assert results[1].message == "source unpickling failed: ValueError('away stays here')"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["ok"]
+
+
+class TorchProbe(ListSource):
+    """Records in each sample's metadata whether its process had imported torch."""
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield drt.CacheInput(payload(i), {"torch": "torch" in sys.modules})
+
+
+def test_a_writer_process_does_not_import_torch(runtime, tmp_path):
+    """Importing torch takes a spawned writer seconds (counted against its start deadline); writing needs none of it."""
+    cfg = drt.WriterConfig(show_progress=False, num_processes=1)
+    (result,) = runtime.write_cache([TorchProbe("probe", 2)], tmp_path, writer_config=cfg)
+    ds = runtime.cached_dataset([result.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.metadata["torch"] for s in ds] == [False, False]
 
 
 def test_progress_bar_is_shown(runtime, tmp_path, capsys):

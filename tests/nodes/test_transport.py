@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from torch_drt.nodes.transport import (
+from torch_drt._processes.transport import (
     RingReader,
     RingWriter,
     SharedMemoryTransport,
@@ -92,8 +92,8 @@ def test_two_pools_of_one_process_never_share_ring_file_names():
     """Each pool numbered its workers from 0, so two pools in one process (two loaders, or a pool restarted by the
     autotuner while the old one is still being closed) named their ring files alike, and closing one removed the
     other's files: a batch in flight then failed with FileNotFoundError."""
-    from torch_drt.nodes._process_pool import ProcessPool
-    from torch_drt.nodes.transport import SharedMemoryTransport, ring_prefix
+    from torch_drt._processes.pool import ProcessPool
+    from torch_drt._processes.transport import SharedMemoryTransport, ring_prefix
 
     pools = [ProcessPool(abs, 1, "fork", SharedMemoryTransport(slots=2)) for _ in range(2)]
     try:

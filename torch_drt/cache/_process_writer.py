@@ -1,98 +1,61 @@
-"""Writing sources in spawned child processes, each start and each source under ``process_timeout_seconds``.
+"""Writing sources in spawned child processes of the one process pool (``torch_drt._processes``), as dataset-rt does.
 
-Each child is started once and writes one source after another (sent pickled; the payloads stay in the child).
-The parent waits on the children's result pipes. A child that does not start, or a source that does not finish
-(its unpickling included), within the deadline, or a child that dies, stops every child: the sources not
-finished then are ``CacheWriteError``s and nothing is retried, as in dataset-rt. A source that raises
-``KeyboardInterrupt`` or ``SystemExit`` stops every child too, and the parent re-raises it, as dataset-rt does.
-A stopped child's staging directory is removed (its lock died with it), so the next write of that name starts
-clean.
+The pool does not restart its workers and puts ``process_timeout_seconds`` on each child's start and on each source
+(its unpickling included): a child that dies or passes a deadline stops every child, the sources not finished
+then are ``CacheWriteError``s and nothing is retried. A source that raises ``KeyboardInterrupt`` or ``SystemExit``
+stops every child too, and the parent re-raises it. Each source is pickled here (one that does not pickle is its
+own ``CacheWriteError``) and sent to an idle child; the payloads stay in the child. A stopped child's staging
+directory is removed (its lock died with it), so the next write of that name starts clean. A child imports neither
+torch nor the pool's transport (which imports it): it starts seconds sooner.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import functools
 import pickle
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from torch_drt._processes.pool import ProcessPool, Task
+from torch_drt._processes.supervision import Supervision, WorkerExited, WorkerTimeout
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult
 from torch_drt.cache.writer import WriteMode, write_source
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.publish import publish_lock, remove_stale_staging
 
-_READY = "ready"
-_STOP_GRACE_S = 2.0
-_POLL_S = 1.0  # how often a wait looks at the children's liveness
+_WAIT_S = 60.0  # one wait of the parent (the pool wakes it for every result, death and deadline)
 
 
-def _child(conn: Connection, root: Path | str, config: WriterConfig, mode: WriteMode, where: dict[str, Any]) -> None:
-    """A child: report ready, then write each ``(index, name, position, pickled source)`` it gets until ``b""``.
-
-    ``where``: the ``storage_options`` and ``remote_config`` of a URL root.
-    """
-    conn.send(_READY)
-    while (message := conn.recv_bytes()) != b"":
-        index, name, position, payload = pickle.loads(message)
-        try:
-            source = pickle.loads(payload)
-        except Exception as e:
-            result: CacheWriteResult = CacheWriteError(name, f"source unpickling failed: {e!r}")
-        else:
-            try:
-                result = write_source(source, root, config, mode=mode, position=position, **where)
-            except (KeyboardInterrupt, SystemExit) as e:  # the parent re-raises it
-                result = _portable(e)
-        conn.send((index, result))
-
-
-def _portable(error: KeyboardInterrupt | SystemExit) -> BaseException:
-    """``error`` if it pickles, else an exception of its base type with its message."""
+def _write_one(
+    root: Path | str, config: WriterConfig, mode: WriteMode, where: dict[str, Any], job: tuple[int, str, bytes]
+) -> CacheWriteResult:
+    """In a child: write the source of ``job`` (its position, name and pickled source)."""
+    position, name, payload = job
     try:
-        return pickle.loads(pickle.dumps(error))
-    except Exception:
-        return (KeyboardInterrupt if isinstance(error, KeyboardInterrupt) else SystemExit)(str(error))
-
-
-@dataclass
-class _Child:
-    process: Any
-    conn: Connection
-    deadline: float
-    job: tuple[int, str] | None = None  # (index, name) of the source it writes
-    ready: bool = False
-
-
-def _dispatch(child: _Child, index: int, source: Any, timeout: float) -> CacheWriteError | None:
-    name = str(getattr(source, "name", index))
-    try:
-        payload = pickle.dumps(source)
+        source = pickle.loads(payload)
     except Exception as e:
-        return CacheWriteError(name, f"source pickling failed (sources must pickle with num_processes > 0): {e!r}")
-    child.conn.send_bytes(pickle.dumps((index, name, index, payload)))
-    child.job, child.deadline = (index, name), time.monotonic() + timeout
-    return None
+        return CacheWriteError(name, f"source unpickling failed: {e!r}")
+    return write_source(source, root, config, mode=mode, position=position, **where)
 
 
-def _stop(children: list[_Child], root: Path | str) -> None:
-    for child in children:
-        if child.process.is_alive() and child.job is None and child.ready:
-            child.conn.send_bytes(b"")
-    for child in children:
-        child.process.join(_STOP_GRACE_S if child.job is None else 0)
-        if child.process.is_alive():
-            child.process.kill()
-            child.process.join()
-        child.conn.close()
-        if child.job is not None and isinstance(root, Path):  # its staging directory's lock died with it (a URL's
-            # claim is taken over after RemoteConfig.stale_writer_after)
-            with publish_lock(root, child.job[1]):
-                remove_stale_staging(root, child.job[1])
+def _name(source: Any, index: int) -> str:
+    return str(getattr(source, "name", index))
+
+
+def _take(
+    pool: ProcessPool, running: dict[int, Task], results: dict[int, CacheWriteResult], sources: list[Any]
+) -> None:
+    """Wait until a running source is done; move the results of those done from ``running`` to ``results``."""
+    while not pool.wait_any(list(running.values()), _WAIT_S):
+        pass
+    for index in [i for i, task in running.items() if pool.done(task)]:
+        task = running.pop(index)
+        try:
+            results[index] = pool.result(task)  # a source's KeyboardInterrupt or SystemExit raises here
+        except Exception as e:  # a result that could not travel back
+            results[index] = CacheWriteError(_name(sources[index], index), f"{type(e).__name__}: {e}")
 
 
 def write_in_processes(
@@ -107,60 +70,44 @@ def write_in_processes(
 
     ``root`` may be a URL (with its ``storage_options`` and ``remote_config``): each child stages and uploads.
     """
+    if not sources:
+        return []
     where = {"storage_options": None if storage_options is None else dict(storage_options),
              "remote_config": remote_config}
-    context = multiprocessing.get_context("spawn")
     timeout = config.process_timeout_seconds
+    children = min(config.num_processes, len(sources))
     results: dict[int, CacheWriteResult] = {}
-    todo = list(range(len(sources)))
-    children: list[_Child] = []
-    failure = ""
+    running: dict[int, Task] = {}  # by source index, at most one per child
+    failure = "writer pool stopped"
+    pool = ProcessPool(
+        functools.partial(_write_one, root, config, mode, where),
+        children,
+        "spawn",
+        supervision=Supervision(restart=False, start_timeout=timeout, task_timeout=timeout),
+        torch_threads=None,  # a child sets no torch threads (and imports no torch)
+    )
     try:
-        for _ in range(min(config.num_processes, len(sources))):
-            parent, child_end = context.Pipe()
-            process = context.Process(target=_child, args=(child_end, root, config, mode, where), daemon=True)
-            process.start()
-            child_end.close()
-            children.append(_Child(process, parent, time.monotonic() + timeout))
-        while len(results) < len(sources) and not failure:
-            for child in children:
-                while child.ready and child.job is None and todo:
-                    index = todo.pop(0)
-                    error = _dispatch(child, index, sources[index], timeout)
-                    if error is not None:
-                        results[index] = error
-            if len(results) == len(sources):
-                break
-            next_deadline = min(c.deadline for c in children) - time.monotonic()
-            wait([c.conn for c in children], timeout=min(max(0.0, next_deadline), _POLL_S))
-            failure = _collect(children, results, timeout)
+        for index, source in enumerate(sources):
+            try:
+                payload = pickle.dumps(source)
+            except Exception as e:
+                message = f"source pickling failed (sources must pickle with num_processes > 0): {e!r}"
+                results[index] = CacheWriteError(_name(source, index), message)
+                continue
+            if len(running) == children:
+                _take(pool, running, results, sources)
+            running[index] = pool.submit((index, _name(source, index), payload))  # the least busy child: an idle one
+        while running:
+            _take(pool, running, results, sources)
+    except WorkerExited as e:
+        failure = f"writer process exited with code {e.exitcode}"
+    except WorkerTimeout as e:
+        failure = f"writer process timeout exceeded ({timeout:g} s for {'its start' if e.starting else 'a source'})"
     finally:
-        _stop(children, root)
-    message = failure or "writer pool stopped"
-    return [results.get(i, CacheWriteError(str(getattr(s, "name", i)), message)) for i, s in enumerate(sources)]
-
-
-def _collect(children: list[_Child], results: dict[int, CacheWriteResult], timeout: float) -> str:
-    """Take the children's messages; return why the pool must stop ("" to go on)."""
-    for child in children:
-        try:
-            while child.conn.poll():
-                message = child.conn.recv()
-                if message == _READY:
-                    child.ready, child.deadline = True, float("inf")
-                else:
-                    index, result = message
-                    child.job, child.deadline = None, float("inf")
-                    if isinstance(result, BaseException):  # a source's KeyboardInterrupt or SystemExit
-                        raise result
-                    results[index] = result
-        except (EOFError, OSError):  # a child that died; is_alive below says so
-            pass
-        if child.job is None and child.ready:
-            continue
-        if not child.process.is_alive():
-            return f"writer process exited with code {child.process.exitcode}"
-        if time.monotonic() >= child.deadline:
-            what = "its start" if not child.ready else "a source"
-            return f"writer process timeout exceeded ({timeout:g} s for {what})"
-    return ""
+        pool.close()  # idle children exit, busy ones are killed
+        if isinstance(root, Path):  # a killed child's staging lock died with it (a URL's claim is taken over
+            # after RemoteConfig.stale_writer_after)
+            for index in running:
+                with publish_lock(root, _name(sources[index], index)):
+                    remove_stale_staging(root, _name(sources[index], index))
+    return [results.get(i, CacheWriteError(_name(s, i), failure)) for i, s in enumerate(sources)]

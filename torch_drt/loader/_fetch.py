@@ -13,6 +13,7 @@ from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
+from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
 from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
@@ -21,7 +22,6 @@ from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
-from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
 
 

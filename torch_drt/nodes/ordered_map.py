@@ -10,14 +10,14 @@ from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
 
+from torch_drt._processes.pool import ProcessPool
+from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import Recorded, Timed, WorkerIndex
 from torch_drt.describe import described
 from torch_drt.nodes._in_flight import InFlight
 from torch_drt.nodes._inline_cost import InlineCost
 from torch_drt.nodes._mapper_clock import MapperClock
-from torch_drt.nodes._process_pool import ProcessPool
 from torch_drt.nodes.thread_pool import ThreadPool
-from torch_drt.nodes.transport import SharedMemoryTransport
 
 T = TypeVar("T")
 R = TypeVar("R")

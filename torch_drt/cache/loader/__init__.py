@@ -3,7 +3,7 @@
 
 ``CachedDataset.to_torch_dataloader`` builds a ``CacheDataLoader`` (``torch_loader``): the rank's consumers
 (``_consumer.RowFetcher``, which reads each consumer's ``torch_drt.cache.rows.RowStream``) in torch's order
-(``_stream_mode``), with dataset-rt's options and worker budget (``_loader_options``, ``_cpu_budget``) over an
+(``_stream_mode``), with dataset-rt's options and worker budget (``_loader_options``, ``torch_drt._cpu_budget``) over an
 exported metadata snapshot (``_snapshot``). ``CacheSampler`` and ``CacheReaderNode`` are the same reads as
 torchdata nodes. Names load on first use.
 """

@@ -18,7 +18,7 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, Literal
 
-from torch_drt.cache.loader._cpu_budget import WorkerCounts, resolve_worker_counts
+from torch_drt._cpu_budget import WorkerCounts, resolve_worker_counts
 from torch_drt.loader.dataloader import check_workers
 from torch_drt.sampling.budget import MAX_SAMPLES
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.cache.loader._consumer import RowFetcher
 from torch_drt.cache.loader._loader_style import PER_RANK, PER_WORKER
@@ -12,7 +13,6 @@ from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.stream_plan import StreamBatch, StreamPlanner
-from torch_drt.nodes.transport import SharedMemoryTransport
 from torch_drt.sampling.budget import ConsumerPlan
 from torch_drt.sampling.stride import world_total
 

@@ -24,8 +24,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from torch_drt._cpu_budget import local_ranks
 from torch_drt._state_fields import StateFields
-from torch_drt.cache.loader._cpu_budget import local_ranks
 from torch_drt.loader._tuner import CONSUMER_BOUND
 
 AUTO = "auto"

@@ -1,12 +1,13 @@
-"""Worker processes for OrderedMapper: per-worker pipes, death detection, restarts, abandon on time-out.
+"""Worker processes: per-worker pipes, death detection, restarts or a stop, deadlines, abandon on time-out.
 
 Each worker has its own task pipe and result pipe, so the pool knows which tasks a worker holds (in order) and
 a dead worker never leaves a shared lock taken. The consumer polls the result pipes and the workers' sentinels
 while it waits: a worker that dies is replaced and its tasks go to the replacement, except a task that was running
 in two dead workers, which fails once (``BrokenProcessPool``); a task abandoned after a time-out has its worker
-killed and replaced the same way.
+killed and replaced the same way. With ``Supervision(restart=False)`` (the cache's writer processes) a worker that
+dies stops the pool instead, as one past a start or task deadline does (``supervision.py``).
 Workers ignore SIGINT (Ctrl-C is the consumer's), are daemons, so they never keep the interpreter alive, and run
-torch with one thread (as torch's loader workers do: ``worker_init`` may raise it).
+torch with one thread (as torch's loader workers do: ``worker_init`` may raise it) unless told otherwise.
 Large tensors of results travel through the worker's shared-memory ring (``SharedMemoryTransport``).
 """
 
@@ -16,22 +17,25 @@ import contextlib
 import functools
 import itertools
 import logging
+import math
 import multiprocessing
 import os
 import pickle
 import weakref
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait as wait_ready
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch_drt.nodes._process_worker import worker_main
-from torch_drt.nodes.transport import RingReader, SharedMemoryTransport, ring_prefix, unlink_rings
+from torch_drt._processes.handle import WorkerHandle
+from torch_drt._processes.supervision import Supervision, WorkerExited
+
+if TYPE_CHECKING:
+    from torch_drt._processes.transport import SharedMemoryTransport
 
 
-def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
+def _release_slot(pool: weakref.ref, worker: WorkerHandle, task: Task) -> None:
     """A batch's tensors are gone: its slot may be written again (nothing to do once the pool is gone)."""
     owner = pool()
     if owner is not None:
@@ -39,7 +43,6 @@ def _release_slot(pool: weakref.ref, worker: _Worker, task: Task) -> None:
 
 
 logger = logging.getLogger("torch_drt.loader")
-_UIDS = itertools.count()  # worker ids of every pool of this process (ring file names, torch_drt-worker-<uid>)
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
 
@@ -55,11 +58,7 @@ class Task:
         self.done = self.dropped = self.ok = self.packed = False
         self.slot: int | None = None
         self.value: Any = None
-        self.worker: _Worker | None = None
-
-
-class _Worker:
-    __slots__ = ("answered", "free_slots", "process", "queued", "results", "tasks", "uid")
+        self.worker: WorkerHandle | None = None
 
 
 class ProcessPool:
@@ -71,6 +70,8 @@ class ProcessPool:
         context: multiprocessing start method (spawn, fork, forkserver; None: the default).
         transport: the shared-memory transport for large tensors of results (None: torch's own hand-off).
         initializer: called as ``initializer(worker_index)`` in each worker process when it starts.
+        supervision: restart a worker that dies, or stop; the start and task deadlines (None: restart, none).
+        torch_threads: torch's intra-op threads in each worker (None: torch's default).
     """
 
     def __init__(
@@ -80,43 +81,34 @@ class ProcessPool:
         context: str | None = None,
         transport: SharedMemoryTransport | None = None,
         initializer: Callable[[int], None] | None = None,
+        supervision: Supervision | None = None,
+        torch_threads: int | None = 1,
     ) -> None:
         self.pid = os.getpid()
+        self._supervision, self._threads = supervision or Supervision(), torch_threads
         self._ctx = multiprocessing.get_context(context)
         # forked workers inherit the function as it is (as torch's do: no pickling, lambdas work); others unpickle it
         fork = self._ctx.get_start_method() == "fork"
         self._payload: Any = (fn, initializer) if fork else pickle.dumps((fn, initializer))
         self._transport = transport if transport is not None and transport.available else None
-        self._reader = RingReader(pin=transport.pin) if transport is not None else None
+        self._reader = None
+        if transport is not None:  # only then: the transport's module imports torch
+            from torch_drt._processes.transport import RingReader
+
+            self._reader = RingReader(pin=transport.pin)
         self._ids = itertools.count()
         self._turn = itertools.count()
         self._startup_failures = 0
         self._workers = [self._spawn(i) for i in range(num_workers)]
 
-    def _spawn(self, index: int) -> _Worker:
-        w = _Worker()
-        w.uid = next(_UIDS)  # unique in this process: two pools' ring files never share a name
-        tasks_r, w.tasks = self._ctx.Pipe(duplex=False)
-        w.results, results_w = self._ctx.Pipe(duplex=False)
-        ring = None if self._transport is None else (self._transport, ring_prefix(self.pid, w.uid))
-        w.process = self._ctx.Process(
-            target=worker_main,
-            args=(self._payload, index, tasks_r, results_w, ring),
-            name=f"torch_drt-worker-{w.uid}",
-            daemon=True,
-        )
-        w.process.start()
-        logger.debug("started loader worker process %d (pid %d)", index, w.process.pid)
-        tasks_r.close()
-        results_w.close()
-        w.queued = deque()
-        w.answered = False
-        w.free_slots = list(range(self._transport.slots)) if self._transport is not None else []
-        return w
+    def _spawn(self, index: int) -> WorkerHandle:
+        return WorkerHandle(self._ctx, index, self._payload, self._threads, self._transport, self.pid)
 
-    def _send(self, w: _Worker, task: Task) -> None:
+    def _send(self, w: WorkerHandle, task: Task) -> None:
         task.worker = w
         task.slot = w.free_slots.pop() if w.free_slots else None
+        if w.started and not w.queued:  # it starts this task now
+            w.since = monotonic()
         w.queued.append(task)
         w.tasks.send((task.id, task.item, task.slot))
 
@@ -132,26 +124,30 @@ class ProcessPool:
         self._send(w, task)
         return task
 
-    def _receive(self, w: _Worker) -> None:
-        while w.queued and w.results.poll():
-            task = w.queued.popleft()
+    def _receive(self, w: WorkerHandle) -> None:
+        while w.results.poll():
             try:
-                _, task.ok, task.value, task.packed = w.results.recv()
+                reply = w.results.recv()
             except (EOFError, OSError):
-                w.queued.appendleft(task)
                 return
             except Exception as e:  # the result does not unpickle here
-                task.ok, task.value, task.packed = False, RuntimeError(f"cannot receive a worker's result: {e}"), False
+                reply = (0, False, RuntimeError(f"cannot receive a worker's result: {e}"), False)
+            w.since = monotonic()  # it reported its start or a result: its next task starts now
+            if reply[0] is None:  # its start
+                w.started = True
+                continue
+            task = w.queued.popleft()
+            _, task.ok, task.value, task.packed = reply
             w.answered = True
             self._settle(w, task)
 
-    def _settle(self, w: _Worker, task: Task) -> None:
+    def _settle(self, w: WorkerHandle, task: Task) -> None:
         task.done = True
         task.item = None
         if task.dropped:
             self._free(w, task)
 
-    def _free(self, w: _Worker, task: Task) -> None:
+    def _free(self, w: WorkerHandle, task: Task) -> None:
         if task.slot is not None:
             w.free_slots.append(task.slot)
             task.slot = None
@@ -167,7 +163,7 @@ class ProcessPool:
         w = self._workers[index]
         self._receive(w)
         logger.warning("replacing loader worker process %d (pid %d): %s", index, w.process.pid, error)
-        self._retire(w, grace=0)
+        w.retire(grace=0)
         new = self._workers[index] = self._spawn(index)
         if culprit is None:
             suspect = next((task for task in w.queued if not task.dropped), None)
@@ -182,18 +178,11 @@ class ProcessPool:
             else:
                 self._send(new, task)
 
-    def _retire(self, w: _Worker, grace: float) -> None:
-        """Let ``w`` exit within ``grace`` seconds, else kill it; close its pipes and remove its ring files."""
-        if grace:
-            w.process.join(grace)
-        if w.process.is_alive():
-            w.process.kill()
-        w.process.join()
-        for conn in (w.tasks, w.results):
-            conn.close()
-        unlink_rings(ring_prefix(self.pid, w.uid))
-
     def _poll(self, timeout: float) -> None:
+        """Receive what arrives within ``timeout`` seconds (less when a deadline comes first); replace the dead
+        workers, or raise ``WorkerExited`` (not restarting) or ``WorkerTimeout``."""
+        soonest = min(map(self._supervision.deadline, self._workers), default=math.inf)
+        timeout = max(0.0, min(timeout, soonest - monotonic()))
         by_conn = {w.results: w for w in self._workers}
         for ready in wait_ready([*by_conn, *(w.process.sentinel for w in self._workers)], timeout):
             if ready in by_conn:
@@ -202,6 +191,8 @@ class ProcessPool:
             w = self._workers[index]
             if not w.process.is_alive():
                 code = w.process.exitcode
+                if not self._supervision.restart:
+                    raise WorkerExited(code)
                 self._startup_failures = 0 if w.answered else self._startup_failures + 1
                 if self._startup_failures >= _STARTUP_FAILURES:
                     raise RuntimeError(
@@ -217,6 +208,7 @@ class ProcessPool:
                         "the worker was replaced and loading goes on"
                     ),
                 )
+        self._supervision.check(self._workers)
 
     def wait(self, task: Task, timeout: float) -> bool:
         """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
@@ -284,7 +276,7 @@ class ProcessPool:
             except (BrokenPipeError, OSError):
                 pass
         for w in self._workers:
-            self._retire(w, grace=1.0)
+            w.retire(grace=1.0)
         if self._workers:
             logger.debug("stopped %d loader worker processes", len(self._workers))
         self._workers = []

@@ -2,7 +2,8 @@
 
 One thread does everything. A result is written whole before the next task starts, so a worker that dies loses
 no finished result; while the result pipe is full the worker keeps reading the tasks that arrive, so the pool
-never blocks sending a task while this worker waits to send a result (no deadlock, whatever their sizes).
+never blocks sending a task while this worker waits to send a result (no deadlock, whatever their sizes). Once its
+function and initializer are in place it reports its start: a reply without a task id (the pool's start deadline).
 """
 
 from __future__ import annotations
@@ -17,10 +18,6 @@ from collections import deque
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
-
-import torch
-
-from torch_drt.nodes.transport import RingWriter
 
 
 def portable(error: BaseException) -> BaseException:
@@ -64,9 +61,14 @@ def _receive(tasks: Connection) -> Any:
         return None
 
 
-def worker_main(payload: Any, index: int, tasks: Connection, results: Connection, ring: tuple | None) -> None:
+def worker_main(
+    payload: Any, index: int, tasks: Connection, results: Connection, ring: tuple | None, threads: int | None
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)  # as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
+    if threads is not None:  # 1 as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
+        import torch  # only then: a spawned worker that does not need torch starts seconds sooner without it
+
+        torch.set_num_threads(threads)
     fn, initializer = payload if isinstance(payload, tuple) else pickle.loads(payload)  # a tuple: forked
     failed: BaseException | None = None
     if initializer is not None:
@@ -74,9 +76,17 @@ def worker_main(payload: Any, index: int, tasks: Connection, results: Connection
             initializer(index)
         except BaseException as e:  # every task of this worker reports it
             failed = portable(e)
-    writer = None if ring is None else RingWriter(*ring)
+    writer = None
+    if ring is not None:
+        from torch_drt._processes.transport import RingWriter  # imports torch
+
+        writer = RingWriter(*ring)
     os.set_blocking(results.fileno(), False)
     inbox: deque = deque()
+    try:
+        _write(results, tasks, _message((None, True, None, False)), inbox)  # it started (no task id)
+    except OSError:  # the pool is gone
+        return
     while (msg := inbox.popleft() if inbox else _receive(tasks)) is not None:
         task_id, item, slot = msg
         try:
