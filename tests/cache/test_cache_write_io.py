@@ -39,6 +39,7 @@ def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksu
     monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(writer, "_RECORD_COST", 1)
     monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
+    monkeypatch.setattr(ShardFiles, "_WRITEBACK_BYTES", 100)  # the write-back head start, between the writes
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3
     payloads = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
