@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +110,28 @@ def test_the_writer_helper_thread_ends_after_a_failed_source(runtime, tmp_path):
     assert isinstance(result, drt.CacheWriteError) and "source broke" in result.message
     assert not [t for t in threading.enumerate() if t.name.startswith("torch_drt-shard") and t.name not in before]
     assert not list(Path(tmp_path).iterdir())
+
+
+def test_a_slow_sources_records_are_written_while_it_runs_not_all_at_its_end(runtime, tmp_path, monkeypatch):
+    # records that come slowly (a build converting images) are handed to the shard writer a few at a time, so their
+    # writing overlaps the source instead of all of it waiting for the end (the batch would hold 4 MiB)
+    monkeypatch.setattr(writer, "_BATCH_SECONDS", 0.0)
+    seen: list[int] = []
+
+    class Slow:
+        name = "slow"
+
+        def __iter__(self):
+            for i in range(64):
+                if i == 40:  # the first records are on disk before the source ends (bounded wait, not a timing)
+                    (shard,) = tmp_path.glob(".staging-*-slow/shards/000000.bin")
+                    deadline = time.monotonic() + 30
+                    while shard.stat().st_size == 0 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    seen.append(shard.stat().st_size)
+                yield drt.CacheInput(bytes([i]) * 100, {"i": i})
+
+    (res,) = runtime.write_cache([Slow()], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    assert seen and seen[0] >= 8 * 100
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == [bytes([i]) * 100 for i in range(64)]

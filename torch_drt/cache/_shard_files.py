@@ -50,7 +50,7 @@ class ShardFiles:
     _CHUNK_BYTES = 4 << 20
     _MAX_CHUNKS = 8  # at most 32 MiB of records waiting for the helper thread (and the batches joined)
     _MAX_JOINED = 8 << 20  # a larger batch is appended record by record (a large record is not copied)
-    _WRITEBACK_BYTES = 8 << 20  # the disk write-back of a shard is started every this many bytes written
+    _WRITEBACK_BYTES = 1 << 20  # the disk write-back of a shard is started every this many bytes written
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
         self.directory = directory

@@ -7,6 +7,7 @@ import functools
 import hashlib
 import json
 import logging
+import time
 import traceback
 from array import array
 from collections.abc import Callable, Iterator, Mapping
@@ -45,7 +46,9 @@ from torch_drt.publish import fsync_paths
 logger = logging.getLogger("torch_drt.cache")
 
 _BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes,
-_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records)
+_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records),
+_BATCH_SECONDS = 0.02  # or of the records of about this long (a slow source's records are written as they come,
+# not all at its end)
 
 
 @contextlib.contextmanager
@@ -94,7 +97,8 @@ def _write_records(
         batch_bytes = 0
     timed = stages.stage if stages is not None else _untimed
     try:
-        size, add = 0, batch.append
+        size, add, clock = 0, batch.append, time.monotonic
+        due = clock() + _BATCH_SECONDS
         for i, item in enumerate(items):
             data = payload(i, item)
             if compress is not None:
@@ -102,12 +106,13 @@ def _write_records(
                 data = compress(data)
             add(data)
             size += len(data) + _RECORD_COST
-            if size >= batch_bytes:
+            if size >= batch_bytes or (not i & 7 and clock() >= due):  # the clock read every 8 records
                 write(batch, list(map(checksum, batch)))  # the shard files keep the list until it is written
                 bar.update(len(batch))
                 size = 0
                 batch = []
                 add = batch.append
+                due = clock() + _BATCH_SECONDS
         if batch:
             write(batch, list(map(checksum, batch)))
             bar.update(len(batch))
