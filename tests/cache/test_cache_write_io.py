@@ -126,7 +126,7 @@ def test_a_slow_sources_records_are_written_while_it_runs_not_all_at_its_end(run
                 if i == 40:  # the first records are on disk before the source ends (bounded wait, not a timing)
                     (shard,) = tmp_path.glob(".staging-*-slow/shards/000000.bin")
                     deadline = time.monotonic() + 30
-                    while shard.stat().st_size == 0 and time.monotonic() < deadline:
+                    while shard.stat().st_size < 8 * 100 and time.monotonic() < deadline:
                         time.sleep(0.01)
                     seen.append(shard.stat().st_size)
                 yield drt.CacheInput(bytes([i]) * 100, {"i": i})
