@@ -8,13 +8,17 @@ Workload (issue 15): N generated JPEGs (256-400 px) are each decoded, resized to
 - LitData: ``optimize(fn, inputs, num_workers=2)``;
 - MosaicML Streaming: ``MDSWriter`` in 2 processes, each over half the inputs, then ``merge_index``.
 
-The three run interleaved, ``--repeats`` times; figures are medians. Then the resume: a torch_drt build is killed
+The three run interleaved, ``--repeats`` times, each round also timing the ideal: the same conversion
+(``ToInput``) in one process over ``--ideal-images`` of the images, one after another, times the worker count (the
+goal: a build at >= 95% of it, issue 26); figures are medians. Then the resume: a torch_drt build is killed
 once half of its rows are converted (every worker process SIGKILLs itself from then on), and the rerun that
 finishes it is timed against a full build. torch_drt runs on warm workers (started and importing their
-modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the side venv
-``.bench/peers`` (see setup_peers.sh) and are reported as skipped with the reason when it is absent.
+modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the peers side
+environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are reported as skipped with the reason when it
+is absent.
 
-    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts 80] [--json FILE] [--skip-peers]
+    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts 80] [--ideal-images 1000]
+        [--json FILE] [--skip-peers] [--skip-resume]
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
+from _envs import env_python
+
 BENCH = Path(__file__).resolve().parent
-PEERS_PYTHON = BENCH.parent / ".bench" / "peers" / "bin" / "python"
+PEERS_PYTHON = env_python("peers")
 WORKERS = 2
 PEERS = ("litdata", "mosaicml-streaming")
 
@@ -111,7 +117,7 @@ def torch_drt_build(paths: list[str], root: Path, name: str, parts: int, fn: ToI
 def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
     """Seconds of one peer conversion (in the side venv), or why it could not run."""
     if not PEERS_PYTHON.exists():
-        return "no peers venv (.bench/peers); create it with benchmarks/setup_peers.sh"
+        return f"no peers side environment at {PEERS_PYTHON.parents[1]} (benchmarks/setup_peers.sh)"
     script = BENCH / "_side_build_peers.py"
     arg = "streaming" if peer == "mosaicml-streaming" else peer
     proc = subprocess.run([str(PEERS_PYTHON), str(script), arg, str(list_file), str(out), str(WORKERS)],
@@ -120,6 +126,16 @@ def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
     if proc.returncode != 0:
         return (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1][:300]
     return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
+
+
+def ideal_seconds(paths: list[str], n: int) -> float:
+    """Seconds the build would take at the ideal rate: ``ToInput`` over ``n`` images in this process, one after
+    another, scaled to every image and divided among the workers."""
+    fn, sample = ToInput(), paths[: max(1, min(n, len(paths)))]
+    t0 = time.perf_counter()
+    for path in sample:
+        fn({"path": path})
+    return (time.perf_counter() - t0) / len(sample) * len(paths) / WORKERS
 
 
 def resume(paths: list[str], work: Path, parts: int) -> dict:
@@ -157,8 +173,10 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parts", type=int, default=80, help="parts of the torch_drt build")
+    parser.add_argument("--ideal-images", type=int, default=1000, help="images the single-process rate is timed on")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--skip-resume", action="store_true", help="leave out the kill-and-rerun measurement")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_build_"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(BENCH.parent), os.environ.get("PYTHONPATH", "")])
@@ -174,8 +192,9 @@ def main() -> None:
         warm_workers()
         from torch_drt import WriterConfig
 
-        times: dict[str, list] = {"torch_drt": [], **{p: [] for p in PEERS}}
+        times: dict[str, list] = {"torch_drt": [], **{p: [] for p in PEERS}, "ideal": []}
         for r in range(args.repeats):
+            times["ideal"].append(ideal_seconds(paths, args.ideal_images))
             seconds, report = torch_drt_build(paths, work, f"full{r}", args.parts, ToInput(),
                                               writer_config=WriterConfig(show_progress=False))
             assert report.ok, report.summary()
@@ -183,13 +202,14 @@ def main() -> None:
             shutil.rmtree(work / f"full{r}")
             for peer in () if args.skip_peers else PEERS:
                 times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
-        rerun = resume(paths, work / "resume_root", args.parts)
+        rerun = None if args.skip_resume else resume(paths, work / "resume_root", args.parts)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     figures = summarize(times, args.samples, args.skip_peers)
     full = figures["torch_drt"]["seconds"]
-    figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
+    if rerun is not None:
+        figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
     figures.update(samples=args.samples, parts=args.parts, ray_init=init_s, repeats=args.repeats)
     print_table(figures)
     if args.json:
@@ -222,7 +242,14 @@ def print_table(f: dict) -> None:
             rates.append(f[peer]["rate"])
             print(f"{peer:<22} {f[peer]['seconds']:>9.2f} {f[peer]['rate']:>10,.0f} {ours / f[peer]['rate']:>15.2f}x")
     if rates:
-        print(f"torch_drt / faster peer: {ours / max(rates):.2f}x (goal >= 1.5x)")
+        print(f"torch_drt / faster peer: {ours / max(rates):.2f}x, / slower peer: {ours / min(rates):.2f}x "
+              "(goal >= 1.1x both)")
+    ideal = f["ideal"]["rate"]
+    print(f"ideal ({WORKERS} x the conversion's single-process rate, same run): {ideal:,.0f} samples/s; torch_drt "
+          f"at {ours / ideal:.0%} of it (goal >= 95%)" + "".join(
+              f", {peer} at {f[peer]['rate'] / ideal:.0%}" for peer in PEERS if "error" not in f[peer]))
+    if "resume" not in f:
+        return
     r = f["resume"]
     print(f"resume: killed once half the rows were converted ({r['published_before']:.0%} of them in published "
           f"parts); rerun {r['rerun']:.2f} s vs full build {r['full']:.2f} s = {r['ratio']:.2f} (goal <= 0.60)")

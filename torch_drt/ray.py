@@ -3,7 +3,8 @@
 The dataset is materialized once in its own order and split into contiguous row ranges (the plan depends on the
 row count and the split only, never on the cluster); each range is written by one Ray task with the cache writer
 into the set directory, which every node must see (a shared file system). The driver shows one progress bar,
-fed by the tasks through a small counter actor, and publishes the set once every part is written.
+fed by the tasks through a small counter actor (started only when the bar is drawn: an actor is a process of its
+own), and publishes the set once every part is written.
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ def _arrow_rows(block_refs: Sequence[Any]) -> Iterator[dict[str, Any]]:
 def _write_part_task(
     part: PartPlan, block_refs: list[Any], set_dir: Path | str, config: WriterConfig, counter: Any, remote: dict
 ):
-    """One Ray task: write one part from its blocks (runs on a worker)."""
+    """One Ray task: write one part from its blocks (runs on a worker); its rows are counted by ``counter`` (an
+    actor handle, or None when no bar shows them)."""
     rows = _arrow_rows(block_refs)
-    return write_part(
-        dataclasses.replace(part, input=rows), set_dir, config, lambda n: counter.add.remote(part.index, n), **remote
-    )
+    progress = None if counter is None else lambda n: counter.add.remote(part.index, n)
+    return write_part(dataclasses.replace(part, input=rows), set_dir, config, progress, **remote)
 
 
 def _materialize_in_order(dataset: Any) -> Any:
@@ -75,7 +76,7 @@ def _run_tasks(
     import ray
     from ray.exceptions import RayError
 
-    counter = ray.remote(num_cpus=0)(_RowCounter).remote()
+    counter = ray.remote(num_cpus=0)(_RowCounter).remote() if bar.shown else None
     task = ray.remote(_write_part_task).options(**options)
     pending = {
         task.remote(p, splits[p.index].to_arrow_refs(), start.set_dir, config, counter, start.remote): p for p in plan
@@ -92,10 +93,12 @@ def _run_tasks(
                 except RayError as e:  # the task died (a killed worker, a lost node) and its retries ran out
                     reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
                     outcomes.append(PartOutcome(part.index, part.name, "failed", message=reason))
-            running = {i: n for i, n in ray.get(counter.counts.remote()).items() if i not in finished}
+            counts = ray.get(counter.counts.remote()) if counter is not None else {}
+            running = {i: n for i, n in counts.items() if i not in finished}
             bar.set(base + sum(finished.values()) + sum(running.values()))
     finally:
-        ray.kill(counter)
+        if counter is not None:
+            ray.kill(counter)
     return outcomes
 
 

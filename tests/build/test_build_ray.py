@@ -138,3 +138,21 @@ def test_columns_metadata_selection_and_one_driver_bar(tmp_path, capsys, monkeyp
 def test_an_empty_dataset_is_refused(tmp_path):
     with pytest.raises(ValueError, match="has no rows"):
         build_cache_set(rows_dataset(3).filter(lambda r: False), tmp_path, "s")
+
+
+def _row_counters() -> int:
+    """Counter actors this cluster has seen (killed ones stay listed, as dead)."""
+    from ray._private.state import actors
+
+    return sum("_RowCounter" in str(info.get("ActorClassName", "")) for info in actors().values())
+
+
+def test_only_a_drawn_bar_starts_the_row_counter_actor(tmp_path, monkeypatch):
+    # an actor is a process of its own (about a second of CPU to start, on the cores the parts need): a build whose
+    # bar is not drawn does not start one; one whose bar is drawn still does
+    before = _row_counters()
+    quiet = build_cache_set(rows_dataset(20), tmp_path, "q", rows_per_part=10, writer_config=QUIET)
+    assert quiet.ok and _row_counters() == before
+    monkeypatch.setenv("TORCH_DRT_PROGRESS", "1")
+    drawn = build_cache_set(rows_dataset(20), tmp_path, "d", rows_per_part=10)
+    assert drawn.ok and _row_counters() == before + 1

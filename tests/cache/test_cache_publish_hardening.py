@@ -121,12 +121,31 @@ def test_a_damaged_cache_whose_shards_dir_is_a_file_is_moved_aside(runtime, tmp_
     assert [p for p in tmp_path.iterdir() if p.name.startswith(".invalid-d-")]
 
 
-def test_the_shards_directory_is_fsynced(runtime, tmp_path, monkeypatch):
-    import torch_drt.cache.writer as writer
+def test_every_file_and_directory_is_synced_before_the_publish_rename(runtime, tmp_path, monkeypatch):
+    # durability of a published cache: each shard, the index, metadata and manifest, shards/ and the cache directory
+    # are on disk before the rename that publishes them (the writer syncs them together, on several threads), and
+    # the root after it
+    events: list[tuple[str, object]] = []
+    real_fsync, real_rename = os.fsync, os.rename
 
-    synced: list[Path] = []
-    real = writer.fsync_dir
-    monkeypatch.setattr(writer, "fsync_dir", lambda path: (synced.append(Path(path)), real(path)))
-    (res,) = runtime.write_cache([ListSource("f", 5)], tmp_path, writer_config=QUIET)
-    assert isinstance(res, drt.CacheWriteSuccess)
-    assert any(p.name == "shards" for p in synced)
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        st = os.fstat(fd)
+        events.append(("synced", (st.st_dev, st.st_ino)))
+
+    def rename(src, dst, *args, **kwargs) -> None:
+        real_rename(src, dst, *args, **kwargs)
+        events.append(("renamed", Path(dst).name))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    config = drt.WriterConfig(show_progress=False, max_shard_bytes=40)
+    (res,) = runtime.write_cache([ListSource("f", 12)], tmp_path, writer_config=config)
+    assert isinstance(res, drt.CacheWriteSuccess), res
+    published = events.index(("renamed", "f"))
+    synced = {key for kind, key in events[:published] if kind == "synced"}
+    entries = [res.path, *res.path.rglob("*")]
+    assert len(list((res.path / "shards").iterdir())) > 1 and len(entries) > 6
+    assert [str(p) for p in entries if (p.stat().st_dev, p.stat().st_ino) not in synced] == []
+    root = tmp_path.stat()
+    assert ("synced", (root.st_dev, root.st_ino)) in events[published:]

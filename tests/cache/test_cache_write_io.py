@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksu
     monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(writer, "_RECORD_COST", 1)
     monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
+    monkeypatch.setattr(ShardFiles, "_WRITEBACK_BYTES", 100)  # the write-back head start, between the writes
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3
     payloads = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in sizes]
@@ -108,3 +110,28 @@ def test_the_writer_helper_thread_ends_after_a_failed_source(runtime, tmp_path):
     assert isinstance(result, drt.CacheWriteError) and "source broke" in result.message
     assert not [t for t in threading.enumerate() if t.name.startswith("torch_drt-shard") and t.name not in before]
     assert not list(Path(tmp_path).iterdir())
+
+
+def test_a_slow_sources_records_are_written_while_it_runs_not_all_at_its_end(runtime, tmp_path, monkeypatch):
+    # records that come slowly (a build converting images) are handed to the shard writer a few at a time, so their
+    # writing overlaps the source instead of all of it waiting for the end (the batch would hold 4 MiB)
+    monkeypatch.setattr(writer, "_BATCH_SECONDS", 0.0)
+    seen: list[int] = []
+
+    class Slow:
+        name = "slow"
+
+        def __iter__(self):
+            for i in range(64):
+                if i == 40:  # the first records are on disk before the source ends (bounded wait, not a timing)
+                    (shard,) = tmp_path.glob(".staging-*-slow/shards/000000.bin")
+                    deadline = time.monotonic() + 30
+                    while shard.stat().st_size < 8 * 100 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    seen.append(shard.stat().st_size)
+                yield drt.CacheInput(bytes([i]) * 100, {"i": i})
+
+    (res,) = runtime.write_cache([Slow()], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    assert seen and seen[0] >= 8 * 100
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == [bytes([i]) * 100 for i in range(64)]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from torch_drt.publish import StagingDir, publish_lock, remove_stale_staging, staging_name_of
+import os
+
+import pytest
+
+from torch_drt.publish import StagingDir, fsync_paths, publish_lock, remove_stale_staging, staging_name_of
 
 
 def test_staging_names_parse_to_exactly_their_target():
@@ -26,3 +30,23 @@ def test_live_staging_is_kept_and_abandoned_staging_is_removed(tmp_path):
     with other:
         pass  # leaving without publishing discards it
     assert not other.path.exists()
+
+
+def test_fsync_paths_syncs_files_and_directories_and_raises_after_every_sync_ended(tmp_path, monkeypatch):
+    files = [tmp_path / f"f{i}" for i in range(3)]
+    for f in files:
+        f.write_bytes(b"x")
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        synced.append(os.fstat(fd).st_ino)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    fsync_paths([*files, tmp_path])
+    assert sorted(synced) == sorted(p.stat().st_ino for p in [*files, tmp_path])
+    synced.clear()
+    with pytest.raises(FileNotFoundError, match="missing"):
+        fsync_paths([files[0], tmp_path / "missing", files[1]])
+    assert sorted(synced) == sorted(p.stat().st_ino for p in files[:2])  # the others synced all the same

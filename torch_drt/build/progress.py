@@ -22,6 +22,11 @@ class BuildProgress:
         self.done = 0
         self._bar = Progress("build set", name, total, "rows") if enabled else None
 
+    @property
+    def shown(self) -> bool:
+        """Whether the bar is drawn (else the counts have no reader: engines need not gather them while running)."""
+        return self._bar is not None and self._bar.shown
+
     def add(self, n: int) -> None:
         """Count ``n`` more rows."""
         with self._lock:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -100,11 +99,11 @@ class MetadataColumns:
         batch = pa.RecordBatch.from_struct_array(pa.nulls(self._rows, pa.struct([])))
         return pa.Table.from_batches([batch], schema=pa.schema([], metadata=metadata))
 
-    def write(self, path: Path, uid_of: Callable[[str], str]) -> str:
-        """Write the columns as an Arrow IPC file that names its cache in its schema metadata.
+    def encode(self, uid_of: Callable[[str], str]) -> tuple[str, pa.Buffer]:
+        """The columns as the bytes of an Arrow IPC file that names its cache in its schema metadata, and that name.
 
         The name is ``uid_of(digest)``, ``digest`` being the SHA-256 of the columns' Arrow IPC stream without it (so
-        a cache's identity can be derived from its content); returns it.
+        a cache's identity can be derived from its content).
         """
         assert self.schema is not None
         fields = [pa.field(k, KIND_TO_ARROW[kind], nullable=False) for k, kind in self.schema]
@@ -116,9 +115,10 @@ class MetadataColumns:
         uid = uid_of(digest.hexdigest())
         uid_key = {UID_KEY: uid.encode()}
         table = table.replace_schema_metadata(uid_key) if fields else self._no_columns(uid_key)
-        with ipc.new_file(str(path), table.schema) as w:
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
-        return uid
+        return uid, sink.getvalue()
 
 
 class _Sha256Sink:

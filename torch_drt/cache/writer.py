@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import json
 import logging
-import os
+import time
 import traceback
 from array import array
 from collections.abc import Callable, Iterator, Mapping
@@ -36,15 +38,17 @@ from torch_drt.cache._shard_files import ShardFiles
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult
 from torch_drt.cache.validate import open_cache
-from torch_drt.checksums import sha256_file, xxh3_128_hex
+from torch_drt.checksums import xxh3_128_hex
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_config import RemoteConfig
-from torch_drt.publish import fsync_dir, write_json_atomic
+from torch_drt.publish import fsync_paths
 
 logger = logging.getLogger("torch_drt.cache")
 
 _BATCH_BYTES = 4 << 20  # records are handed to the shard writer in batches of about this many bytes,
-_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records)
+_RECORD_COST = 1024  # each counted this much more (so a batch holds at most 4,096 records),
+_BATCH_SECONDS = 0.02  # or of the records of about this long (a slow source's records are written as they come,
+# not all at its end)
 
 
 @contextlib.contextmanager
@@ -52,11 +56,12 @@ def _untimed(name: str) -> Iterator[None]:
     yield
 
 
-def _file_entry(path: Path) -> dict[str, Any]:
-    with open(path, "rb") as f:
-        os.fsync(f.fileno())
-        data = f.read()
-    return {"byte_len": len(data), "sha256": sha256_file(path), "xxh3_128": xxh3_128_hex(data)}
+def _new_file(path: Path, data: Any) -> dict[str, Any]:
+    """Create ``path`` holding ``data`` (synced later, with the cache's other files); return its manifest entry."""
+    view = memoryview(data).cast("B")
+    with open(path, "xb") as f:
+        f.write(view)
+    return {"byte_len": len(view), "sha256": hashlib.sha256(view).hexdigest(), "xxh3_128": xxh3_128_hex(view)}
 
 
 def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], checksums: list[int]) -> None:
@@ -66,8 +71,10 @@ def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], chec
 
 def _write_records(
     source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
-) -> dict[str, Any]:
-    """Stream the source into shards, index and metadata under ``staging``; return the manifest body."""
+) -> None:
+    """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
+    (the shards' syncs start while they are written; the small files' and the directories' run together at the
+    end)."""
     from tqdm.auto import tqdm
 
     comp = config.shard_compression
@@ -79,7 +86,6 @@ def _write_records(
     raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
     bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
-    count = 0
     batch: list[bytes] = []
     items, payload, write, add_raw = iter(source), columns.payload, shards.extend, raw_lengths.append
     batch_bytes = _BATCH_BYTES
@@ -91,7 +97,8 @@ def _write_records(
         batch_bytes = 0
     timed = stages.stage if stages is not None else _untimed
     try:
-        size, add = 0, batch.append
+        size, add, clock = 0, batch.append, time.monotonic
+        due = clock() + _BATCH_SECONDS
         for i, item in enumerate(items):
             data = payload(i, item)
             if compress is not None:
@@ -99,35 +106,51 @@ def _write_records(
                 data = compress(data)
             add(data)
             size += len(data) + _RECORD_COST
-            if size >= batch_bytes:
-                write(batch, list(map(checksum, batch)))
+            if size >= batch_bytes or (not i & 7 and clock() >= due):  # the clock read every 8 records
+                write(batch, list(map(checksum, batch)))  # the shard files keep the list until it is written
                 bar.update(len(batch))
                 size = 0
-                batch.clear()
+                batch = []
+                add = batch.append
+                due = clock() + _BATCH_SECONDS
         if batch:
             write(batch, list(map(checksum, batch)))
             bar.update(len(batch))
-        count = len(shards.index) // 4
+        with timed("shard_flush"):
+            shards.seal()
+        if not shards.index:
+            raise BadInput("cache source yielded no samples")
+        _finish(staging, config, shards, columns, raw_lengths if compress is not None else None, source.name, timed)
     finally:
         bar.close()
-        with timed("shard_flush"):
-            shards.close()
-    if count == 0:
-        raise BadInput("cache source yielded no samples")
+        shards.close()  # the shards' syncs (waited for in _finish), or the helper threads of a failed write
+
+
+def _finish(
+    staging: Path,
+    config: WriterConfig,
+    shards: ShardFiles,
+    columns: MetadataColumns,
+    raw_lengths: array | None,
+    name: str,
+    timed: Callable[[str], contextlib.AbstractContextManager[None]],
+) -> None:
+    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the shards and the
+    directories (every one durable on return)."""
+    comp = config.shard_compression
     with timed("finish_index"):
-        fsync_dir(staging / SHARD_DIR)
         index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
-        index.tofile(staging / INDEX_FILE)
-        raw = np.frombuffer(raw_lengths, dtype=np.uint64) if compress is not None else index["length"]
+        index_entry = _new_file(staging / INDEX_FILE, shards.index)
+        raw = np.frombuffer(raw_lengths, dtype=np.uint64) if raw_lengths is not None else index["length"]
         raw_bytes, max_record = int(raw.sum()), int(raw.max())
     compression = {"algo": comp.algo, "ratio": comp.ratio}
     body: dict[str, Any] = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "cache_id": cache_id_for(source.name),
+        "cache_id": cache_id_for(name),
         "cache_uid": "",
-        "source_name": source.name,
-        "sample_count": count,
+        "source_name": name,
+        "sample_count": len(index),
         "payload_bytes": raw_bytes,
         "max_record_bytes": max_record,
         "record_checksum": "xxh3_64",
@@ -136,12 +159,16 @@ def _write_records(
             {"name": shard_name(i), "byte_len": size, "compression": compression, "sha256": digest}
             for i, (size, digest) in enumerate(zip(shards.sizes, shards.digests))
         ],
-        "files": {INDEX_FILE: _file_entry(staging / INDEX_FILE)},
+        "files": {INDEX_FILE: index_entry},
     }
     with timed("finish_metadata"):
-        body["cache_uid"] = columns.write(staging / METADATA_FILE, functools.partial(content_uid, body))
-    body["files"][METADATA_FILE] = _file_entry(staging / METADATA_FILE)
-    return body
+        body["cache_uid"], metadata = columns.encode(functools.partial(content_uid, body))
+        body["files"][METADATA_FILE] = _new_file(staging / METADATA_FILE, metadata)
+    with timed("finish_manifest"):
+        _new_file(staging / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode())
+        files = [staging / INDEX_FILE, staging / METADATA_FILE, staging / MANIFEST_FILE]
+        fsync_paths([*files, staging / SHARD_DIR, staging])
+        shards.close()
 
 
 def _describe(e: BaseException) -> str:
@@ -202,9 +229,7 @@ def write_source(
         stages = profile.source(name) if profile is not None else None
         timed = stages.stage if stages is not None else _untimed
         with publisher.staging() as staged:
-            manifest = _write_records(source, staged, config, position, stages)
-            with timed("finish_manifest"):
-                write_json_atomic(staged / MANIFEST_FILE, manifest)
+            _write_records(source, staged, config, position, stages)
             if config.validate_cache:
                 with timed("validate"):
                     open_cache(staged, verify=True)
