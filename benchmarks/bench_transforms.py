@@ -2,7 +2,8 @@
 
 PNG set: 2,000 generated PNG images of up to 224 x 224; Decode, ToRgb, PadTo(224, 224), ToFloat, Normalize, ToChw,
 ImageCollator, batch 64. JPEG set: 2,000 generated JPEG images of 256-400 px with Resize(224) then CenterCrop(224).
-torch_drt with 2 worker threads and with 0 workers, against torch's DataLoader with 2 persistent worker processes
+torch_drt with 2 worker threads (``worker_method="thread"``; the default is torch's processes) and with 0 workers,
+against torch's DataLoader with 2 persistent worker processes
 running the same steps with Pillow and torchvision; the three loaders' epochs are interleaved (one of each per
 round, after a warm-up round) and the figures are medians.
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -71,12 +74,22 @@ class PilJpeg(PilPng):
         return self.resize(P.open(io.BytesIO(self.data[i])).convert("RGB"))
 
 
-def drain(loader):
-    return lambda: sum(len(b) for b in loader)
+def drain(loader, cpu: list[float] | None = None):
+    """One epoch of ``loader``; with ``cpu``, this process's CPU seconds for it are appended (threads included)."""
+
+    def epoch() -> int:
+        t0 = time.process_time()
+        n = sum(len(b) for b in loader)
+        if cpu is not None:
+            cpu.append(time.process_time() - t0)
+        return n
+
+    return epoch
 
 
 def run(name, data, ours, reference, repeats):
-    """torch_drt at 0 and 2 worker threads and torch's DataLoader at 2 processes, epochs interleaved, medians."""
+    """torch_drt at 0 workers and 2 worker threads and torch's DataLoader at 2 processes, epochs interleaved,
+    medians; the CPU time of torch_drt's runs too (this process: the loader's threads are in it)."""
     loaders = {
         f"drt_{workers}": StatefulDataLoader(
             data,
@@ -85,19 +98,24 @@ def run(name, data, ours, reference, repeats):
             transform=ours,
             collate_fn=ImageCollator(buffers=8),
             prefetch_depth=2,
+            **({"worker_method": "thread"} if workers else {}),  # the default is torch's worker processes
         )
         for workers in (0, 2)
     }
     loaders["torch_2"] = DataLoader(reference(data), batch_size=64, num_workers=2, persistent_workers=True)
-    times = interleaved_times({k: drain(loader) for k, loader in loaders.items()}, repeats)
+    cpu: dict[str, list[float]] = {k: [] for k in loaders if k.startswith("drt")}
+    times = interleaved_times({k: drain(loader, cpu.get(k)) for k, loader in loaders.items()}, repeats)
     figures = {k: len(data) / t for k, t in times.items()}
+    figures |= {f"{k}_cpu_us": statistics.median(v[-repeats:]) / len(data) * 1e6 for k, v in cpu.items()}
     print(f"\n## {name} (images/s)")
     print(f"torch DataLoader, 2 processes (Pillow + torchvision): {figures['torch_2']:8.0f}")
-    print(f"torch_drt, 0 workers:                                {figures['drt_0']:8.0f}")
+    print(f"torch_drt, 0 workers:                                {figures['drt_0']:8.0f}   "
+          f"CPU {figures['drt_0_cpu_us']:.0f} us per image")
     print(
         f"torch_drt, 2 worker threads:                         {figures['drt_2']:8.0f}   "
         f"{figures['drt_2'] / figures['torch_2']:.2f}x torch (target >= 1.5x), "
-        f"{figures['drt_2'] / figures['drt_0']:.2f}x 0 workers (target >= 1.6x)"
+        f"{figures['drt_2'] / figures['drt_0']:.2f}x 0 workers (target >= 1.6x), "
+        f"CPU {figures['drt_2_cpu_us']:.0f} us per image"
     )
     return figures
 
@@ -107,7 +125,8 @@ def scaling(data, pipeline, repeats) -> dict:
     out = {"workers": [0, 1, 2, 4], "torch_drt": [], "torch": []}
     for workers in out["workers"]:
         ours = StatefulDataLoader(
-            data, batch_size=64, num_workers=workers, transform=pipeline, collate_fn=ImageCollator(buffers=8)
+            data, batch_size=64, num_workers=workers, transform=pipeline, collate_fn=ImageCollator(buffers=8),
+            **({"worker_method": "thread"} if workers else {}),
         )
         out["torch_drt"].append(len(data) / median_time(drain(ours), repeats))
         theirs = DataLoader(PilPng(data), batch_size=64, num_workers=workers, persistent_workers=workers > 0)
@@ -125,8 +144,6 @@ def png_decode_cost(data: list[bytes], repeats: int) -> dict:
     """Decode's PNG path (libpng through imagecodecs, crash-safe; Pillow for the kinds it converts) against
     torchvision's ``decode_png`` (libpng; it crashes the interpreter on corrupt image data, so Decode does not use
     it), valid files only, interleaved, medians, single thread, in microseconds per image."""
-    import statistics
-    import time
     import warnings
 
     from torchvision.io import ImageReadMode, decode_png

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
+from torch_drt.transforms._recycle import RecyclingPool
 from torch_drt.transforms.base import Transform
 
 _255 = np.float32(255)
@@ -105,11 +106,27 @@ class FloatNormalizeChw(Transform):
 
     The values are the same, element for element (``float_normalize_into``): without padding, the uint8 data is
     put in CHW order (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted
-    and normalised in three passes over contiguous planes; with PadTo, torch's ops write into the padded result.
+    and normalised in three passes over contiguous planes; with PadTo, torch's ops write into the padded result,
+    whose padding gets the fill's value, computed once with the same operations as a padded pixel.
+
+    The results' buffers are recycled (``_recycle.RecyclingPool``, up to ``POOL_BYTES`` kept): a result's memory is
+    used again only once nothing holds the result, a view or an array of it any more.
     """
+
+    POOL_BYTES = 256 * 1024 * 1024
 
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
         self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
+        self._pool = RecyclingPool(torch.float32, self.POOL_BYTES)
+        self._fills: dict[tuple[int, float], torch.Tensor] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_fills")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pool = RecyclingPool(torch.float32, self.POOL_BYTES)
+        self._fills = {}
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
@@ -120,20 +137,34 @@ class FloatNormalizeChw(Transform):
         if c != len(self.normalize.mean):
             raise ValueError(f"Normalize has {len(self.normalize.mean)} channel values, the image has {c} channels")
         pad = self.pad_to
-        ltrb = pad.padding(h, w) if pad is not None else (0, 0, 0, 0)
-        oh, ow = h + ltrb[1] + ltrb[3], w + ltrb[0] + ltrb[2]
+        left, top, right, bottom = pad.padding(h, w) if pad is not None else (0, 0, 0, 0)
+        oh, ow = h + top + bottom, w + left + right
         check_alloc(f"ToFloat + Normalize of {(c, oh, ow)}", c * oh * ow * 4, self.to_float.max_alloc)
-        if not any(ltrb):
-            values = np.empty((c, h, w), dtype=np.float32)
+        out = self._pool.take((c, oh, ow))
+        if oh == h and ow == w:
             src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
-            float_normalize_into(values, src, self.normalize, self.to_float.scale)
-            return torch.from_numpy(values).as_subclass(Image)
-        # PadTo as well: the padding's value is computed once per channel with the same operations as a padded
-        # pixel, and only the image's own pixels are converted (torch's ops, writing into the padded result)
-        fill = torch.full((c, 1, 1), np.uint8(pad.fill), dtype=torch.uint8)
-        out = self._values(fill, torch.empty((c, 1, 1), dtype=torch.float32)).expand(c, oh, ow).contiguous()
-        self._values(chw, out[:, ltrb[1] : ltrb[1] + h, ltrb[0] : ltrb[0] + w])
+            float_normalize_into(out.numpy(), src, self.normalize, self.to_float.scale)
+            return out.as_subclass(Image)
+        fill = self._fill(c, pad.fill).expand(c, oh, ow)
+        for rows, cols in (  # the padding: top and bottom bands, then left and right of the image
+            (slice(0, top), slice(None)),
+            (slice(top + h, oh), slice(None)),
+            (slice(top, top + h), slice(0, left)),
+            (slice(top, top + h), slice(left + w, ow)),
+        ):
+            if rows.start < rows.stop and (cols.stop is None or cols.start < cols.stop):
+                out[:, rows, cols] = fill[:, rows, cols]
+        self._values(chw, out[:, top : top + h, left : left + w])
         return out.as_subclass(Image)
+
+    def _fill(self, c: int, fill: float) -> torch.Tensor:
+        """The (c, 1, 1) values of a padded pixel: ``fill`` as uint8, through the same operations."""
+        key = (c, fill)
+        values = self._fills.get(key)
+        if values is None:
+            uint8 = torch.full((c, 1, 1), np.uint8(fill), dtype=torch.uint8)
+            values = self._fills[key] = self._values(uint8, torch.empty((c, 1, 1), dtype=torch.float32))
+        return values
 
     def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """``float_normalize_into`` with torch's ops, into the float32 CHW tensor ``out``."""
