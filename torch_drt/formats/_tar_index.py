@@ -1,76 +1,27 @@
 """The index of a WebDataset tar: its samples grouped as webdataset's ``group_by_keys`` groups them, built in one
-pass over the headers, and kept in the node cache for a remote tar (so a later run on the node skips the pass).
+pass over the headers (kept in the node cache for a remote tar: ``_tar_kept``), and each field's header checked
+against it as the field is read.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import tarfile
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from torch_drt.cache.errors import CacheCorruptError, FormatError
 from torch_drt.formats._file_reads import RangeReader
-from torch_drt.locations import CacheBackend, StoredFile
+from torch_drt.locations import StoredFile
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")  # webdataset's base_plus_ext
 _SKIP = re.compile(r"__[^/]*__($|/)")  # webdataset's skip_meta
 _TAIL_LIMIT = 1 << 20  # bytes after the last header that may be read to check they are the end-of-archive zeros
-_KEPT_FOR = 30 * 24 * 3600.0  # a kept index is keyed by the object's ETag: it goes stale only with its object
-_VERSION = "torch_drt-wds-index-1"
+HEADER = tarfile.BLOCKSIZE
 
 # per sample its key and first field; per field its extension, start and end
 TarIndex = tuple[list[str], np.ndarray, list[str], np.ndarray, np.ndarray]
-
-
-def kept_index(backend: CacheBackend, rel: str, file: StoredFile, build: Callable[[], TarIndex]) -> TarIndex:
-    """``build()``, or for a remote tar whose store reports an ETag, the node cache's copy of it (built by one
-    process of the node; a copy that does not fit the tar is built again)."""
-    store, node = getattr(backend, "store", None), getattr(backend, "node", None)
-    if store is None or node is None:
-        return build()
-    try:
-        info = store.run("checking", rel, lambda: store.fs.info(store.path(rel)))
-    except (OSError, ValueError):
-        return build()
-    etag = info.get("ETag") or info.get("etag")
-    if not etag:
-        return build()
-    name = hashlib.sha256(json.dumps([_VERSION, str(file.where), file.size, str(etag)]).encode()).hexdigest()[:40]
-    data = node.small(name, _KEPT_FOR, lambda: _encode(build()))
-    try:
-        return _decode(data, file.size)
-    except ValueError:  # damaged on the node: build it again and keep the new one
-        node.forget(name)
-        return build()
-
-
-def _encode(index: TarIndex) -> bytes:
-    keys, first, exts, starts, ends = index
-    return json.dumps({"keys": keys, "first": first.tolist(), "exts": exts, "starts": starts.tolist(),
-                       "ends": ends.tolist()}).encode()
-
-
-def _decode(data: bytes | None, size: int) -> TarIndex:
-    """A kept index, checked to describe a tar of ``size`` bytes (``ValueError`` otherwise)."""
-    if data is None:
-        raise ValueError("no index")
-    try:
-        raw: Any = json.loads(data)
-        keys, exts = [str(k) for k in raw["keys"]], [str(e) for e in raw["exts"]]
-        first, starts, ends = (np.asarray(raw[k], dtype=np.int64) for k in ("first", "starts", "ends"))
-    except (KeyError, TypeError, OverflowError) as e:
-        raise ValueError(str(e)) from None
-    ok = (len(first) == len(keys) + 1 and len(starts) == len(ends) == len(exts) and first[0] == 0
-          and first[-1] == len(exts) and bool(np.all(np.diff(first) >= 0)) and bool(np.all(starts <= ends))
-          and (not len(starts) or (starts.min() >= 0 and ends.max() <= size)))
-    if not ok:
-        raise ValueError("the kept index does not fit the tar")
-    return keys, first, exts, starts, ends
 
 
 def index_tar(file: StoredFile, block: int) -> TarIndex:
@@ -131,3 +82,38 @@ def _check_end(file: StoredFile, stop: int) -> None:
     tail = file.gather([stop], [file.size])[0]
     if any(tail):
         raise FormatError(file.where, f"an invalid tar header at byte {stop}")
+
+
+def header_fault(block: bytes | memoryview, key: str, ext: str, size: int) -> str | None:
+    """What is wrong with ``block``, the 512 bytes before a field's data, as the header of member ``key.ext`` of
+    ``size`` bytes (None: nothing). A name written in an extended header before it (a long or non-ASCII name) is
+    matched as this header holds it: its first 100 bytes, or its ASCII form."""
+    try:
+        info = tarfile.TarInfo.frombuf(bytes(block), "utf-8", "surrogateescape")
+    except (tarfile.HeaderError, ValueError) as e:
+        return f"no tar header ({e})"
+    if not info.isreg() or info.size != size:
+        return f"member {info.name!r} is no file of {size} bytes"
+    m = _KEY_EXT.match(info.name)
+    if m and (m.group(1), m.group(2).lower()) == (key, ext):
+        return None
+    real = f"{key}.{ext}".lower()
+    seen = info.name.lower()
+    raw = bytes(block[:100]).lower()
+    if seen == real.encode("ascii", "replace").decode() or (
+            b"\0" not in raw and any(real.encode(*enc).startswith(raw) for enc in _ENCODINGS)):
+        return None
+    return f"member {info.name!r} is not {key}.{ext}"
+
+
+_ENCODINGS = (("utf-8", "surrogateescape"), ("ascii", "replace"))
+
+
+def check_headers(blocks: Sequence[bytes | memoryview], keys: Sequence[str], exts: Sequence[str],
+                  sizes: Sequence[int], starts: Sequence[int]) -> tuple[int, str] | None:
+    """``(byte, fault)`` of the first field whose header does not fit the index (None: all fit)."""
+    for block, key, ext, size, start in zip(blocks, keys, exts, sizes, starts):
+        fault = header_fault(block, key, ext, size)
+        if fault is not None:
+            return start - HEADER, fault
+    return None

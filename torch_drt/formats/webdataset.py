@@ -4,8 +4,11 @@ webdataset groups them, each sample read by the byte ranges of its files.
 Opening indexes each tar once (its headers, read through the backend: a local map, or range reads of
 ``block`` bytes that skip the files' bodies); the index travels with the dataset to worker processes, so no
 worker reads a header again, and the index of a remote tar is kept in the node cache (keyed by the object's
-URL, size and ETag), so a later run on the node opens it without reading the tar. A read gathers the byte
-ranges of the samples asked for (coalesced into few requests for a URL).
+URL, size and ETag as the directory's one listing reports them: no request per tar), so a later run on the node
+opens it without reading the tar. A read gathers the byte ranges of the samples asked for, each field with its
+tar header (coalesced into few requests for a URL), and checks every header against the index: an index that
+does not fit its tar is a ``FormatError``, never other bytes read as the field (a kept one is dropped, so that the
+next open indexes the tar again).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt.cache.errors import FormatError
 from torch_drt.formats._braces import expand_braces
 from torch_drt.formats._files import Files, many, split_location
-from torch_drt.formats._tar_index import TarIndex, index_tar, kept_index
+from torch_drt.formats._tar_index import HEADER, TarIndex, check_headers, index_tar
+from torch_drt.formats._tar_kept import kept_index, kept_name
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
@@ -57,17 +62,25 @@ class WebDatasetShards(ShardSet):
         for directory in dict.fromkeys(split_location(url)[0] for url in self.urls):
             self._files.list_remote(directory)
         with ThreadPoolExecutor(min(index_threads, len(self.urls))) as pool:
-            self._index: list[TarIndex] = list(pool.map(self._build, self.urls))
+            built = list(pool.map(self._build, self.urls))
+        self._index: list[TarIndex] = [index for index, _ in built]
+        self._kept: list[str | None] = [name for _, name in built]  # each tar's index's name in the node cache
         super().__init__([len(ix[0]) for ix in self._index], self.urls, cache_shards=8)
 
     def _open(self, url: str) -> StoredFile:
         return self._files.open(*split_location(url))
 
-    def _build(self, url: str) -> TarIndex:
+    def _build(self, url: str) -> tuple[TarIndex, str | None]:
+        """The tar's index, and its name in the node cache when it is kept there (a remote tar listed with an
+        ETag)."""
         directory, rel = split_location(url)
         file = self._open(url)
         try:
-            return kept_index(self._files.backend(directory), rel, file, lambda: index_tar(file, self._block))
+            etag, node = self._files.etag(directory, rel), getattr(self._files.backend(directory), "node", None)
+            if etag is None or node is None:
+                return index_tar(file, self._block), None
+            name = kept_name(str(file.where), file.size, etag)
+            return kept_index(node, name, file.size, lambda: index_tar(file, self._block))[0], name
         finally:
             file.close()
 
@@ -87,12 +100,29 @@ class WebDatasetShards(ShardSet):
         spans = [(int(first[i]), int(first[i + 1])) for i in indices]
         fields = [f for a, b in spans for f in range(a, b)]
         file.check()
-        data = file.gather(starts[fields].tolist(), ends[fields].tolist()) if fields else []
+        heads = starts[fields]
+        data = [memoryview(d) for d in file.gather((heads - HEADER).tolist(), ends[fields].tolist())] if fields else []
+        names = [keys[i] for i, (a, b) in zip(indices, spans) for _ in range(a, b)]
+        fault = check_headers([d[:HEADER] for d in data], names, [exts[f] for f in fields],
+                              [len(d) - HEADER for d in data], heads.tolist())
+        if fault is not None:
+            self._fault(file, shard, *fault)
         out, at = [], 0
         for i, (a, b) in zip(indices, spans):
             sample: dict[str, Any] = {"__key__": keys[i], "__url__": self.urls[shard]}
             for f in range(a, b):
-                sample[exts[f]] = bytes(data[at])
+                sample[exts[f]] = bytes(data[at][HEADER:])
                 at += 1
             out.append(sample)
         return out
+
+    def _fault(self, file: StoredFile, shard: int, at: int, fault: str) -> None:
+        """Raise the ``FormatError`` of a header that does not fit the index (a kept index is dropped first)."""
+        name = self._kept[shard]
+        if name is None:
+            raise FormatError(file.where, f"the header at byte {at} does not fit the index made when the dataset "
+                                          f"was opened ({fault}): the tar changed or is damaged")
+        directory = split_location(self.urls[shard])[0]
+        self._files.backend(directory).node.forget(name)  # type: ignore[attr-defined]
+        raise FormatError(file.where, f"the header at byte {at} does not fit the tar's index kept in the node cache "
+                                      f"({fault}): the index is dropped, the next open indexes the tar again")
