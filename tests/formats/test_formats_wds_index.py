@@ -201,3 +201,39 @@ def test_long_and_non_ascii_names_read_as_webdataset_reads_them(tmp_path):
         expected = _theirs(str(path))
         assert [s["__key__"] for s in expected] == [long_key, "café", "plain"]
         assert _all(WebDatasetShards(path)) == expected
+
+
+def test_the_fast_header_walk_finds_what_tarfile_finds(tmp_path):
+    """The walk over plain ustar and pax headers (what TarWriter writes) lists the members tarfile lists, or leaves
+    the tar to tarfile; webdataset's own tars take the walk."""
+    from torch_drt.formats._file_reads import RangeReader
+    from torch_drt.formats._tar_index import _plain_members, _tarfile_members
+
+    _write(tmp_path / "wds", shards=1)
+    tars = {"webdataset": tmp_path / "wds" / "train-000000.tar"}
+    for fmt, label in ((tarfile.PAX_FORMAT, "pax"), (tarfile.GNU_FORMAT, "gnu"), (tarfile.USTAR_FORMAT, "ustar")):
+        tars[label] = path = tmp_path / f"{label}.tar"
+        with tarfile.open(path, "w", format=fmt) as out:
+            names = ["__meta__", "dir/a.txt", "b" * 120 + ".txt" if fmt != tarfile.USTAR_FORMAT else "p/" * 60 + "c.t",
+                     "café.JPG", "big.bin"]
+            for name in names:
+                info = tarfile.TarInfo(name)
+                data = b"x" * (700 if name == "big.bin" else 3)
+                info.size = len(data)
+                info.mtime = 1.5 if fmt == tarfile.PAX_FORMAT else 1
+                out.addfile(info, io.BytesIO(data))
+            for kind, name in ((tarfile.DIRTYPE, "sub"), (tarfile.SYMTYPE, "link.txt")):
+                info = tarfile.TarInfo(name)
+                info.type = kind
+                out.addfile(info)
+    walked = {}
+    for label, path in tars.items():
+        file = Files(None, None).open(str(path.parent), path.name)
+        try:
+            found = _plain_members(RangeReader(file), file.size)
+            if found is not None:
+                assert found == _tarfile_members(RangeReader(file)), label
+            walked[label] = found is not None
+        finally:
+            file.close()
+    assert walked["webdataset"] and walked["pax"] and walked["ustar"] and not walked["gnu"], walked

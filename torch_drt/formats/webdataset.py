@@ -18,14 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from torch_drt.cache.errors import FormatError
 from torch_drt.formats._braces import expand_braces
 from torch_drt.formats._files import Files, many, split_location
-from torch_drt.formats._tar_index import HEADER, TarIndex, check_headers, index_tar
+from torch_drt.formats._tar_index import HEADER, TarIndex, check_headers, check_heads, index_tar
 from torch_drt.formats._tar_kept import kept_index, kept_name
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
 from torch_drt.locations.remote_config import RemoteConfig
+
+_CHECK_AT_ONCE = 4096  # headers checked in one array
 
 
 class WebDatasetShards(ShardSet):
@@ -65,6 +69,7 @@ class WebDatasetShards(ShardSet):
             built = list(pool.map(self._build, self.urls))
         self._index: list[TarIndex] = [index for index, _ in built]
         self._kept: list[str | None] = [name for _, name in built]  # each tar's index's name in the node cache
+        self._checked: set[int] = set()  # shards whose every header this process checked against the index
         super().__init__([len(ix[0]) for ix in self._index], self.urls, cache_shards=8)
 
     def _open(self, url: str) -> StoredFile:
@@ -95,26 +100,51 @@ class WebDatasetShards(ShardSet):
         return self._shard_samples(decoded, shard, [index])[0]
 
     def _shard_samples(self, file: StoredFile, shard: int, indices: list[int]) -> list[dict[str, Any]]:
-        """Samples ``indices`` of a shard: every field's bytes in one gather."""
+        """Samples ``indices`` of a shard: every field's bytes in one gather (each with its header, checked, until
+        the whole shard's headers were checked at once in this process: ``_checked``)."""
         keys, first, exts, starts, ends = self._index[shard]
         spans = [(int(first[i]), int(first[i + 1])) for i in indices]
         fields = [f for a, b in spans for f in range(a, b)]
         file.check()
-        heads = starts[fields]
-        data = [memoryview(d) for d in file.gather((heads - HEADER).tolist(), ends[fields].tolist())] if fields else []
-        names = [keys[i] for i, (a, b) in zip(indices, spans) for _ in range(a, b)]
-        fault = check_headers([d[:HEADER] for d in data], names, [exts[f] for f in fields],
-                              [len(d) - HEADER for d in data], heads.tolist())
-        if fault is not None:
-            self._fault(file, shard, *fault)
+        whole = shard in self._checked or self._check_shard(file, shard)
+        skip = 0 if whole else HEADER
+        data = file.gather((starts[fields] - skip).tolist(), ends[fields].tolist()) if fields else []
+        if not whole:
+            data = [memoryview(d) for d in data]
+            fault = check_headers([d[:HEADER] for d in data], [keys[i] for i, (a, b) in zip(indices, spans)
+                                                               for _ in range(a, b)],
+                                  [exts[f] for f in fields], [len(d) - HEADER for d in data], starts[fields].tolist())
+            if fault is not None:
+                self._fault(file, shard, *fault)
         out, at = [], 0
         for i, (a, b) in zip(indices, spans):
             sample: dict[str, Any] = {"__key__": keys[i], "__url__": self.urls[shard]}
             for f in range(a, b):
-                sample[exts[f]] = bytes(data[at][HEADER:])
+                sample[exts[f]] = bytes(data[at][skip:])
                 at += 1
             out.append(sample)
         return out
+
+    def _check_shard(self, file: StoredFile, shard: int) -> bool:
+        """Check every header of a shard whose file is local (mapped) against its index, at once; False (nothing
+        checked) while it is read by ranges."""
+        view = file.view()
+        if view is None:
+            return False
+        keys, first, exts, starts, ends = self._index[shard]
+        names = np.repeat(np.asarray(keys, dtype=object), np.diff(first)).tolist()
+        mapped = np.frombuffer(view, np.uint8)
+        for a in range(0, len(starts), _CHECK_AT_ONCE):
+            b = a + _CHECK_AT_ONCE
+            at = starts[a:b] - HEADER
+            if len(at) and at[-1] + HEADER > len(mapped):
+                raise FormatError(file.where, f"the file is {len(mapped)} bytes, shorter than its index says")
+            fault = check_heads(mapped[at[:, None] + np.arange(HEADER)], names[a:b], exts[a:b],
+                                (ends - starts)[a:b].tolist(), starts[a:b].tolist())
+            if fault is not None:
+                self._fault(file, shard, *fault)
+        self._checked.add(shard)
+        return True
 
     def _fault(self, file: StoredFile, shard: int, at: int, fault: str) -> None:
         """Raise the ``FormatError`` of a header that does not fit the index (a kept index is dropped first)."""
