@@ -109,7 +109,7 @@ class WebDatasetShards(ShardSet):
         whole = shard in self._checked or self._check_shard(file, shard)
         skip = 0 if whole else HEADER
         data = file.gather((starts[fields] - skip).tolist(), ends[fields].tolist()) if fields else []
-        if not whole:
+        if not whole and not self._check_shard(file, shard):  # (mapped by the gather, when it is local now)
             data = [memoryview(d) for d in data]
             fault = check_headers([d[:HEADER] for d in data], [keys[i] for i, (a, b) in zip(indices, spans)
                                                                for _ in range(a, b)],
@@ -133,13 +133,13 @@ class WebDatasetShards(ShardSet):
             return False
         keys, first, exts, starts, ends = self._index[shard]
         names = np.repeat(np.asarray(keys, dtype=object), np.diff(first)).tolist()
-        mapped = np.frombuffer(view, np.uint8)
         for a in range(0, len(starts), _CHECK_AT_ONCE):
             b = a + _CHECK_AT_ONCE
             at = starts[a:b] - HEADER
-            if len(at) and at[-1] + HEADER > len(mapped):
-                raise FormatError(file.where, f"the file is {len(mapped)} bytes, shorter than its index says")
-            fault = check_heads(mapped[at[:, None] + np.arange(HEADER)], names[a:b], exts[a:b],
+            if len(at) and at[-1] + HEADER > len(view):
+                raise FormatError(file.where, f"the file is {len(view)} bytes, shorter than its index says")
+            heads = np.frombuffer(b"".join([view[h : h + HEADER] for h in at.tolist()]), np.uint8)
+            fault = check_heads(heads.reshape(len(at), HEADER), names[a:b], exts[a:b],
                                 (ends - starts)[a:b].tolist(), starts[a:b].tolist())
             if fault is not None:
                 self._fault(file, shard, *fault)
