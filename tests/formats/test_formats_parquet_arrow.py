@@ -201,3 +201,24 @@ def test_a_parquet_file_truncated_under_a_reader_is_an_error_not_sigbus(tmp_path
             print("refused:", e)
     """)
     assert proc.returncode == 0 and "refused:" in proc.stdout and "truncated" in proc.stdout, proc
+
+
+def test_a_parquet_row_group_is_converted_to_python_once_and_samples_stay_private(tmp_path):
+    """Flat columns: a row group's rows are converted once per process (a later read hands out the same values, in a
+    fresh dict); a sample changed by its reader changes no later read. Nested columns are converted per read (their
+    lists would be shared)."""
+    flat_path, nested_path = tmp_path / "flat.parquet", tmp_path / "nested.parquet"
+    pq.write_table(pa.table({"data": [bytes([i]) * 50 for i in range(40)], "label": list(range(40)),
+                             "text": [f"t{i}" for i in range(40)]}), flat_path, row_group_size=8)
+    pq.write_table(pa.table({"ids": [[i, i + 1] for i in range(40)]}), nested_path, row_group_size=8)
+    ds = ParquetDataset(flat_path)
+    expected = pq.read_table(flat_path).to_pylist()
+    assert [ds[i] for i in range(40)] == expected and ds.__getitems__([9, 3, 30]) == [expected[i] for i in (9, 3, 30)]
+    first, again = ds[5], ds.__getitems__([5])[0]
+    assert first == again and first is not again and first["data"] is again["data"]  # converted once
+    first["data"], first["label"] = b"changed", -1
+    assert ds[5] == expected[5]
+    nested = ParquetDataset(nested_path)
+    row = nested[3]
+    row["ids"].append(99)
+    assert nested[3] == {"ids": [3, 4]} and nested.__getitems__([3, 4]) == [{"ids": [3, 4]}, {"ids": [4, 5]}]

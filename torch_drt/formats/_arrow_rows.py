@@ -53,3 +53,25 @@ def batched_rows(names: Sequence[str], loaded: dict[int, Any], places: list[tupl
         for k, row in zip(ks, rows):
             out[k] = row
     return out
+
+
+class PyRows:
+    """A decoded table's rows as Python dicts, converted once (a shuffled epoch then takes each row from here
+    instead of converting a few rows of each table per batch); only for flat schemas (``flat``), whose Python
+    values are immutable, so that a sample handed out (a fresh dict) never shares anything mutable with the cache.
+
+    Attributes:
+        rows: one dict per row.
+        nbytes: the memory they hold, about: the table's bytes and a Python object per row and value.
+    """
+
+    __slots__ = ("nbytes", "rows")
+
+    def __init__(self, table: pa.Table | pa.RecordBatch) -> None:
+        self.rows = table.to_pylist()
+        self.nbytes = int(table.nbytes) + table.num_rows * (232 + 80 * table.num_columns)
+
+
+def flat(schema: pa.Schema) -> bool:
+    """True when every field's Python value is immutable (no lists, structs, maps, unions or extension types)."""
+    return not any(pa.types.is_nested(f.type) or isinstance(f.type, pa.ExtensionType) for f in schema)

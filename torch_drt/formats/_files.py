@@ -106,6 +106,14 @@ class Files:
         finally:
             file.close()
 
+    def etag(self, directory: str, rel: str) -> str | None:
+        """The ETag a remote file was listed with (the directory listed once), None for a local file or one listed
+        without."""
+        if not self.remote(directory):
+            return None
+        listed = self._listing(directory).get(rel)
+        return None if listed is None else listed[1]
+
     def list_remote(self, directory: str) -> None:
         """List a remote directory's files now (one request), so that the dataset carries their sizes and ETags
         to its worker processes; nothing for a local one."""

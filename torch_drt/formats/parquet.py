@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from torch_drt.cache.errors import FormatError
-from torch_drt.formats._arrow_rows import arrow_source, batched_rows, decoding, rows_of
+from torch_drt.formats._arrow_rows import PyRows, arrow_source, batched_rows, decoding, flat, rows_of
 from torch_drt.formats._files import Files
 from torch_drt.formats.shard_set import ShardSet
 from torch_drt.locations import StoredFile
@@ -24,7 +24,8 @@ class ParquetDataset(ShardSet):
 
     Opening reads each file's footer only; a row group is read (only the chosen columns) when a sample of it is
     first asked for, and decoded row groups are kept per process: up to ``cache_bytes`` of them (at least the last
-    ``cache_shards``), so that a shuffled epoch over a file decodes each row group about once.
+    ``cache_shards``), so that a shuffled epoch over a file decodes each row group about once. Row groups of flat
+    columns (no lists, structs or maps) are kept as Python rows, converted once, each sample a fresh dict of them.
 
     Args:
         location: a file, a directory (its ``.parquet`` files, sorted by name) or a list of files; local paths or
@@ -74,6 +75,9 @@ class ParquetDataset(ShardSet):
             missing = sorted(set(self.columns) - set(self.schema.names if self.schema else ()))
             if missing:
                 raise ValueError(f"columns {missing} are not in the files' schema {self.schema}")
+        assert self.schema is not None
+        read = self.schema if self.columns is None else pa.schema([self.schema.field(c) for c in self.columns])
+        self._python_rows = flat(read)  # row groups kept as Python rows (PyRows)
         super().__init__(counts, names, cache_shards, cache_bytes)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -92,7 +96,7 @@ class ParquetDataset(ShardSet):
         opened[0].check()
         return opened[1]
 
-    def _load(self, shard: int) -> pa.Table:
+    def _load(self, shard: int) -> pa.Table | PyRows:
         f, g = self._groups[shard]
         where = self.shard_names[shard]
         with self._lock:
@@ -102,18 +106,22 @@ class ParquetDataset(ShardSet):
         if table.num_rows != self.shard_counts[shard]:
             raise FormatError(where, f"row group has {table.num_rows} rows, the footer records "
                                      f"{self.shard_counts[shard]}")
-        return table
+        return decoding(where, "rows", lambda: PyRows(table)) if self._python_rows else table
 
     def _shard_remote_file(self, shard: int) -> StoredFile | None:
         directory, rel = self.files[self._groups[shard][0]]
         return self._files.open(directory, rel) if self._files.remote(directory) else None
 
-    def _nbytes(self, decoded: pa.Table) -> int:
+    def _nbytes(self, decoded: pa.Table | PyRows) -> int:
         return int(decoded.nbytes)
 
-    def _sample(self, decoded: pa.Table, shard: int, index: int) -> dict[str, Any]:
+    def _sample(self, decoded: pa.Table | PyRows, shard: int, index: int) -> dict[str, Any]:
+        if isinstance(decoded, PyRows):
+            return dict(decoded.rows[index])
         return decoding(self.shard_names[shard], "row", lambda: rows_of(decoded, [index])[0])
 
     def _samples(self, loaded: dict[int, Any], places: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        if self._python_rows:
+            return [dict(loaded[s].rows[i]) for s, i in places]
         return batched_rows(self.shard_names, loaded, places)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import time
 import uuid
 from collections.abc import Callable
@@ -21,10 +22,12 @@ class ManifestCopies:
     _create: Callable[[Path, int], int]
     _again: Callable[[Callable[[], None]], None]
 
-    def small(self, name: str, ttl: float, fetch: Callable[[], bytes | None], shown: str = "") -> bytes | None:
+    def small(
+        self, name: str, ttl: float, fetch: Callable[[], bytes | None], shown: str = "", limit: int | None = None
+    ) -> bytes | None:
         """The small file ``name`` (a manifest, from the URL ``shown``), fetched by one process of the node and reused
         for ``ttl`` seconds. A missing file (``fetch`` returns None) is not remembered: it may be published any
-        moment.
+        moment. A copy of more than ``limit`` bytes is not read: it is fetched again.
 
         Raises:
             OSError: with errno ENOSPC, naming the local file and ``shown``, when the disk is full (nothing is left).
@@ -32,8 +35,12 @@ class ManifestCopies:
         path = self.directory / "small" / name
         with self._lock(f"locks/small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
-                if 0 <= time.time() - os.stat(path).st_mtime < ttl:  # a copy dated in the future is stale too
-                    return path.read_bytes()
+                st = os.stat(path)  # a copy dated in the future is stale too, and so is one that is no file
+                if 0 <= time.time() - st.st_mtime < ttl and stat.S_ISREG(st.st_mode):
+                    with open(path, "rb") as f:
+                        data = f.read() if limit is None else f.read(limit + 1)
+                    if limit is None or len(data) <= limit:
+                        return data
             data = fetch()
             if data is not None:
                 tmp = path.with_name(f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
