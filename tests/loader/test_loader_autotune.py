@@ -161,6 +161,26 @@ def test_the_memory_cap_bounds_workers_and_batches_ahead():
     assert all(w + d <= 5 for w, d in seen), seen
 
 
+def test_a_resume_without_a_cap_searches_on_under_the_checkpoints_cap():
+    one = ROW * 8 * BATCH
+    loader = auto_loader(autotune_memory_cap=5 * one)
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    for _ in range(20):  # the first trial is over, the second (2 workers) runs
+        next(it)
+    state = loader.state_dict()
+    assert not state[STATE_KEY]["done"] and state[STATE_KEY]["num_workers"] == 2
+    resumed = auto_loader()  # no cap given: the one the search ran under holds, not half the memory available
+    seen: list = []
+    resumed._autotune.measure = model_of(resumed, seen=seen)
+    resumed.load_state_dict(state)
+    for _ in resumed:
+        pass
+    final = resumed.state_dict()[STATE_KEY]
+    assert final["done"] and final["memory_cap"] == 5 * one and final["num_workers"] == 4, final
+    assert seen and all(w + d <= 5 for w, d in seen), seen
+
+
 def test_real_measurements_with_process_workers_keep_the_data():
     kwargs = dict(batch_size=BATCH, shuffle=True, seed=3)
     fixed = firsts(StatefulDataLoader(Rows(600), **kwargs))
