@@ -167,6 +167,7 @@ def remote_dataset(n: int, work: Path, stack: list) -> drt.CachedDataset:
     from _s3 import options, start_s3
     from bench_remote import Source
 
+    work.mkdir(parents=True, exist_ok=True)  # the servers write their ports here
     servers = start_s3(work, 0.005, "bench")
     stack.append(servers.stop)
     storage = options(servers.proxy)
