@@ -102,6 +102,26 @@ def test_tune_chooses_processes_keeps_the_rows_and_a_resume_runs_the_choice(data
     assert resumed._mode.mapper.num_workers == 4 and again["num_workers"] == 4 and again["done"] is True
 
 
+def test_a_depth_trial_and_the_return_from_it_keep_the_loading_processes(dataset):
+    loader = make(dataset, num_workers="tune")
+    loader._autotune.climb.max_workers = 4
+    model, runs = cost_model(loader), []
+
+    def measure(*args):
+        mapper = loader._mode.mapper
+        runs.append((mapper.num_workers, mapper.in_flight, frozenset(mapper.worker_pids())))
+        return model(*args)
+
+    loader._autotune.measure = measure
+    it = iter(loader)
+    for _ in range(70):
+        next(it)
+    assert loader._autotune.done and loader.num_workers == 4
+    four = [(in_flight, pids) for workers, in_flight, pids in runs if workers == 4]
+    assert [in_flight for in_flight, _ in four] == [5, 6], runs  # 4 processes with 1, then 2 batches ahead
+    assert four[0][1] == four[1][1] == set(loader.worker_pids()), runs  # one set of processes: none forked again
+
+
 def test_a_fixed_loader_resumes_a_tuned_checkpoint_under_its_own_workers(dataset):
     expected = rows(make(dataset, num_workers=0))
     loader = make(dataset, num_workers="tune")
