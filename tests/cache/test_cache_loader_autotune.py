@@ -19,7 +19,8 @@ from conftest import QUIET, ListSource
 import torch_drt as drt
 import torch_drt.compat.dataset_rt as compat
 from torch_drt.cache.loader._cpu_budget import available_cpus
-from torch_drt.loader._autotune import STATE_KEY, private_bytes
+from torch_drt.loader._autotune import STATE_KEY
+from torch_drt.loader._memory import private_bytes
 from torch_drt.loader._tuner import MemoryModel, Setting, Trial
 
 N = 240

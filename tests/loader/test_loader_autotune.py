@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from torch_drt import StatefulDataLoader
-from torch_drt.loader._autotune import STATE_KEY, batch_bytes
+from torch_drt.loader._autotune import STATE_KEY
+from torch_drt.loader._memory import batch_bytes
 from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
 
 ROW = 100  # int64 per item: 800 bytes
