@@ -23,6 +23,7 @@ the first 5%), the setting it chose, and its peak memory against the cap.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -40,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine
 
 import torch_drt as drt
-from torch_drt.loader._autotune import private_bytes
 
 BATCH = 16
 
@@ -80,17 +80,31 @@ def as_list(items):
     return list(items)
 
 
+def proportional_bytes(pid: int) -> int:
+    """A process's proportional set size (``Pss`` of ``/proc/<pid>/smaps_rollup``; 0 unknown): a page shared by n
+    processes counts 1/n in each, so the sum over a process and its forked workers is the memory they hold. Their
+    private memory does not add up: pages a fork shares are private to neither, and the process's own falls below
+    what it held before its workers existed."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 class PeakMemory:
-    """The peak of the process's and its workers' private memory above a baseline, sampled every 20 ms."""
+    """The peak of the memory of the process and its workers (``proportional_bytes``) above what the process held
+    before, sampled every 20 ms."""
 
     def __init__(self) -> None:
-        self.base, self.peak, self.pids = private_bytes(os.getpid()), 0, lambda: []
+        gc.collect()  # an earlier run's loader freed later would lower the process below its baseline
+        self.base, self.peak, self.pids = proportional_bytes(os.getpid()), 0, lambda: []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(0.02):
-            now = private_bytes(os.getpid()) + sum(map(private_bytes, self.pids()))
+            now = proportional_bytes(os.getpid()) + sum(map(proportional_bytes, self.pids()))
             self.peak = max(self.peak, now - self.base)
 
     def __enter__(self) -> PeakMemory:
@@ -167,6 +181,7 @@ def remote_dataset(n: int, work: Path, stack: list) -> drt.CachedDataset:
     from _s3 import options, start_s3
     from bench_remote import Source
 
+    work.mkdir(parents=True, exist_ok=True)  # the servers write their ports here
     servers = start_s3(work, 0.005, "bench")
     stack.append(servers.stop)
     storage = options(servers.proxy)

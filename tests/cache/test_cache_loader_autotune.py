@@ -8,13 +8,19 @@ are deterministic; the processes, the rows and (in the cap test) the memory meas
 
 from __future__ import annotations
 
+import gc
+import os
+import threading
+
 import pytest
 import torch
 from conftest import QUIET, ListSource
 
 import torch_drt as drt
 import torch_drt.compat.dataset_rt as compat
-from torch_drt.loader._autotune import STATE_KEY, private_bytes
+from torch_drt.cache.loader._cpu_budget import available_cpus
+from torch_drt.loader._autotune import STATE_KEY
+from torch_drt.loader._memory import private_bytes
 from torch_drt.loader._tuner import MemoryModel, Setting, Trial
 
 N = 240
@@ -37,6 +43,11 @@ def collate(samples) -> dict:
 
 def big_collate(samples) -> dict:  # a batch of 4 MiB: the memory model has something to bound
     return {"ids": [s.sample_id for s in samples], "x": torch.zeros(1 << 19, dtype=torch.int64)}
+
+
+def reader_collate(samples) -> dict:  # run in the loading process: the reader threads it reads with
+    readers = [t for t in threading.enumerate() if t.name.startswith("torch_drt-reader")]
+    return {"ids": [s.sample_id for s in samples], "readers": len(readers)}
 
 
 def make(dataset, **kwargs):
@@ -84,16 +95,32 @@ def test_tune_chooses_processes_keeps_the_rows_and_a_resume_runs_the_choice(data
     assert all(workers[w].batches > 0 for w in range(4)), workers  # the batches are dealt to all four
 
     resumed = make(dataset, num_workers="tune")
-
-    def no_search(*args):
-        raise AssertionError("a resumed loader searched again")
-
     resumed._autotune.measure = no_search
     resumed.load_state_dict(state)
     assert (resumed.num_workers, resumed.prefetch_depth) == (chosen["num_workers"], chosen["prefetch_depth"])
     assert rows(resumed) == expected[70 * 2:]
     again = resumed.state_dict()[STATE_KEY]
     assert resumed._mode.mapper.num_workers == 4 and again["num_workers"] == 4 and again["done"] is True
+
+
+def test_a_depth_trial_and_the_return_from_it_keep_the_loading_processes(dataset):
+    loader = make(dataset, num_workers="tune")
+    loader._autotune.climb.max_workers = 4
+    model, runs = cost_model(loader), []
+
+    def measure(*args):
+        mapper = loader._mode.mapper
+        runs.append((mapper.num_workers, mapper.in_flight, frozenset(mapper.worker_pids())))
+        return model(*args)
+
+    loader._autotune.measure = measure
+    it = iter(loader)
+    for _ in range(70):
+        next(it)
+    assert loader._autotune.done and loader.num_workers == 4
+    four = [(in_flight, pids) for workers, in_flight, pids in runs if workers == 4]
+    assert [in_flight for in_flight, _ in four] == [5, 6], runs  # 4 processes with 1, then 2 batches ahead
+    assert four[0][1] == four[1][1] == set(loader.worker_pids()), runs  # one set of processes: none forked again
 
 
 def test_a_fixed_loader_resumes_a_tuned_checkpoint_under_its_own_workers(dataset):
@@ -105,6 +132,34 @@ def test_a_fixed_loader_resumes_a_tuned_checkpoint_under_its_own_workers(dataset
     fixed = make(dataset, num_workers=2)
     fixed.load_state_dict(loader.state_dict())
     assert rows(head + list(fixed)) == expected and fixed.num_workers == 2
+
+
+def small_collate(samples) -> dict:  # 32 KiB: under the transport's ring, so a process's memory stays steady
+    return {"ids": [s.sample_id for s in samples], "x": torch.zeros(1 << 12, dtype=torch.int64)}
+
+
+def two_fit(dataset) -> int:
+    """A cap that two loading processes of ``small_collate`` fit and four do not: three times what one forked
+    loading process holds privately here (the batches in flight add 32 KiB each)."""
+    probe = make(dataset, num_workers=1, collate_fn=small_collate)
+    it = iter(probe)
+    next(it), next(it)
+    (pid,) = probe.worker_pids()
+    worker = private_bytes(pid)
+    probe.close()
+    return 3 * worker
+
+
+def uninterrupted(dataset) -> list[int]:
+    """The rows of an epoch, read by a loading process: the parent allocates no more than a tuned loader's (what it
+    frees later would turn private in the processes it forks, and count against the cap)."""
+    out = rows(make(dataset, num_workers=1))
+    gc.collect()
+    return out
+
+
+def no_search(*args):
+    raise AssertionError("a resumed loader searched again")
 
 
 def test_the_memory_cap_bounds_the_real_processes(dataset):
@@ -129,6 +184,93 @@ def test_the_memory_cap_bounds_the_real_processes(dataset):
     assert 2 <= chosen.workers < 4 and model.fits(chosen), (chosen, seen, state)  # the cap, not the cost, bound it
     assert not model.fits(Setting(4, 1))
     assert all(model.fits(s) for s in seen[1:]), seen  # every setting run after the first trial fits the cap
+
+
+def test_a_resume_without_a_cap_searches_on_under_the_checkpoints_cap(dataset):
+    expected = uninterrupted(dataset)
+    cap = two_fit(dataset)
+    loader = make(dataset, num_workers="tune", collate_fn=small_collate, autotune_memory_cap=cap)
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = cost_model(loader, real=True)
+    it = iter(loader)
+    head = [next(it) for _ in range(12)]  # the first trial (2 batches warm-up, 8 measured) is over: 2 processes
+    state = loader.state_dict()
+    saved = state[STATE_KEY]
+    assert not saved["done"] and saved["num_workers"] == 2 and saved["memory_cap"] == cap and saved["worker_bytes"], (
+        cap, loader._autotune.climb.history)
+    loader.close()
+
+    resumed = make(dataset, num_workers="tune", collate_fn=small_collate)  # no cap given: the checkpoint's holds
+    resumed._autotune.climb.max_workers = 4
+    seen: list = []
+    resumed._autotune.measure = cost_model(resumed, seen, real=True)
+    resumed.load_state_dict(state)
+    assert rows(head + list(resumed)) == expected
+    final = resumed.state_dict()[STATE_KEY]
+    model = MemoryModel(cap, True, final["batch_bytes"], final["worker_bytes"])
+    assert final["done"] and final["memory_cap"] == cap, final
+    assert seen and all(model.fits(s) for s in seen), (seen, final)  # the resumed search ran on real processes
+    assert model.fits(Setting(final["num_workers"], final["prefetch_depth"])) and not model.fits(Setting(4, 1))
+
+
+def test_a_resume_under_a_smaller_cap_runs_the_checkpoints_choice_shrunk_to_fit(dataset):
+    expected = uninterrupted(dataset)
+    cap = two_fit(dataset)
+    loader = make(dataset, num_workers="tune", collate_fn=small_collate)  # half the memory available: four fit
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = cost_model(loader, real=True)
+    it = iter(loader)
+    head = [next(it) for _ in range(70)]
+    state = loader.state_dict()
+    saved = state[STATE_KEY]
+    assert saved["done"] and saved["num_workers"] == 4, loader._autotune.climb.history
+    loader.close()
+
+    resumed = make(dataset, num_workers="tune", collate_fn=small_collate, autotune_memory_cap=cap)
+    resumed._autotune.measure = no_search
+    with pytest.warns(UserWarning, match=r"num_workers=4, prefetch_depth=\d+ hold about .* over autotune_memory_cap"):
+        resumed.load_state_dict(state)
+    it = iter(resumed)
+    tail = [next(it)]
+    chosen = resumed.state_dict()[STATE_KEY]
+    assert len(resumed.worker_pids()) == chosen["num_workers"] < 4  # the real processes, restarted within the cap
+    assert rows(head + tail + list(it)) == expected
+    model = MemoryModel(cap, True, saved["batch_bytes"], saved["worker_bytes"])
+    assert chosen["done"] and chosen["memory_cap"] == cap
+    assert model.fits(Setting(chosen["num_workers"], chosen["prefetch_depth"])), chosen
+
+
+@pytest.fixture
+def two_cpus():
+    """This thread, and the processes it forks, on two CPUs: ``native_num_workers="auto"`` then differs for one
+    loading process (2 reader threads) and for four (1: no reader pool)."""
+    before = os.sched_getaffinity(0)
+    if len(before) < 2:
+        pytest.skip("needs two CPUs")
+    os.sched_setaffinity(0, sorted(before)[:2])
+    try:
+        if available_cpus() != 2:
+            pytest.skip("a container limit below two CPUs")
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_auto_reader_threads_follow_the_processes_the_tuner_runs(dataset, two_cpus):
+    def readers(loader) -> set[int]:
+        return {b["readers"] for b in loader}
+
+    one = readers(make(dataset, num_workers=1, collate_fn=reader_collate))
+    four = readers(make(dataset, num_workers=4, collate_fn=reader_collate))
+    assert (one, four) == ({2}, {0})  # dataset-rt's budget, min(4, cpus // processes): 2 threads, then 1 (no pool)
+    loader = make(dataset, num_workers="tune", collate_fn=reader_collate)
+    loader._autotune.climb.max_workers = 4
+    loader._autotune.measure = cost_model(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(70)]
+    assert loader._autotune.done and loader.num_workers == 4, loader._autotune.climb.history
+    assert head[0]["readers"] == 2 and readers(it) == four  # each process count reads as a fixed one does
+    assert loader.native_num_workers == 1
 
 
 @pytest.mark.parametrize(

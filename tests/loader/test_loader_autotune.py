@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from torch_drt import StatefulDataLoader
-from torch_drt.loader._autotune import STATE_KEY, batch_bytes
+from torch_drt.loader._autotune import STATE_KEY
+from torch_drt.loader._memory import batch_bytes
 from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
 
 ROW = 100  # int64 per item: 800 bytes
@@ -159,6 +160,26 @@ def test_the_memory_cap_bounds_workers_and_batches_ahead():
     assert state["done"] and state["num_workers"] + state["prefetch_depth"] <= 5
     assert state["num_workers"] == 4  # the cost model pays for workers: the cap is the bound
     assert all(w + d <= 5 for w, d in seen), seen
+
+
+def test_a_resume_without_a_cap_searches_on_under_the_checkpoints_cap():
+    one = ROW * 8 * BATCH
+    loader = auto_loader(autotune_memory_cap=5 * one)
+    loader._autotune.measure = model_of(loader)
+    it = iter(loader)
+    for _ in range(20):  # the first trial is over, the second (2 workers) runs
+        next(it)
+    state = loader.state_dict()
+    assert not state[STATE_KEY]["done"] and state[STATE_KEY]["num_workers"] == 2
+    resumed = auto_loader()  # no cap given: the one the search ran under holds, not half the memory available
+    seen: list = []
+    resumed._autotune.measure = model_of(resumed, seen=seen)
+    resumed.load_state_dict(state)
+    for _ in resumed:
+        pass
+    final = resumed.state_dict()[STATE_KEY]
+    assert final["done"] and final["memory_cap"] == 5 * one and final["num_workers"] == 4, final
+    assert seen and all(w + d <= 5 for w, d in seen), seen
 
 
 def test_real_measurements_with_process_workers_keep_the_data():

@@ -210,3 +210,26 @@ def test_workers_that_cannot_start_are_reported_once_clearly():
     """, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused: True" in proc.stdout
+
+
+def twice(x: int) -> int:
+    return 2 * x
+
+
+def test_a_resize_keeps_the_processes_unless_their_number_or_transport_changes():
+    mapper = OrderedMapper(IterableWrapper(range(60)), twice, num_workers=2, in_flight=3, method="process",
+                           multiprocessing_context="fork")
+    mapper.reset()
+    got = [mapper.next() for _ in range(10)]
+    pids = mapper.worker_pids()
+    assert mapper.transport.slots == 4  # a worker's share of 3 in flight, 2, plus two
+    mapper.resize(2, 4)  # more in flight, the same ring slots per worker (the autotuner's deeper trial)
+    mapper.reset({OrderedMapper.SOURCE_KEY: mapper.get_state()[OrderedMapper.SOURCE_KEY]})
+    got += [mapper.next() for _ in range(10)]
+    assert mapper.worker_pids() == pids and mapper.in_flight == 4 and mapper.transport.slots == 4
+    mapper.resize(2, 8)  # 6 slots per worker: new rings, so new processes
+    mapper.reset({OrderedMapper.SOURCE_KEY: mapper.get_state()[OrderedMapper.SOURCE_KEY]})
+    got += [mapper.next() for _ in range(40)]
+    assert not set(mapper.worker_pids()) & set(pids) and mapper.transport.slots == 6
+    assert got == [2 * x for x in range(60)]
+    mapper.close()

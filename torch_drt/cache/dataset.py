@@ -251,7 +251,8 @@ class CachedDataset(DatasetPosition):
         so a checkpoint resumes under any ``num_workers``; compat datasets give each process its own stream.
         ``num_workers="tune"`` (torch_drt's datasets; ``"auto"`` keeps dataset-rt's CPU budget) searches the loading
         processes and batches ahead from the loader's statistics during the first 5% of the epoch, under
-        ``autotune_memory_cap`` bytes (default half the memory available), and keeps the choice in the checkpoint.
+        ``autotune_memory_cap`` bytes (default half the memory available, or a resumed checkpoint's cap), and keeps
+        the choice in the checkpoint.
         ``shard_window="auto"`` (caches at URLs) chooses the window from the statistics at each epoch's start.
 
         Raises:

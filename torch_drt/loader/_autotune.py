@@ -7,13 +7,21 @@ least ``MIN_TRIAL``) measures the batches per second the caller received, the sh
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
 when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches). The chosen setting,
-and whether the search settled, are kept in ``state_dict()["autotune"]``: a resume runs them without tuning again.
+whether the search settled, the memory measured and the cap are kept in ``state_dict()["autotune"]``.
+
+A resume is exact and the cap holds: the cap in force is the resumed loader's ``autotune_memory_cap`` when one is
+given, else the checkpoint's (a default cap, half the memory available, is decided once, when the tuned run
+started, not again at each resume). The checkpoint's setting runs as saved (a settled search is not run again, an
+unsettled one goes on from it) when it fits that cap by the memory the checkpoint measured, which it always does
+under the checkpoint's own cap; only a smaller cap given to the resumed loader can rule it out, and then it is
+shrunk until it fits (batches ahead first, then workers), with a warning. The data is the same either way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from time import perf_counter_ns
 from typing import Any
 
@@ -21,6 +29,7 @@ from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
+from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
 from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
 
 AUTO = "auto"
@@ -119,41 +128,16 @@ def check_memory_cap(memory_cap: Any, tuning: bool, what: str) -> None:
         raise ValueError(f"autotune_memory_cap={memory_cap} bounds {what}: give one")
 
 
-def default_memory_cap() -> int:
-    """Half of the memory available now (``MemAvailable``; without ``/proc``, half of the physical memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """A checkpoint's ``state["autotune"]``, checked: the setting, whether its search had settled, its cap (None
+    in states from before it was kept) and the memory it measured."""
 
-
-def batch_bytes(batch: Any, depth: int = 0) -> int:
-    """The bytes a batch holds: its tensors' and arrays' data, bytes and strings, through lists, tuples and dicts."""
-    nbytes = getattr(batch, "nbytes", None)
-    if isinstance(nbytes, int):
-        return nbytes
-    if isinstance(batch, bytes | bytearray | str):
-        return len(batch)
-    if depth > 8:
-        return 0
-    if isinstance(batch, dict):
-        return sum(batch_bytes(value, depth + 1) for value in batch.values())
-    if isinstance(batch, list | tuple):
-        return sum(batch_bytes(value, depth + 1) for value in batch)
-    return 0
-
-
-def private_bytes(pid: int) -> int:
-    """A process's private memory (``Private_Clean + Private_Dirty`` of ``/proc/<pid>/smaps_rollup``); 0 unknown."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            return sum(int(line.split()[1]) * 1024 for line in f if line.startswith(("Private_Clean", "Private_Dirty")))
-    except (OSError, ValueError, IndexError):
-        return 0
+    setting: Setting
+    done: bool
+    memory_cap: int | None
+    batch_bytes: int
+    worker_bytes: int
 
 
 class LoaderAutotune:
@@ -162,7 +146,7 @@ class LoaderAutotune:
     Args:
         start: the first setting (a fixed ``num_workers`` or ``prefetch_depth`` stays as given).
         tune_workers, tune_depth: what to search.
-        memory_cap: the cap in bytes (None: ``default_memory_cap()``).
+        memory_cap: the cap in bytes (None: ``default_memory_cap()``, or a resumed checkpoint's cap).
         processes: whether the workers are processes (their memory is measured).
         epoch_batches: batches per epoch, when known (the search's budget).
 
@@ -174,6 +158,7 @@ class LoaderAutotune:
     def __init__(self, start: Setting, tune_workers: bool, tune_depth: bool, memory_cap: int | None,
                  processes: bool, epoch_batches: int | None) -> None:
         self.cap = default_memory_cap() if memory_cap is None else memory_cap
+        self.cap_given = memory_cap is not None  # else a checkpoint's cap replaces the default one
         self.tune_workers, self.tune_depth, self.processes = tune_workers, tune_depth, processes
         max_workers = min(MAX_TUNED_WORKERS, max(8, 4 * (os.cpu_count() or 1))) if tune_workers else start.workers
         self.climb = HillClimb(start, MemoryModel(self.cap, processes), max_workers, MAX_DEPTH if tune_depth else
@@ -244,8 +229,8 @@ class LoaderAutotune:
         return {"num_workers": self.setting.workers, "prefetch_depth": self.setting.depth, "done": self.done,
                 "memory_cap": self.cap, "batch_bytes": memory.batch_bytes, "worker_bytes": memory.worker_bytes}
 
-    def parse(self, state: Any) -> tuple[Setting, bool]:
-        """``(setting, done)`` of a checkpoint's ``state["autotune"]``.
+    def parse(self, state: Any) -> Resumed:
+        """What a checkpoint's ``state["autotune"]`` says.
 
         Raises:
             ValueError: naming the field that does not describe an autotuned setting.
@@ -254,25 +239,38 @@ class LoaderAutotune:
         workers = fields.int("num_workers", low=1, high=MAX_WORKERS)
         depth = fields.int("prefetch_depth", low=1, high=1 << 16)
         done = fields.bool("done", default=False)
-        for key in ("batch_bytes", "worker_bytes"):
-            fields.int(key, low=0, high=1 << 62, default=0)
-        return Setting(workers, depth), done
+        cap = fields.optional_int("memory_cap", low=1, high=1 << 62, default=None)
+        batch, worker = (fields.int(key, low=0, high=1 << 62, default=0) for key in ("batch_bytes", "worker_bytes"))
+        return Resumed(Setting(workers, depth), done, cap, batch, worker)
 
-    def load(self, loader: Any, state: Any, parsed: tuple[Setting, bool]) -> None:
-        """Run a checkpoint's setting: as chosen when its search had settled, else the search goes on from it."""
-        setting, done = parsed
+    def load(self, loader: Any, resumed: Resumed) -> None:
+        """Run a checkpoint's setting under the cap in force (see the module docstring): as chosen when its search
+        had settled, else the search goes on from it."""
+        setting = resumed.setting
         if not self.tune_workers:
             setting = Setting(self.setting.workers, setting.depth)
         if not self.tune_depth:
             setting = Setting(setting.workers, self.setting.depth)
-        memory = self.climb.memory
-        memory.batch_bytes, memory.worker_bytes = state.get("batch_bytes", 0), state.get("worker_bytes", 0)
+        if not self.cap_given and resumed.memory_cap is not None:
+            self.cap = resumed.memory_cap
+        memory = MemoryModel(self.cap, self.processes, resumed.batch_bytes, resumed.worker_bytes)
         self.climb = HillClimb(setting, memory, self.climb.max_workers, self.climb.max_depth, self.tune_workers,
                                self.tune_depth)
-        self.climb.done = done
+        if resumed.done:
+            self.climb.settle()
+        if self.setting != setting:
+            warnings.warn(
+                f"the checkpoint's num_workers={setting.workers}, prefetch_depth={setting.depth} hold about "
+                f"{memory.estimate(setting):,} bytes by the memory it measured, over autotune_memory_cap="
+                f"{self.cap:,}: resumed with num_workers={self.setting.workers}, prefetch_depth="
+                f"{self.setting.depth} (the data is the same)",
+                UserWarning,
+                stacklevel=3,
+            )
         self.batches = 0
         self._begin()
-        apply_setting(loader, setting)
+        apply_setting(loader, self.setting)
+
 
 
 def apply_setting(loader: Any, setting: Setting) -> None:

@@ -64,7 +64,8 @@ class HillClimb:
     """Proposes settings from trials (see the module docstring).
 
     Args:
-        start: the first setting (its ``workers`` kept when ``tune_workers`` is false, its ``depth`` likewise).
+        start: the first setting (its ``workers`` kept when ``tune_workers`` is false, its ``depth`` likewise),
+            shrunk to fit the cap when ``memory`` already knows its bytes (a search resumed from a checkpoint).
         memory: the memory model and cap.
         max_workers: the most workers to try.
         max_depth: the most batches ahead to try.
@@ -79,10 +80,10 @@ class HillClimb:
     def __init__(self, start: Setting, memory: MemoryModel, max_workers: int, max_depth: int = 16,
                  tune_workers: bool = True, tune_depth: bool = True) -> None:
         self.memory, self.max_workers, self.max_depth = memory, max_workers, max_depth
-        self.current = self.best = start
+        self._tune_workers, self._tune_depth = tune_workers, tune_depth
+        self.current = self.best = self._fit(start)
         self._best_rate = 0.0
         self._phase = "workers" if tune_workers else "depth" if tune_depth else "done"
-        self._tune_workers, self._tune_depth = tune_workers, tune_depth
         self._failed: int | None = None  # the fewest workers measured not to pay
         self._refined = False
         self.done = self._phase == "done"

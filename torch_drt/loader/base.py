@@ -200,7 +200,7 @@ class PipelineLoader(_TorchdataLoader):
             self._generation += 1
         self._position.load(epoch, cursor)
         if tuned is not None:
-            self._autotune.load(self, state_dict[AUTOTUNE_KEY], tuned)
+            self._autotune.load(self, tuned)
 
     def close(self) -> None:
         """Stop the workers; the delivered position is kept (a later ``iter()`` starts new workers)."""

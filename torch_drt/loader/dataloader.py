@@ -103,7 +103,8 @@ class StatefulDataLoader(SplitLoader):
         device: copy batches to this device (non-blocking after pinning).
         stats: record where the time goes (``loader.stats()``: per stage and worker, the caller's waits, a
             verdict); None: on unless the environment variable ``TORCH_DRT_STATS`` is ``0`` (always on to autotune).
-        autotune_memory_cap: bytes the tuned workers and batches ahead may hold (None: half the memory available).
+        autotune_memory_cap: bytes the tuned workers and batches ahead may hold (None: half the memory available,
+            or, resumed, the checkpoint's cap; a cap given to a resumed loader shrinks a checkpoint's choice over it).
     """
 
     VERSION = MapMode.VERSION

@@ -134,15 +134,16 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     def resize(self, num_workers: int, in_flight: int) -> None:
         """Run with ``num_workers`` and ``in_flight`` from the next ``reset()`` on (the workers are stopped when
-        their number or their transport changes; the items pending are dropped then)."""
+        their number or their transport changes; the items pending are dropped then). Processes whose ring slots
+        stay the same keep running: more or fewer items in flight only change what is submitted to them."""
         if num_workers < 0 or (num_workers and in_flight < num_workers):
             raise ValueError(f"{num_workers=} must be >= 0 and {in_flight=} >= it")
-        restart = num_workers != self.num_workers or (self.method == "process" and in_flight != self.in_flight)
-        if restart:
-            self.close()
+        workers, transport = self.num_workers, self.transport
         self.num_workers, self.in_flight = num_workers, in_flight
-        self.adaptive = self._adaptive_asked and self.method == "thread" and num_workers > 0
         self.transport = self._sized(self._given)
+        if num_workers != workers or (self.method == "process" and self.transport != transport):
+            self.close()
+        self.adaptive = self._adaptive_asked and self.method == "thread" and num_workers > 0
         self._inline = num_workers == 0
 
     def __repr__(self) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch_drt._processes.transport import SharedMemoryTransport
@@ -87,8 +87,10 @@ class StreamMode(LoaderMode):
     )
     SEED_KEY = "seed"
 
-    def __init__(self, fetcher: RowFetcher, settings: dict[str, Any], fingerprint: str, seed_given: bool) -> None:
+    def __init__(self, fetcher: RowFetcher, settings: dict[str, Any], fingerprint: str, seed_given: bool,
+                 reader_threads: Callable[[int], int] | None = None) -> None:
         self.fetcher, self.fingerprint, self.seed_given = fetcher, fingerprint, seed_given
+        self.reader_threads = reader_threads  # reader threads per process for a number of processes (resize)
         self.streams, self.num_workers = settings[self.STREAMS_KEY], settings[self.WORKERS_KEY]
         shared = settings[self.WINDOW_KEY] is not None and _shared(settings)
         self.settings = {key: settings[key] for key in self.SETTINGS if key != self.ORDER_KEY}
@@ -114,12 +116,17 @@ class StreamMode(LoaderMode):
 
     def resize(self, num_workers: int, in_flight: int) -> None:
         """Run ``num_workers`` loading processes from the next ``mapper.reset()`` on (``num_workers="tune"``): the
-        rank's one stream is dealt to them in turn, so its rows stay the same."""
+        rank's one stream is dealt to them in turn, so its rows stay the same; each reads with the reader threads
+        ``reader_threads`` gives that many processes (``native_num_workers="auto"``: dataset-rt's budget for them)."""
         if self.streams != PER_RANK:
             raise ValueError("a loader whose loading processes read their own streams cannot change their number")
         self.mapper.resize(num_workers, in_flight)
         self.num_workers = num_workers
         self.planner.processes = self.fetcher.dealt_to = max(1, num_workers)  # type: ignore[attr-defined]
+        if self.reader_threads is not None:
+            self.fetcher.native_num_workers = threads = self.reader_threads(num_workers)
+            if self.fetcher.events is not None:
+                self.fetcher.events.native_threads = threads
 
     def set_window(self, window: int) -> None:
         """Read with shard window ``window`` from the next epoch on (``shard_window="auto"``): the loading processes

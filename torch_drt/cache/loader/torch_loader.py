@@ -10,6 +10,7 @@ round-robin order (``StreamPlanner``), as dataset-rt does.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from torch_drt.cache.loader._autotune import tune_request
 from torch_drt.cache.loader._consumer import RowFetcher
+from torch_drt.cache.loader._cpu_budget import resolve_worker_counts
 from torch_drt.cache.loader._events import ReaderEvents, log_ready
 from torch_drt.cache.loader._loader_options import (
     MAX_SAMPLE_BUDGET,
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 
 
 SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
+_PROPERTIES = ("seed", "native_num_workers")  # settings the loader reads from its pipeline
 
 class CacheDataLoader(WindowTuned, PipelineLoader):
     """The cache's torch loader: a ``torchdata`` ``StatefulDataLoader`` whose checkpoint is (pass, batches done).
@@ -65,7 +68,7 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
         self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool,
         autotune: AutotuneRequest | None = None, window_tune: WindowTune | None = None,
     ) -> None:
-        self.__dict__.update({key: value for key, value in settings.items() if key != "seed"})
+        self.__dict__.update({key: value for key, value in settings.items() if key not in _PROPERTIES})
         self.dataset = dataset
         self.snapshot_path = str(workdir / SNAPSHOT)
         self._window_tune = window_tune
@@ -78,6 +81,12 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
     def in_flight(self) -> int:
         """Batches loading at most: ``num_workers * prefetch_factor``, or ``num_workers + prefetch_depth`` tuned."""
         return batches_in_flight(self.num_workers, self.prefetch_factor, self.prefetch_depth)
+
+    @property
+    def native_num_workers(self) -> int:
+        """Reader threads per loading process: as given, or ``"auto"``'s for the processes running now (dataset-rt's
+        budget, recomputed when ``num_workers="tune"`` changes them)."""
+        return self._mode.fetcher.native_num_workers
 
     @property
     def seed(self) -> int:  # type: ignore[override]
@@ -95,6 +104,11 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
     def worker_pids(self) -> list[int]:
         """The loading processes' pids (empty before the first ``iter()`` and without loading processes)."""
         return self._mode.mapper.worker_pids()
+
+
+def _reader_threads(asked: int | Literal["auto"], world_size: int, processes: int) -> int:
+    """``native_num_workers`` of a rank's ``processes`` loading processes: as ``asked``, or dataset-rt's budget."""
+    return resolve_worker_counts(processes, asked, world_size).native_threads
 
 
 def _common_seed(world_size: int) -> int:
@@ -269,7 +283,8 @@ def to_torch_dataloader(
         verbose=options.verbose,
         work_dir=workdir if work_dir is not None else None,
     )
-    mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed)
+    mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed,
+                      reader_threads=functools.partial(_reader_threads, native_num_workers, world_size))
     loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None, autotune=tune,
                              window_tune=tuner)
     if events is not None:
