@@ -136,12 +136,20 @@ def test_a_workers_wait_counts_unless_other_threads_ran_meanwhile():
     assert own_seconds(5_000_000, 0, 100_000) == 4.2e-3  # the others' CPU bounds the GIL's share (x PREEMPTED)
 
 
-def test_a_stage_back_from_inline_waits_twice_as_long_before_the_next_try():
+def test_a_stage_back_from_inline_at_once_waits_twice_as_long_before_the_next_try():
     cost = InlineCost(1e-3)
     decisions = [cost.inline(1e-4, False, False) for _ in range(8)]
     assert decisions == [False] * 7 + [True]  # 8 items on the workers, then inline
     assert cost.inline(1.0, True, False)  # a worker's item delivered after the switch: not the calling thread's
-    assert not cost.inline(10e-3, True, True)  # the calling thread's clock: slow, back to the workers
-    decisions = [cost.inline(1e-4, False, False) for _ in range(16)]
-    assert decisions == [False] * 15 + [True]  # and 16 items there before the next try
-    assert cost.inline(2e-3, True, True)  # under four times the threshold: stays inline
+    assert not cost.inline(50e-3, True, True)  # the calling thread's clock: slow at once, back to the workers
+    decisions = [cost.inline(1e-4, False, False) for _ in range(40)]
+    assert decisions.index(True) + 1 >= 16  # and 16 items there at least before the next try
+    assert cost.hold == 16
+
+
+def test_a_stage_that_stayed_inline_a_while_may_come_back_after_the_warm_up():
+    cost = InlineCost(1e-3)
+    assert [cost.inline(1e-4, False, False) for _ in range(8)][-1]
+    assert all(cost.inline(1e-4, True, True) for _ in range(20))  # cheap in the calling thread too: stays
+    assert not cost.inline(50e-3, True, True)  # then it grew slow
+    assert cost.hold == 8

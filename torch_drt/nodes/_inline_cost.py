@@ -75,14 +75,14 @@ class Timed:
 
 
 class InlineCost:
-    """The mean own time of ``map_fn`` (an exponential moving average over the current mode's items) and what it
-    says: map inline once the workers' mean is under ``below_s`` (a hand-off to a worker would cost more), back on
-    the workers once the calling thread's mean grows over four times that.
+    """The mean own time of ``map_fn`` (an exponential moving average) and what it says: map inline once the
+    workers' items bring it under ``below_s`` (a hand-off to a worker would cost more), back on the workers once
+    the calling thread's items take it over four times that.
 
-    Each mode's mean starts afresh at a switch: the calling thread's first items decide whether to stay. A stage
-    that comes back to the workers (it grew slower, or the workers' clocks misjudged it: an I/O wait while other
-    threads were busy) is measured on them twice as many items as before it may go inline again (up to
-    ``MAX_HOLD``), so a stage the workers misjudge does not swing between the two.
+    A stage that comes back to the workers within ``WARMUP`` items (the workers' clocks misjudged it: an I/O wait
+    while the threads it competes with were busy) is measured there on twice as many items as before it may go
+    inline again (up to ``MAX_HOLD``), so it does not swing between the two; one that stayed longer (it grew
+    slower) may go back after ``WARMUP`` items.
 
     Args:
         below_s: the mean time under which items are mapped inline.
@@ -96,7 +96,7 @@ class InlineCost:
         self.below_s = below_s
         self.mean: float | None = None
         self.hold = self.WARMUP  # items measured on the workers before going inline
-        self._samples = 0
+        self._samples = 0  # items measured in the current mode
 
     def inline(self, seconds: float, inline: bool, measured_inline: bool) -> bool:
         """Whether to map inline, given one more item's own time ``seconds``, whether items are mapped inline now
@@ -106,13 +106,10 @@ class InlineCost:
         self._samples += 1
         self.mean = seconds if self.mean is None else self.mean + self.ALPHA * (seconds - self.mean)
         if not inline and self._samples >= self.hold and self.mean < self.below_s:
-            self._restart()
+            self._samples = 0
             return True  # the caller stops submitting; what is in flight drains first, in order
         if inline and self.mean > 4 * self.below_s:
-            self.hold = min(2 * self.hold, self.MAX_HOLD)
-            self._restart()
+            self.hold = min(2 * self.hold, self.MAX_HOLD) if self._samples <= self.WARMUP else self.WARMUP
+            self._samples = 0
             return False
         return inline
-
-    def _restart(self) -> None:
-        self.mean, self._samples = None, 0
