@@ -250,7 +250,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 return None
 
     def next(self) -> R:
-        if self._inline and not self._flight:
+        if self._inline and (not self.num_workers or not self._flight):  # (nothing is in flight without workers)
             if self.adaptive or self._held is not _NOTHING or self.record_next:
                 return self._next_inline()
             item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
