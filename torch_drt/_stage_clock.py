@@ -83,18 +83,6 @@ def claim_bytes() -> dict[str, int]:
     return taken
 
 
-class Timed:
-    """``fn`` returning ``(seconds, result)``: what ``OrderedMapper``'s adaptive path measures."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def __call__(self, item: Any) -> tuple[float, Any]:
-        t0 = perf_counter_ns()
-        result = self.fn(item)
-        return (perf_counter_ns() - t0) / 1e9, result
-
-
 class WorkerIndex:
     """A worker's initializer: remembers the worker's index on its thread, then runs ``init(index)`` if given."""
 

@@ -15,10 +15,10 @@ import threading
 import pytest
 import torch
 from conftest import QUIET, ListSource
-from torch_drt.cache.loader._cpu_budget import available_cpus
 
 import torch_drt as drt
 import torch_drt.compat.dataset_rt as compat
+from torch_drt._cpu_budget import available_cpus
 from torch_drt.loader._autotune import STATE_KEY
 from torch_drt.loader._memory import private_bytes
 from torch_drt.loader._tuner import MemoryModel, Setting, Trial

@@ -54,7 +54,7 @@ class MapperClock:
             stats.add("transport", perf_counter_ns() - t0, 0, 1)
         if mapper.adaptive:
             seconds, result = result
-            mapper._observe(seconds)
+            mapper._observe(seconds, False)
         times, result = result
         if times is not None:
             stats.merge(times)

@@ -122,8 +122,11 @@ class BatchPlanner(BaseNode[BatchPlan]):
         offsets = range(self.offset, self.offset + count * part.global_batch_size, part.global_batch_size)
         epoch, new = self.epoch, tuple.__new__  # plans built here, a chunk at a time: next() only hands them out
         self._chunk = [
-            new(BatchPlan, (epoch, o, idx, part.rank_positions(o), part.is_last(o))) for o, idx in zip(offsets, lists)
+            new(BatchPlan, (epoch, o, idx, ranks, False))
+            for o, idx, ranks in zip(offsets, lists, part.rank_positions_of(offsets))
         ]
+        if self._chunk and part.is_last(offsets[-1]):  # the offsets are the epoch's: only the newest can be its last
+            self._chunk[-1] = self._chunk[-1]._replace(last=True)
         self._chunk_pos = 0
 
     def next(self) -> BatchPlan:

@@ -12,10 +12,10 @@ from torchdata.nodes import BaseNode
 
 from torch_drt._processes.pool import ProcessPool
 from torch_drt._processes.transport import SharedMemoryTransport
-from torch_drt._stage_clock import Recorded, Timed, WorkerIndex
+from torch_drt._stage_clock import Recorded, WorkerIndex
 from torch_drt.describe import described
 from torch_drt.nodes._in_flight import InFlight
-from torch_drt.nodes._inline_cost import InlineCost
+from torch_drt.nodes._inline_cost import InlineCost, Timed, thread_cpu_clock
 from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes.thread_pool import ThreadPool
 
@@ -40,7 +40,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     Threads cost a hand-off per item. With ``adaptive`` (threads only), items whose ``map_fn`` takes less than
     ``inline_below_s`` on average are mapped in the calling thread instead, once the items in flight are
-    drained; if they grow slower again, the workers take over. Order and state are the same either way.
+    drained; if they grow slower again, the workers take over. A worker's time counts its CPU and its I/O waits,
+    not its waits for the GIL (``_inline_cost``). Order and state are the same either way.
 
     ``reset()`` creates the workers on first use (and again in a forked child or after ``close()``); later resets
     reuse them (persistent workers). Worker threads and processes are daemons: they never keep the interpreter
@@ -120,6 +121,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.stats: Any = None
         self.record_next = 0
         self._clock: MapperClock | None = None
+        self._timed: Timed | None = None
 
     @property
     def inline_below_s(self) -> float:
@@ -155,7 +157,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         if self.stats is not None:  # jobs are (weight, item): see _submit
             fn, init = Recorded(fn), WorkerIndex(init)
         if self.method == "thread":
-            return ThreadPool(Timed(fn) if self.adaptive else fn, self.num_workers, initializer=init)
+            self._timed = Timed(fn) if self.adaptive else None
+            return ThreadPool(self._timed or fn, self.num_workers, initializer=init)
         return ProcessPool(fn, self.num_workers, self.multiprocessing_context, self.transport, init)
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
@@ -170,13 +173,16 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._clock = MapperClock(self.stats)
         if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
             self._pool = self._make_pool()  # first use, or a forked child: its parent's workers are not its own
+        if self._timed is not None:
+            self._timed.caller = thread_cpu_clock()  # the thread taking the results competes for the GIL too
 
     def _drop_pending(self) -> None:
         for task in self._flight.clear():
             self._pool.drop(task)  # ones already running finish in the background and are discarded
 
-    def _observe(self, seconds: float) -> None:
-        self._inline = self._cost.inline(seconds, self._inline)
+    def _observe(self, seconds: float, inline: bool) -> None:
+        """One more item's own time, measured in the calling thread (``inline``) or on a worker."""
+        self._inline = self._cost.inline(seconds, self._inline, inline)
 
     def _affinity(self, item: Any) -> int | None:
         """The worker an item goes to: its own ``worker``, else (processes) the next in round robin from the
@@ -211,13 +217,13 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             if weight:
                 seconds, result = self._clock.inline(self.map_fn, item, weight)
                 if self.adaptive:
-                    self._observe(seconds)
+                    self._observe(seconds, True)
             elif not self.adaptive:
                 result = self.map_fn(item)
             else:
                 t0 = time.perf_counter()
                 result = self.map_fn(item)
-                self._observe(time.perf_counter() - t0)
+                self._observe(time.perf_counter() - t0, True)
         except Exception:
             self._held = _NOTHING  # a failed item counts as delivered
             raise
@@ -245,7 +251,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 return None
 
     def next(self) -> R:
-        if self._inline and not self._flight:
+        if self._inline and (not self.num_workers or not self._flight):  # (nothing is in flight without workers)
             if self.adaptive or self._held is not _NOTHING or self.record_next:
                 return self._next_inline()
             item = self._held = self.source.next()  # the plain inline path, unrolled (reset() set the source up)
@@ -277,7 +283,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         result = self._pool.result(task)
         if self.adaptive:
             seconds, result = result
-            self._observe(seconds)
+            self._observe(seconds, False)
         return result
 
     def get_state(self) -> dict[str, Any]:

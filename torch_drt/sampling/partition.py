@@ -75,4 +75,9 @@ class Partition:
 
     def rank_positions(self, offset: int) -> range:
         """This rank's positions in the global batch at ``offset``, padding removed."""
-        return range(offset + self.rank, min(self.n, offset + self.global_batch_size), self.world_size)
+        return self.rank_positions_of(range(offset, offset + 1))[0]
+
+    def rank_positions_of(self, offsets: range) -> list[range]:
+        """``rank_positions`` of each global batch at ``offsets``, in one pass (a loader plans batches in chunks)."""
+        rank, n, size, step = self.rank, self.n, self.global_batch_size, self.world_size
+        return [range(o + rank, min(n, o + size), step) for o in offsets]

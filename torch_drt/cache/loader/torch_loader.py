@@ -21,9 +21,9 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from torch_drt._cpu_budget import resolve_worker_counts
 from torch_drt.cache.loader._autotune import tune_request
 from torch_drt.cache.loader._consumer import RowFetcher
-from torch_drt.cache.loader._cpu_budget import resolve_worker_counts
 from torch_drt.cache.loader._events import ReaderEvents, log_ready
 from torch_drt.cache.loader._loader_options import (
     MAX_SAMPLE_BUDGET,

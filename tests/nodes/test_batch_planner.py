@@ -1,0 +1,47 @@
+"""BatchPlanner: each plan's positions and ``last`` flag, across the chunks it plans at once (issue 26 made the
+chunks cheaper: the flag is computed once per chunk, the positions in one pass)."""
+
+from __future__ import annotations
+
+import pytest
+
+from torch_drt import StatefulDataLoader
+from torch_drt.nodes.batch_plan import BatchPlanner
+from torch_drt.sampling.samplers import SequentialSampler
+
+
+def plans(planner: BatchPlanner) -> list:
+    planner.reset(None)
+    out = []
+    while True:
+        try:
+            out.append(planner.next())
+        except StopIteration:
+            return out
+
+
+@pytest.mark.parametrize(("n", "batch_size", "world_size", "rank", "drop_last"), [
+    (10_000, 64, 1, 0, False),  # 157 batches: three chunks, a short last batch
+    (64 * 128, 64, 1, 0, False),  # a last chunk that ends the epoch exactly
+    (10_000, 16, 3, 2, False),  # padded last global batch
+    (10_000, 16, 3, 1, True),
+    (100, 7, 2, 0, True),
+])
+def test_only_the_epochs_last_batch_is_marked_last(n, batch_size, world_size, rank, drop_last):
+    planner = BatchPlanner(SequentialSampler(n), batch_size, world_size, rank, drop_last)
+    got = plans(planner)
+    g = batch_size * world_size
+    offsets = list(range(0, n - g + 1 if drop_last else n, g))
+    assert [p.offset for p in got] == offsets
+    assert [p.last for p in got] == [False] * (len(offsets) - 1) + [True]
+    assert [p.positions for p in got] == [range(o + rank, min(n, o + g), world_size) for o in offsets]
+    assert [p.indices for p in got] == [list(p.positions) for p in got]  # sequential: index = position
+
+
+def test_a_checkpoint_after_the_last_batch_starts_the_next_epoch():
+    loader = StatefulDataLoader(list(range(10_000)), batch_size=64, collate_fn=list)
+    it = iter(loader)
+    batches = [next(it) for _ in range(157)]  # the epoch's batches, without the StopIteration after them
+    assert batches[-1] == list(range(156 * 64, 10_000))
+    state = loader.state_dict()
+    assert (state["epoch"], state["observation_offset"]) == (1, 0)
