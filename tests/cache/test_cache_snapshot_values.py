@@ -73,3 +73,25 @@ def test_the_loader_gives_each_sample_its_rows_metadata(tmp_path):
         assert s.data == bytes([i]) * 8 and type(s.data) is bytes
         assert s.metadata == {"label": i, "score": i / 4, "tag": f"t{i}"}
         assert type(s.metadata["label"]) is int and type(s.metadata["score"]) is float
+
+
+def test_a_batchs_index_entries_are_the_indexs_rows(tmp_path):
+    class Source:
+        name = "src"
+
+        def __iter__(self):
+            for i in range(30):
+                yield drt.CacheInput(bytes([i]) * (i + 1), {"label": i})
+
+    ds = drt.DatasetRuntime(1).from_cache_sources(
+        Source(), tmp_path / "c", reader_config=drt.ReaderConfig(seed=0),
+        writer_config=drt.WriterConfig(show_progress=False),
+    )
+    cache = ds.reader._caches[0]
+    for ids in (np.array([29, 0, 7, 7]), np.arange(30)[::-1], np.array([], dtype=np.int64)):
+        got, want = cache.entries(ids), cache.index[ids]
+        assert got.dtype == want.dtype and got.shape == want.shape and (got == want).all()
+        assert (cache.entries(ids, "length") == want["length"]).all()
+    assert ds.reader.read_many(np.zeros(3, np.int64), np.array([4, 0, 29])) == [bytes([4]) * 5, b"\0", bytes([29]) * 30]
+    with pytest.raises(IndexError, match="sample_id 30 is out of range"):
+        cache.entries(np.array([1, 30]))
