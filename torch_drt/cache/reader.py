@@ -40,6 +40,8 @@ class _OpenedCache:
             self.index_file.close()
             self.index_file = None
         self.checksum = self.index["checksum"] if layout.record_checksums else None
+        index = self.index  # its entries as rows of bytes: a batch's entries are taken as rows, not field by field
+        self._rows = index.view(np.uint8).reshape(len(index), index.itemsize) if index.flags.c_contiguous else None
         once = record_checks == "first_read" and self.checksum is not None and all(f.lasting for f in self.shards)
         self.verified = VerifiedRecords(len(self.index)) if once else None  # local maps only
         self.decompress = decompressor(layout.compression, layout.max_record_bytes)
@@ -60,7 +62,11 @@ class _OpenedCache:
             )
         if self.index_file is not None:
             self.index_file.check()
-        return self.index[sample_ids] if field is None else self.index[field][sample_ids]
+        if field is not None:
+            return self.index[field][sample_ids]
+        if self._rows is None:
+            return self.index[sample_ids]
+        return np.take(self._rows, sample_ids, axis=0).view(self.index.dtype).reshape(-1)
 
     def _again(self, error: CacheCorruptError, sample_ids: np.ndarray) -> None:
         """After a read of ``sample_ids`` failed its checks: let the shards read replace damaged local copies

@@ -61,8 +61,18 @@ def make_samples(
         cache_ids: the rows' cache ids.
         sample_ids: the rows' sample ids.
     """
-    names = metadata.column_names
-    columns = [c.to_pylist() for c in metadata.columns]
+    return samples_of(data, metadata.column_names, [c.to_pylist() for c in metadata.columns], cache_ids, sample_ids)
+
+
+def samples_of(
+    data: Sequence[bytes],
+    names: Sequence[str],
+    columns: Sequence[list[MetadataValue]],
+    cache_ids: np.ndarray,
+    sample_ids: np.ndarray,
+) -> list[CachedSample]:
+    """``make_samples`` from the rows' metadata already as Python values: ``columns[j][i]`` is row ``i``'s value
+    of ``names[j]``."""
     if len(columns) == 1:  # the common case: one dict display per row
         (name,), (column,) = names, columns
         rows = [{name: value} for value in column]

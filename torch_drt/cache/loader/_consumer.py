@@ -16,13 +16,12 @@ from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache.loader._snapshot import Snapshot
 from torch_drt.cache.read_ahead import ReadAhead
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CachedSample, make_samples
+from torch_drt.cache.records import CachedSample, samples_of
 from torch_drt.cache.rows import RowStream, order_name
 from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.stream_plan import StreamBatch, consumer_batch
@@ -219,7 +218,7 @@ class RowFetcher:
         else:
             parts = np.array_split(np.arange(len(rows)), self.native_num_workers)
             data = [d for chunk in self._pool.map([(cache_pos[p], sample_ids[p]) for p in parts]) for d in chunk]
-        return make_samples(data, snap.meta.take(pa.array(rows)), snap.cache_ids[rows], sample_ids)
+        return samples_of(data, *snap.meta_values(rows), snap.cache_ids[rows], sample_ids)
 
     records_stages = True  # called as fetcher(batch, times) when statistics are on (torch_drt._stage_clock)
 

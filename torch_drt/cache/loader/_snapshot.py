@@ -41,8 +41,22 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
     return table.column(name).chunk(0).to_numpy(zero_copy_only=True)
 
 
+def _plain(column: pa.ChunkedArray) -> np.ndarray | None:
+    """``column`` as an array viewing the map where its values read back the same as ``to_pylist()``'s (integers,
+    32- and 64-bit floats, without nulls), else None."""
+    kind = column.type
+    if column.num_chunks != 1 or column.null_count or not (
+        pa.types.is_integer(kind) or kind in (pa.float32(), pa.float64())
+    ):
+        return None
+    return column.chunk(0).to_numpy(zero_copy_only=True)
+
+
 class Snapshot:
     """An exported snapshot mapped read-only: its identity columns as arrays (views of the map) and its metadata.
+
+    ``meta_values(rows)`` reads the metadata of a batch of rows: plain numeric columns straight from their mapped
+    arrays, the others through Arrow (both give the same Python values).
 
     Args:
         path: the file ``export_snapshot`` wrote.
@@ -55,6 +69,19 @@ class Snapshot:
         self.sample_ids = _column(self.table, SAMPLE_ID)
         self.cache_ids = _column(self.table, CACHE_ID)
         self.cum_weights = _column(self.table, CUM_WEIGHT)
+        self._plain = [_plain(column) for column in self.meta.columns]
+        self._arrow = [i for i, array in enumerate(self._plain) if array is None]
+        self._arrow_meta = self.meta.select(self._arrow)
+
+    def meta_values(self, rows: np.ndarray) -> tuple[list[str], list[list[Any]]]:
+        """The metadata column names and, per column, the Python values of ``rows`` (what
+        ``self.meta.take(rows)``'s columns' ``to_pylist()`` give)."""
+        values: list[list[Any]] = [[] if array is None else array[rows].tolist() for array in self._plain]
+        if self._arrow:
+            taken = self._arrow_meta.take(pa.array(rows))
+            for i, column in zip(self._arrow, taken.columns):
+                values[i] = column.to_pylist()
+        return self.meta.column_names, values
 
     def __len__(self) -> int:
         return self.table.num_rows
