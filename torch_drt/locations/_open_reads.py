@@ -22,6 +22,7 @@ class OpenReads:
         self._expected: tuple[str, ...] = ()
         self._copies: dict[str, bytes] = {}
         self._lock = threading.Lock()  # the index and the metadata are read on two threads
+        self._pending: threading.Thread | None = None  # the request of the copies, while in flight
 
     def expect(self, rels: Sequence[str]) -> None:
         """``rels`` are read right after the next manifest read."""
@@ -33,21 +34,26 @@ class OpenReads:
         return expected
 
     def fetch_with(self, store: RemoteStore, rel: str, limit: int, also: Sequence[str]) -> bytes | None:
-        """Manifest ``rel`` (None when missing) and the first ``GUESS_BYTES`` of each of ``also``, requested at
-        once; the others are kept when whole. A failure of the manifest's request other than a missing file is
-        retried as ``RemoteStore.read`` retries it; the others' failures are ignored (they are fetched when read)."""
-        got = store.read_at_once([rel, *also], [limit, *[GUESS_BYTES] * len(also)])
+        """Manifest ``rel`` as ``RemoteStore.read_or_none`` reads it (retried, None when missing), while the first
+        ``GUESS_BYTES`` of each of ``also`` are requested at once on another thread; those are kept when whole (a
+        failure is ignored: the file is fetched when read)."""
+        thread = threading.Thread(target=self._fetch, args=(store, also), name="torch_drt-open", daemon=True)
+        thread.start()
+        self._pending = thread
+        return store.read_or_none(rel, limit)
+
+    def _fetch(self, store: RemoteStore, also: Sequence[str]) -> None:
+        got = store.read_at_once(also, [GUESS_BYTES] * len(also))
         with self._lock:
-            for other, data in zip(also, got[1:]):
+            for rel, data in zip(also, got):
                 if isinstance(data, bytes) and len(data) <= GUESS_BYTES:
-                    self._copies[other] = data
-        manifest = got[0]
-        if isinstance(manifest, FileNotFoundError):
-            return None
-        return manifest if isinstance(manifest, bytes) else store.read_or_none(rel, limit)
+                    self._copies[rel] = data
 
     def take(self, rel: str, checksum: tuple[str, str], where: str) -> bytes | None:
         """The copy of ``rel`` fetched with the manifest when it has ``checksum`` (once), else None."""
+        pending = self._pending
+        if pending is not None:
+            pending.join()  # (its requests are bounded by the store's time-outs)
         with self._lock:
             data = self._copies.pop(rel, None)
         if data is None:

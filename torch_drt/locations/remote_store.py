@@ -189,7 +189,7 @@ class RemoteStore:
 
     def read_at_once(self, rels: Sequence[str], limits: Sequence[int]) -> list[bytes | BaseException]:
         """Whole files, all requested at once (one round trip), each cut at ``limits[i] + 1`` bytes as ``read``
-        cuts it; a request that failed gives its exception (nothing is retried: the caller decides)."""
+        cuts it; a request that failed gives its exception (nothing is retried: for reads that may be skipped)."""
         paths = [self.path(r) for r in rels]
         extra = {"batch_size": self.config.ranges_in_flight} if getattr(self.fs, "async_impl", False) else {}
         try:
