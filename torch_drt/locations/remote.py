@@ -276,7 +276,7 @@ class RemoteBackend(CacheBackend):
             got = file.slices(a, b, wait=False)
             if got is not None:
                 _place(out, rows, got)
-                count_bytes("node_cache_hit", sum(len(g) for g in got))
+                count_bytes("node_cache_hit", sum(b) - sum(a))  # (slices of the checked extents: len b - a)
             elif not file.ranges_ok or self.node.downloading(file.key) or self._mostly(file, a, b):
                 waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
             else:
