@@ -199,3 +199,14 @@ def test_a_cold_running_plan_looks_at_each_file_once_while_it_is_in_view(tmp_pat
         gate.set()
     _wait(lambda: prefetcher.fetched == 37)  # the first file, then every file of the last plan
     assert [f.fetches for f in files] == [1] + [0] * 3 + [1] * 36
+
+
+def test_looking_for_the_next_download_skips_the_files_already_held(tmp_path):
+    """Each download thread looks for its next file from the front of the plan: the files held there (local) are
+    not looked at again, so a cold epoch's downloads do not stat every file already fetched, under the lock."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(60)]
+    prefetcher = ShardPrefetcher(concurrency=2, bytes_ahead=1 << 20)
+    prefetcher.update(files)
+    _wait(lambda: prefetcher.fetched == len(files))
+    assert [f.fetches for f in files] == [1] * len(files)
+    assert max(f.checks for f in files) <= 3, [f.checks for f in files]

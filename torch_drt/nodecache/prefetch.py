@@ -221,10 +221,10 @@ class ShardPrefetcher:
                 return file, waited
         for file in self._ahead():
             key = file.key
-            if key in self._running or key in self._failed or key in self._deferred:
-                continue
-            if file.present():  # (a file found local earlier may have been evicted since: present() looks again)
-                if key not in self._held and (held := file.hold()) is not None:
+            if key in self._running or key in self._held or key in self._failed or key in self._deferred:
+                continue  # (a held file was local when held: one evicted since is fetched when a read demands it)
+            if file.present():
+                if (held := file.hold()) is not None:
                     self._held[key] = held  # fetched by another process: due no more
                 continue
             return file, False
