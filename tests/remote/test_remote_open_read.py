@@ -22,6 +22,7 @@ from torch_drt.checksums import xxh3_128_hex
 from torch_drt.locations import backend_for
 from torch_drt.locations._open_reads import OpenReads
 from torch_drt.locations.remote_store import RemoteStore
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)
@@ -112,7 +113,12 @@ def test_copies_fetched_with_the_manifest_are_used_once_and_only_when_they_match
     proxy.latency = 0.2
     reads = OpenReads()
     wanted = ["index.bin", "metadata.arrow", "missing.bin"]
-    assert reads.fetch_with(store, "manifest.json", 1 << 20, wanted) == (local / "manifest.json").read_bytes()
+    node = NodeCache(tmp_path / "node", 1 << 30)
+    manifest = reads.fetch_with(store, "manifest.json", 1 << 20, wanted, node)
+    assert manifest == (local / "manifest.json").read_bytes()
+    for name in ("index.bin", "metadata.arrow"):  # in the node cache before the manifest copy is (other processes)
+        data = (local / name).read_bytes()
+        assert node.has(f"xxh3_128-{xxh3_128_hex(data)}", len(data))
     assert proxy.requests["GET"] == proxy.max_gets_at_once == 4  # all at once
     index = (local / "index.bin").read_bytes()
     assert reads.take("index.bin", ("xxh3_128", "0" * 32), "x") is None  # another version's: fetched again

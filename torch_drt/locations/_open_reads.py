@@ -5,12 +5,19 @@ published meanwhile, is fetched again)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from torch_drt.checksums import xxh3_128_hex
 from torch_drt.locations._remote_file import verify_download
 from torch_drt.locations.errors import CacheCorruptError
 from torch_drt.locations.remote_store import RemoteStore
+
+if TYPE_CHECKING:
+    from torch_drt.nodecache.node_cache import NodeCache
 
 GUESS_BYTES = 1 << 20  # the most of a file fetched with the manifest, before its size and checksum are known
 
@@ -33,21 +40,31 @@ class OpenReads:
         expected, self._expected = self._expected, ()
         return expected
 
-    def fetch_with(self, store: RemoteStore, rel: str, limit: int, also: Sequence[str]) -> bytes | None:
+    def fetch_with(
+        self, store: RemoteStore, rel: str, limit: int, also: Sequence[str], node: NodeCache | None = None
+    ) -> bytes | None:
         """Manifest ``rel`` as ``RemoteStore.read_or_none`` reads it (retried, None when missing), while the first
         ``GUESS_BYTES`` of each of ``also`` are requested at once on another thread; those are kept when whole (a
-        failure is ignored: the file is fetched when read)."""
-        thread = threading.Thread(target=self._fetch, args=(store, also), name="torch_drt-open", daemon=True)
+        failure is ignored: the file is fetched when read), and put in ``node`` under their own XXH3-128 (the
+        key a format-2 manifest names them by) before the manifest is returned: the node's other processes, which
+        wait for this manifest copy, find them there."""
+        thread = threading.Thread(target=self._fetch, args=(store, also, node), name="torch_drt-open", daemon=True)
         thread.start()
         self._pending = thread
-        return store.read_or_none(rel, limit)
+        try:
+            return store.read_or_none(rel, limit)
+        finally:
+            thread.join()  # (its requests are bounded by the store's time-outs)
 
-    def _fetch(self, store: RemoteStore, also: Sequence[str]) -> None:
+    def _fetch(self, store: RemoteStore, also: Sequence[str], node: NodeCache | None) -> None:
         got = store.read_at_once(also, [GUESS_BYTES] * len(also))
-        with self._lock:
-            for rel, data in zip(also, got):
-                if isinstance(data, bytes) and len(data) <= GUESS_BYTES:
+        for rel, data in zip(also, got):
+            if isinstance(data, bytes) and len(data) <= GUESS_BYTES:
+                with self._lock:
                     self._copies[rel] = data
+                if node is not None:
+                    _keep(node, data, store.join(rel))
+
 
     def take(self, rel: str, checksum: tuple[str, str], where: str) -> bytes | None:
         """The copy of ``rel`` fetched with the manifest when it has ``checksum`` (once), else None."""
@@ -63,3 +80,18 @@ class OpenReads:
         except CacheCorruptError:
             return None
         return data
+
+
+def _keep(node: NodeCache, data: bytes, where: str) -> None:
+    """Put ``data`` in the node cache under its own XXH3-128 (content-addressed: whatever names that key wants these
+    bytes); skipped when there is no room, and on any failure (the file is fetched when read)."""
+    key = f"xxh3_128-{xxh3_128_hex(data)}"
+
+    def write(fd: int) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    with contextlib.suppress(Exception):  # a copy fetched ahead is a hint only
+        node.fetch(key, len(data), write, lambda path: verify_download(path, ("xxh3_128", key[9:]), where), where,
+                   optional=True)

@@ -189,7 +189,7 @@ class RemoteBackend(CacheBackend):
 
         def fetch() -> bytes | None:
             if also and not self.node.seen_small(name):  # a node that read it before holds what follows it
-                return self._open_reads.fetch_with(self.store, rel, limit, also)
+                return self._open_reads.fetch_with(self.store, rel, limit, also, self.node)
             return self.store.read_or_none(rel, limit)
 
         data = self.node.small(name, self.config.manifest_ttl, fetch, self.where(rel))
