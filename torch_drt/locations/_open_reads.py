@@ -1,7 +1,8 @@
 """The files an open reads right after a manifest (its index and metadata), fetched together with the manifest on
 a node that never read it: one round trip instead of two. What comes with the manifest is not verified yet: it is
-kept only until it is read, and used only when it has the checksum the manifest records (another version,
-published meanwhile, is fetched again)."""
+kept in memory until it is read, and used only when it has the checksum the manifest records (another version,
+published meanwhile, is fetched again); it also goes into the node cache under its own XXH3-128 (content-addressed:
+only a manifest naming that checksum uses it) before the manifest copy does, for the node's other processes."""
 
 from __future__ import annotations
 
