@@ -52,6 +52,16 @@ def test_shard_names_must_be_plain_file_names(make_cache, name):
         open_cache(path)
 
 
+@pytest.mark.parametrize("digest", ["A" * 64, "a" * 63, "g" * 64, "a" * 64 + "\n", "a" * 48, " " + "a" * 63, "a" * 96])
+def test_shard_checksums_must_be_32_or_64_lowercase_hex_digits(make_cache, digest):
+    path = make_cache("t", n=3)
+    manifest = _manifest(path)
+    manifest["shards"][0]["sha256"] = digest
+    _save(path, manifest)
+    with pytest.raises(drt.CacheCorruptError, match="'sha256' is not a hex digest"):
+        open_cache(path)
+
+
 def test_an_index_entry_that_wraps_uint64_is_outside_its_shard(make_cache):
     path = make_cache("t", n=5)
     index = np.fromfile(path / "index.bin", dtype="<u8").reshape(-1, 4)

@@ -49,12 +49,13 @@ def test_a_missing_bucket_names_the_url(runtime, tmp_path, proxy):
 
 def test_a_503_storm_is_ridden_out_by_retries_and_logged(runtime, tmp_path, moto_endpoint, proxy, caplog):
     local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60)
-    proxy.storm = 4  # the next four requests get 503 SlowDown
+    proxy.storm = 6  # the next six requests get 503 SlowDown (the open's requests of the index and the metadata,
+    # made with the manifest's and not retried, may take up to four of them: the manifest's request gets the rest)
     with caplog.at_level(logging.INFO, logger="torch_drt.sources"):
         ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
                                     remote_config=remote_config(tmp_path, retries=5))
         got = [s.data for s in ds]
-    assert proxy.failed == 4 and proxy.storm == 0
+    assert proxy.failed == 6 and proxy.storm == 0
     assert got == [s.data for s in runtime.cached_dataset(local, reader_config=SEQ)]
     retries = [r.getMessage() for r in caplog.records if "attempt" in r.getMessage()]
     assert retries and all(url in m and "retry in" in m for m in retries)  # (botocore may probe the bucket too)

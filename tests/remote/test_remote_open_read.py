@@ -18,7 +18,11 @@ from remote_servers import StaticServer
 
 import torch_drt as drt
 from torch_drt.cache import CacheCorruptError, CacheReader, open_cache
+from torch_drt.checksums import xxh3_128_hex
 from torch_drt.locations import backend_for
+from torch_drt.locations._open_reads import OpenReads
+from torch_drt.locations.remote_store import RemoteStore
+from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
 SEQ = drt.ReaderConfig(seed=0, shuffle=False)
@@ -82,13 +86,47 @@ def test_a_process_keeps_at_most_open_shards_idle_maps(runtime, tmp_path, moto_e
     assert 1 <= len(mapped) <= 2  # the last shards read stay mapped, the others were unmapped
 
 
-def test_the_open_fetches_index_and_metadata_at_once(runtime, tmp_path, moto_endpoint, proxy):
+def test_the_open_of_a_cache_new_to_the_node_is_one_round_trip(runtime, tmp_path, moto_endpoint, proxy):
     _, url = publish_local(runtime, tmp_path, moto_endpoint)
     proxy.latency = 0.3  # each request is in flight long enough for the next one to start meanwhile
     config = remote_config(tmp_path)
     runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert proxy.requests["GET"] == 3
-    assert proxy.max_gets_at_once == 2  # the manifest alone, then the index and the metadata together
+    assert proxy.max_gets_at_once == 3  # the manifest, the index and the metadata together
+    first_answer = min(answered for _, answered, *_ in proxy.timeline)
+    assert all(arrived < first_answer for arrived, *_ in proxy.timeline), proxy.timeline  # one round
+
+
+def test_a_node_that_read_the_manifest_before_refetches_only_the_manifest(runtime, tmp_path, moto_endpoint, proxy):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint)
+    config = remote_config(tmp_path, manifest_ttl=0)  # every open fetches the manifest again
+    runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    proxy.reset()
+    runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
+    assert set(proxy.gets) == {f"/{url[5:]}/manifest.json"}  # the index and metadata are the node's
+
+
+def test_copies_fetched_with_the_manifest_are_used_once_and_only_when_they_match(runtime, tmp_path, moto_endpoint,
+                                                                                  proxy):
+    local, url = publish_local(runtime, tmp_path, moto_endpoint)
+    store = RemoteStore(url, options(proxy), remote_config(tmp_path))
+    proxy.latency = 0.2
+    reads = OpenReads()
+    wanted = ["index.bin", "metadata.arrow", "missing.bin"]
+    node = NodeCache(tmp_path / "node", 1 << 30)
+    manifest = reads.fetch_with(store, "manifest.json", 1 << 20, wanted, node)
+    assert manifest == (local / "manifest.json").read_bytes()
+    for name in ("index.bin", "metadata.arrow"):  # in the node cache before the manifest copy is (other processes)
+        data = (local / name).read_bytes()
+        assert node.has(f"xxh3_128-{xxh3_128_hex(data)}", len(data))
+    assert proxy.requests["GET"] == proxy.max_gets_at_once == 4  # all at once
+    index = (local / "index.bin").read_bytes()
+    assert reads.take("index.bin", ("xxh3_128", "0" * 32), "x") is None  # another version's: fetched again
+    assert reads.take("index.bin", ("xxh3_128", xxh3_128_hex(index)), "x") is None  # (gone once taken)
+    metadata = (local / "metadata.arrow").read_bytes()
+    assert reads.take("metadata.arrow", ("xxh3_128", xxh3_128_hex(metadata)), "x") == metadata
+    assert reads.take("missing.bin", ("xxh3_128", "0" * 32), "x") is None
+    assert reads.fetch_with(store, "nothing/manifest.json", 1 << 20, wanted) is None  # a missing manifest
 
 
 def test_the_shards_a_read_waits_for_download_at_once(runtime, tmp_path, moto_endpoint, proxy):

@@ -181,3 +181,32 @@ def test_a_file_whose_prefetch_failed_is_tried_again_on_the_next_plan(tmp_path):
     prefetcher.update([flaky, *others[1:]])  # the next plan (a read moved on): the failure is tried again
     _wait(lambda: flaky.path.exists())
     assert flaky.fetches == 2
+
+
+def test_a_cold_running_plan_looks_at_each_file_once_while_it_is_in_view(tmp_path):
+    """A cold epoch's plan comes every batch with hundreds of files not local yet: each is looked at when it comes
+    into view, not again at every plan (a stat per planned file per batch, on the loading thread)."""
+    gate = threading.Event()
+    files = [GatedFile(tmp_path, f"f{i}", gate) for i in range(40)]
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=1 << 20)
+    try:
+        prefetcher.update(files)  # a running pipeline's plan (no first read to wait for)
+        assert files[0].started.wait(10)  # the one download thread is busy meanwhile
+        for k in range(20):  # the plans of the next batches, each losing the files read
+            prefetcher.update(files[k // 4 :])
+        assert [f.holds for f in files] == [1] * len(files)
+    finally:
+        gate.set()
+    _wait(lambda: prefetcher.fetched == 37)  # the first file, then every file of the last plan
+    assert [f.fetches for f in files] == [1] + [0] * 3 + [1] * 36
+
+
+def test_looking_for_the_next_download_skips_the_files_already_held(tmp_path):
+    """Each download thread looks for its next file from the front of the plan: the files held there (local) are
+    not looked at again, so a cold epoch's downloads do not stat every file already fetched, under the lock."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(60)]
+    prefetcher = ShardPrefetcher(concurrency=2, bytes_ahead=1 << 20)
+    prefetcher.update(files)
+    _wait(lambda: prefetcher.fetched == len(files))
+    assert [f.fetches for f in files] == [1] * len(files)
+    assert max(f.checks for f in files) <= 3, [f.checks for f in files]

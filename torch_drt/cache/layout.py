@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from torch_drt.locations import CacheBackend, MissingFile
 
 _READABLE = (1, FORMAT_VERSION)
 _LZ4_MAX_RATIO = 256  # an LZ4 block never decompresses to more than ~255x its size
+_HEX_DIGEST = re.compile("(?:[0-9a-f]{32}){1,2}")  # 32 or 64 lowercase hex digits (one regex: a shard each)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class _Manifest:
 
     def digest(self, obj: dict[str, Any], key: str) -> str:
         value = self.get(obj, key, str, default="")
-        if value and (len(value) not in (32, 64) or any(c not in "0123456789abcdef" for c in value)):
+        if value and _HEX_DIGEST.fullmatch(value) is None:
             raise self.fail(f"manifest field {key!r} is not a hex digest ({value!r:.80})")
         return value
 

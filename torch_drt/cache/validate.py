@@ -189,13 +189,21 @@ def open_layout(
     return layout
 
 
+def expect_open(backend: CacheBackend) -> None:
+    """Tell ``backend`` that an open follows its next manifest read: the index and the metadata are read next (a
+    remote backend may fetch them with the manifest; see ``CacheBackend.expect``)."""
+    backend.expect((INDEX_FILE, METADATA_FILE))
+
+
 def _load(
     location: str | Path | CacheBackend,
     verify: bool,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
 ) -> tuple[CacheLayout, pa.Table]:
-    layout = open_layout(location, storage_options=storage_options, remote_config=remote_config)
+    backend = backend_for(location, storage_options, remote_config)
+    expect_open(backend)
+    layout = open_layout(backend)
     index_file, index, table = _index_and_metadata(layout)
     try:
         if verify:

@@ -102,8 +102,9 @@ class RemoteFile(StoredFile):
         """Download the file into the node cache (or wait for the process of the node that does); with
         ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not)."""
         backend = self.backend
-        return backend.node.fetch(self.key, self.size, lambda fd: backend.download(self.rel, fd, self.size),
-                                  self._check, str(self.where), optional)
+        return backend.node.fetch(self.key, self.size,
+                                  lambda fd: backend.download(self.rel, fd, self.size, self.checksum), self._check,
+                                  str(self.where), optional)
 
     def _check(self, path: Path) -> None:
         verify_download(path, self.checksum, self.where)

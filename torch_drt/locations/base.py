@@ -146,6 +146,12 @@ class CacheBackend(ABC):
         """True when the location is a directory (a URL prefix with no file of its own)."""
         raise NotImplementedError(f"{type(self).__name__} does not tell directories from files")
 
+    def expect(self, rels: Sequence[str]) -> None:  # noqa: B027 - local: nothing to fetch ahead
+        """A hint: ``rels`` are read right after the next manifest read (an open reads the index and metadata
+        next). A remote backend that must fetch the manifest fetches them with it when its node has never read
+        that manifest (one round trip instead of two); the files are still verified against the manifest when
+        read. A no-op for local caches."""
+
     def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:  # noqa: B027 - local: no fetching
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
         plan); after a start or a resume the ``first`` of them first. A no-op for local caches."""

@@ -2,7 +2,9 @@
 
 Opening costs three small reads: the manifest (fetched by one process of the node and reused for
 ``manifest_ttl`` seconds), then the index and the metadata table, which are content-addressed by the checksums
-the manifest records, so each is fetched once per node. Nothing is listed and no shard is touched at open.
+the manifest records, so each is fetched once per node. On a node that never read the manifest, the index and the
+metadata are requested together with it (``expect``: one round trip instead of two; see ``_open_reads``).
+Nothing is listed and no shard is touched at open.
 
 Shards (``read_mode="shards"``) are downloaded whole into the node cache, verified against the manifest's
 SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by the prefetcher, or by another
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
+from torch_drt.locations._open_reads import OpenReads
 from torch_drt.locations._ranges import coalesce, read_coalesced
 from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
 from torch_drt.locations.base import CacheBackend, StoredFile
@@ -55,6 +58,7 @@ class RemoteBackend(CacheBackend):
         self.config = config or RemoteConfig()
         self.store = RemoteStore(location, self.storage_options, self.config)
         self._local: tuple[int, NodeCache, ShardPrefetcher] | None = None  # this process's, resolved once
+        self._open_reads = OpenReads()  # what the next manifest read may fetch with it
         super().__init__(self.store.url)
 
     @classmethod
@@ -101,6 +105,9 @@ class RemoteBackend(CacheBackend):
             needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
             self.prefetcher.update(planned, first=needed)
 
+    def expect(self, rels: Sequence[str]) -> None:
+        self._open_reads.expect(rels)
+
     def check_root(self) -> None:
         """Nothing to check without a request: a location without a manifest is reported by the manifest read."""
 
@@ -145,7 +152,8 @@ class RemoteBackend(CacheBackend):
         """
         key, where, replaced = f"{checksum[0]}-{checksum[1]}", self.where(rel), False
         for _ in range(3):  # evicted between the fetch and the read: fetch again
-            self.node.fetch(key, None, lambda fd: _write_all(fd, self._fetch_whole(rel, limit)),
+            self.node.fetch(key, None, lambda fd: _write_all(fd, self._guessed(rel, checksum) or
+                                                             self._fetch_whole(rel, limit)),
                             lambda path: verify_download(path, checksum, where), where)
             path = self.node.path(key)
             try:
@@ -177,12 +185,20 @@ class RemoteBackend(CacheBackend):
         """A manifest: read by one process of the node, reused by the others for ``manifest_ttl`` seconds."""
         if rel not in _MANIFESTS:
             return self._fetch_whole(rel, limit)
-        name = self._small_name(rel)
-        data = self.node.small(name, self.config.manifest_ttl, lambda: self.store.read_or_none(rel, limit),
-                               self.where(rel))
+        name, also = self._small_name(rel), self._open_reads.take_expected()
+
+        def fetch() -> bytes | None:
+            if also and not self.node.seen_small(name):  # a node that read it before holds what follows it
+                return self._open_reads.fetch_with(self.store, rel, limit, also, self.node)
+            return self.store.read_or_none(rel, limit)
+
+        data = self.node.small(name, self.config.manifest_ttl, fetch, self.where(rel))
         if data is None:
             raise self._missing(rel)
         return data
+
+    def _guessed(self, rel: str, checksum: tuple[str, str]) -> bytes | None:
+        return self._open_reads.take(rel, checksum, self.where(rel))
 
     def forget(self, rel: str) -> None:
         """Drop the node's copy of a manifest (after publishing, say)."""
@@ -215,8 +231,14 @@ class RemoteBackend(CacheBackend):
                 h.update(data)
         return h.hexdigest()
 
-    def download(self, rel: str, fd: int, size: int) -> None:
-        """Write a remote file's bytes into ``fd`` (for the node cache)."""
+    def download(self, rel: str, fd: int, size: int, checksum: tuple[str, str] | None = None) -> None:
+        """Write a remote file's bytes into ``fd`` (for the node cache); with its ``checksum``, the copy fetched
+        with the manifest when it is that file."""
+        guess = None if checksum is None else self._guessed(rel, checksum)
+        if guess is not None and len(guess) == size:
+            _write_all(fd, guess)
+            count_bytes("download", size)
+            return
         try:
             self._run(lambda: self.store.download(rel, fd, size), rel)
             count_bytes("download", size)
@@ -254,7 +276,7 @@ class RemoteBackend(CacheBackend):
             got = file.slices(a, b, wait=False)
             if got is not None:
                 _place(out, rows, got)
-                count_bytes("node_cache_hit", sum(len(g) for g in got))
+                count_bytes("node_cache_hit", sum(b) - sum(a))  # (slices of the checked extents: len b - a)
             elif not file.ranges_ok or self.node.downloading(file.key) or self._mostly(file, a, b):
                 waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
             else:

@@ -16,6 +16,7 @@ from torch_drt.nodecache import _path_locks
 
 logger = logging.getLogger("torch_drt.cache")
 _MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
+_PID_BYTES = 20  # a lock file holds its holder's pid, space-padded to this width
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
@@ -65,11 +66,10 @@ def _flocked(
     try:
         held = _wait_for(fd, deadline)
         if held:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
+            with contextlib.suppress(OSError):  # padded to the reader's width: no truncation (a journal write each)
+                os.pwrite(fd, f"{os.getpid():<{_PID_BYTES}}".encode(), 0)
         else:
-            holder = os.pread(fd, 20, 0).decode(errors="replace").strip() or "unknown"
+            holder = os.pread(fd, _PID_BYTES, 0).decode(errors="replace").strip() or "unknown"
             logger.warning("node cache lock %s: held for over %.0f s by pid %s (stopped or hung?); going on without "
                            "it", path, wait, holder)
         yield held

@@ -55,6 +55,10 @@ class ManifestCopies:
                     raise
             return data
 
+    def seen_small(self, name: str) -> bool:
+        """True when the node holds a copy of the small file ``name``, however old (it read it before)."""
+        return (self.directory / "small" / name).exists()
+
     def forget(self, name: str) -> None:
         """Drop the small file ``name`` (the next ``small`` call fetches it again)."""
         (self.directory / "small" / name).unlink(missing_ok=True)

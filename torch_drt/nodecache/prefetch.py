@@ -83,6 +83,7 @@ class ShardPrefetcher:
         self._deferred: set[str] = set()  # not fetched for want of room under the node cache's limit (this plan)
         self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
+        self._looked: set[str] = set()  # a running plan's files found not local when they came into view
         self._threads: list[threading.Thread] = []
         self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
 
@@ -125,6 +126,8 @@ class ShardPrefetcher:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan, self._first = plan, plan[:first]
+            if first:
+                self._looked.clear()  # a start or a resume: every file is looked at again
             self._deferred.clear()  # reads moved on: files they read may be evicted now
             self._failed.clear()  # and failed downloads are tried again (a read that needs one surfaces its error)
             self._hold_ahead()
@@ -155,13 +158,22 @@ class ShardPrefetcher:
 
     def _hold_ahead(self) -> None:
         """Hold the local files within the bytes ahead, release the others (under the lock); once the first read's
-        files are all local (or failed), the whole plan is followed again."""
+        files are all local (or failed), the whole plan is followed again. A running plan looks at a file once
+        when it comes into view (a cold epoch's window is hundreds of files, and a plan comes every batch): one
+        found not local is held when this prefetcher fetched it (``_hold_fetched``) or found it fetched by another
+        process (``_next``)."""
         wanted = {f.key: f for f in [*self._first, *self._ahead_of_plan()]}
         for key in [k for k in self._held if k not in wanted]:
             self._held.pop(key).close()
+        looked = self._looked
+        looked.intersection_update(wanted)
         for key, file in wanted.items():
-            if key not in self._held and (held := file.hold()) is not None:
+            if key in self._held or (key in looked and not self._first):
+                continue
+            if (held := file.hold()) is not None:
                 self._held[key] = held
+            else:
+                looked.add(key)
         if self._first and all(f.key in self._held or f.key in self._failed for f in self._first):
             self._first = []
 
@@ -209,8 +221,12 @@ class ShardPrefetcher:
                 return file, waited
         for file in self._ahead():
             key = file.key
-            if key in self._running or key in self._failed or key in self._deferred or file.present():
-                continue  # (a file found local earlier may have been evicted since: present() looks again)
+            if key in self._running or key in self._held or key in self._failed or key in self._deferred:
+                continue  # (a held file was local when held: one evicted since is fetched when a read demands it)
+            if file.present():
+                if (held := file.hold()) is not None:
+                    self._held[key] = held  # fetched by another process: due no more
+                continue
             return file, False
         return None
 

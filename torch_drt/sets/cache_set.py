@@ -27,7 +27,7 @@ from torch_drt.cache._format import (
     validate_source_name,
 )
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.validate import CacheLayout, load_cache
+from torch_drt.cache.validate import CacheLayout, expect_open, load_cache
 from torch_drt.describe import described
 from torch_drt.locations import CacheBackend, MissingFile, backend_for
 from torch_drt.locations.location import Location, split_protocol
@@ -267,7 +267,8 @@ def load_caches(
     backend = _backend(path, storage_options, remote_config)
     if backend.stats_cheaply:
         is_set = is_cache_set(backend)
-    else:  # a remote cache costs one request: its manifest is read first
+    else:  # a remote cache costs one round trip: its manifest is read first (with its index and metadata)
+        expect_open(backend)
         is_set = not _has(backend, MANIFEST_FILE) and _has(backend, SET_MANIFEST_FILE)
     if is_set:
         return _load_parts(read_cache_set(backend), verify, storage_options, remote_config)
