@@ -171,3 +171,11 @@ def test_nodes_and_loader_never_import_the_cache():
         if _package(target).startswith("cache")
     }
     assert found == set()
+
+
+def test_the_cache_holds_at_most_a_fifth_of_the_package():
+    """Issue 25's measure of a cache package with one job: what is not the cache's concept lives elsewhere (the
+    process pool in ``_processes/``, the CPU budget in ``_cpu_budget.py``, dataset-rt's names in ``compat/``)."""
+    lines = {path: len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")}
+    cache = sum(n for path, n in lines.items() if (ROOT / "cache") in path.parents)
+    assert cache / sum(lines.values()) <= 0.20, f"cache/ is {cache} of {sum(lines.values())} lines"
