@@ -22,11 +22,12 @@ from torch_drt.cache import (
     WriterConfig,
     WriterProfilerConfig,
 )
-from torch_drt.cache._caches_loader import register_caches_loader
+from torch_drt.cache import _registry
 
 __version__ = "0.1.0"
 
-register_caches_loader("torch_drt.sets.cache_set:load_caches")  # a cache set's path opens as its parts
+_registry.register("caches", "torch_drt.sets.cache_set:load_caches")  # a cache set's path opens as its parts
+_registry.register("torch_dataloader", "torch_drt.cache.loader.torch_loader:to_torch_dataloader")  # the loader wing
 
 logging.getLogger("torch_drt").addHandler(logging.NullHandler())  # silent unless the application configures logging
 

@@ -3,8 +3,8 @@ no import circle is longer than 3 modules (an import of ``a.b.c`` counts as an i
 whose ``__init__`` Python runs first).
 
 The cache's loader wing (``cache/loader/``: what builds loaders and nodes over a cached dataset) is a layer of its
-own above ``loader/``, so ``nodes/`` and ``loader/`` never import the cache's loaders. The known exceptions are
-listed module by module below, so a new upward import anywhere fails this test.
+own above ``loader/``, so ``nodes/`` and ``loader/`` never import the cache's loaders. There is no exception: what
+the cache needs of the layers above it is registered by name by the ``torch_drt`` face (``cache/_registry.py``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ LAYERS = [
     {"build", "compat", "lightning", "lightning_stats", "ray", "demo", "cli", "__init__"},  # and every _cli_* module
 ]
 
-# CachedDataset.to_torch_dataloader builds the wing's loader (a call-time import)
-KNOWN_UPWARD = {
-    ("cache.dataset", "cache.loader"),
-}
+# none: what a lower layer needs of a higher one is registered by name by the torch_drt face (cache/_registry.py)
+KNOWN_UPWARD: set[tuple[str, str]] = set()
 
 WINGS = {("cache", "loader")}  # sub-packages with a layer of their own
 
@@ -179,3 +177,18 @@ def test_the_cache_holds_at_most_a_fifth_of_the_package():
     lines = {path: len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")}
     cache = sum(n for path, n in lines.items() if (ROOT / "cache") in path.parents)
     assert cache / sum(lines.values()) <= 0.20, f"cache/ is {cache} of {sum(lines.values())} lines"
+
+
+def test_the_layers_above_the_cache_are_registered_by_name():
+    import pytest
+
+    from torch_drt.cache import _registry
+    from torch_drt.cache.loader.torch_loader import to_torch_dataloader
+    from torch_drt.sets.cache_set import load_caches
+
+    assert _registry.registered("torch_dataloader") is to_torch_dataloader  # the face registered both
+    assert _registry.registered("caches") is load_caches
+    with pytest.raises(ValueError, match="role="):
+        _registry.register("writer", "m:f")
+    with pytest.raises(ValueError, match="target="):
+        _registry.register("caches", "module_without_function")

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from torch_drt.cache._dataset_position import DatasetPosition, Window
 from torch_drt.cache._metadata_files import MetadataFiles
+from torch_drt.cache._registry import registered
 from torch_drt.cache._table import IDENTITY, WEIGHT, ActiveTable, build_table, validate_table
 from torch_drt.cache.config import ReaderConfig
 from torch_drt.cache.reader import CacheReader
@@ -260,10 +261,8 @@ class CachedDataset(DatasetPosition):
             TypeError: for a transform or collate function that cannot be pickled for loading processes.
             CacheCorruptError: naming a cache's ``metadata.arrow`` removed or damaged since the dataset was opened.
         """
-        from torch_drt.cache.loader.torch_loader import to_torch_dataloader
-
         self._metadata_files.check()
-        return to_torch_dataloader(self, **kwargs)
+        return registered("torch_dataloader")(self, **kwargs)  # the cache's loader wing (cache/loader/)
 
     def get_item(self, cache_id: int, sample_id: int) -> CachedSample:
         """Read one sample by identity, whether or not it is in the active table (its stored metadata only).

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from torch_drt.cache._caches_loader import caches_loader
+from torch_drt.cache._registry import registered
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
 from torch_drt.cache.config import ReaderConfig, WriterConfig
@@ -198,7 +198,7 @@ class DatasetRuntime:
         """
         reader_config.check_seed()
         paths = [paths] if isinstance(paths, str | Path | Location | CacheBackend) else list(paths)
-        load_caches = caches_loader()  # a set's path stands for its parts (torch_drt.sets)
+        load_caches = registered("caches")  # a set's path stands for its parts (torch_drt.sets)
         loaded = [
             pair
             for p in paths
