@@ -21,8 +21,8 @@ from torch_drt.cache import (
     ShardCompression,
     WriterConfig,
     WriterProfilerConfig,
+    _registry,
 )
-from torch_drt.cache import _registry
 
 __version__ = "0.1.0"
 
