@@ -102,3 +102,21 @@ def test_two_pools_of_one_process_never_share_ring_file_names():
     finally:
         for pool in pools:
             pool.close()
+
+
+def test_a_result_that_starts_with_none_is_searched_for_tensors():
+    # a timed pool job returns (None, batch) when it is not recorded: the batch in it travels through the ring
+    w, r = writer(uid=5), RingReader()
+    big = torch.arange(2048, dtype=torch.float32)
+    packed, was_packed = w.pack((None, Pair(big, [1, 2])), slot=0)
+    assert was_packed and isinstance(packed[1].image, SharedTensor)
+    out = r.unpack(packed, was_packed, lambda: None)
+    assert out[0] is None and torch.equal(out[1].image, big) and out[1].label == [1, 2]
+    r.close()
+
+
+def test_a_list_of_scalars_travels_as_it_is():
+    w = writer(uid=6)
+    indices = list(range(4096))
+    packed, was_packed = w.pack(indices, slot=0)
+    assert packed is indices and not was_packed

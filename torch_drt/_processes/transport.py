@@ -154,11 +154,14 @@ class RingWriter:
         return _replace(batch, lambda x: placed.get(id(x), x) if isinstance(x, torch.Tensor) else x), True
 
 
-_SCALARS = (int, float, str, bytes, bool, type(None))
+_SCALARS = (int, float, str, bytes, bool)
 
 
 def _is_leaf_sequence(obj: Any) -> bool:
-    """A list or tuple that starts with a scalar (indices, labels) is not searched for tensors: it travels as it is."""
+    """A list or tuple that starts with a scalar (indices, labels) is not searched for tensors: it travels as it is.
+
+    ``None`` is not such a scalar: it stands in for what a structure lacks (a pool's ``(None, batch)`` when a batch
+    is not timed), and the rest of the structure is searched."""
     return isinstance(obj, list | tuple) and bool(obj) and isinstance(obj[0], _SCALARS)
 
 
