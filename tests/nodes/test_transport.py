@@ -115,6 +115,12 @@ def test_a_result_that_starts_with_none_is_searched_for_tensors():
     r.close()
 
 
+def test_a_label_then_tensor_pair_is_searched_for_tensors():
+    w = writer(uid=7)
+    packed, was_packed = w.pack((3, torch.zeros(4096)), slot=0)
+    assert was_packed and packed[0] == 3 and isinstance(packed[1], SharedTensor)
+
+
 def test_a_list_of_scalars_travels_as_it_is():
     w = writer(uid=6)
     indices = list(range(4096))

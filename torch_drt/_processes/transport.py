@@ -158,11 +158,14 @@ _SCALARS = (int, float, str, bytes, bool)
 
 
 def _is_leaf_sequence(obj: Any) -> bool:
-    """A list or tuple that starts with a scalar (indices, labels) is not searched for tensors: it travels as it is.
+    """A list or tuple that starts and ends with a scalar (indices, labels) is not searched for tensors: it travels
+    as it is, at the cost of two looks however long it is.
 
     ``None`` is not such a scalar: it stands in for what a structure lacks (a pool's ``(None, batch)`` when a batch
-    is not timed), and the rest of the structure is searched."""
-    return isinstance(obj, list | tuple) and bool(obj) and isinstance(obj[0], _SCALARS)
+    is not timed), and the rest of the structure is searched; so is a ``(label, tensor)`` pair."""
+    if not isinstance(obj, list | tuple) or not obj:
+        return False
+    return isinstance(obj[0], _SCALARS) and isinstance(obj[-1], _SCALARS)
 
 
 def _replace(obj: Any, leaf: Any) -> Any:
