@@ -14,6 +14,7 @@ import pytest
 import torch_drt as drt
 from torch_drt.cache import open_cache
 from torch_drt.cache.validate import load_index
+from torch_drt.checksums import first_mismatch, record_checksums
 
 WIDTH = 4096
 COUNT = 48
@@ -99,3 +100,28 @@ def test_by_default_a_record_damaged_after_it_was_read_is_an_error(written, tmp_
     assert len(intact) == COUNT and sum(len(d) for b in ds.iter_batches(16) for d in b.data) == COUNT * WIDTH
     shard = _flip(cache, DAMAGED)
     _refused(LEVELS[level], ds, shard)
+
+
+@pytest.mark.parametrize("checks", [None, "first_read"])
+def test_the_first_damaged_record_of_a_gather_is_named(written, tmp_path, runtime, checks):
+    cache = _copy(written, tmp_path)
+    _flip(cache, DAMAGED)
+    shard = _flip(cache, 20)
+    ds = runtime.cached_dataset([cache], reader_config=drt.ReaderConfig(seed=0, shuffle=False, record_checks=checks))
+    with pytest.raises(drt.CacheCorruptError, match="sample 20: record fails its checksum") as info:
+        list(ds.iter_batches(COUNT))
+    assert Path(info.value.path) == shard
+
+
+def test_first_mismatch():
+    records = [bytes([i]) * (100 + i) for i in range(5)]
+    sums = record_checksums(records, len(records))
+    assert first_mismatch(records, sums) == -1
+    assert first_mismatch([], np.empty(0, np.uint64)) == -1
+    bad = sums.copy()
+    bad[[3, 4]] ^= np.uint64(1)
+    assert first_mismatch(records, bad) == 3
+    assert first_mismatch([memoryview(r) for r in records], bad) == 3
+    rows = np.frombuffer(b"".join(r[:100] for r in records), np.uint8).reshape(5, 100)  # read_into's rows
+    assert first_mismatch(rows, record_checksums(rows, 5)) == -1
+    assert first_mismatch(rows, sums) == 1  # row 0 is records[0]; row 1 is records[1] cut short
