@@ -53,10 +53,10 @@ class _Source:
 def integrity_switches(record_checks: bool, size_checks: bool) -> None:
     """Benchmark-only switches (private attributes, class-wide: the loader's own readers too): turn the record
     checksums and the file size checks off or on."""
-    from torch_drt.cache.reader import _OpenedCache
+    from torch_drt.cache._opened_cache import OpenedCache
     from torch_drt.locations.local import LocalFile
 
-    for cls, name, on in ((_OpenedCache, "verify", record_checks), (LocalFile, "check", size_checks)):
+    for cls, name, on in ((OpenedCache, "verify", record_checks), (LocalFile, "check", size_checks)):
         original = cls.__dict__.get(f"_bench_{name}") or cls.__dict__[name]
         setattr(cls, f"_bench_{name}", original)
         setattr(cls, name, original if on else _off)

@@ -144,6 +144,7 @@ def test_verified_records_bits():
     assert bits.unchecked(np.arange(13)).tolist() == list(range(13))
     bits.mark(np.array([0, 7, 8, 12, 12]))
     assert bits.unchecked(np.array([12, 1, 7, 8, 0, 9])).tolist() == [1, 5]
+    assert [bits.unchecked(np.array([i])).tolist() for i in (0, 1, 7, 8, 11, 12)] == [[], [0], [], [], [0], []]
     bits.forget()
     assert bits.unchecked(np.array([0, 12])).tolist() == [0, 1]
 

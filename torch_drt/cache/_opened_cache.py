@@ -15,7 +15,7 @@ from torch_drt.cache._verified import VerifiedRecords
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import load_index, open_shards
-from torch_drt.checksums import record_checksums
+from torch_drt.checksums import first_mismatch
 
 
 class OpenedCache:
@@ -102,9 +102,8 @@ class OpenedCache:
                 return
             if todo.size < len(data):
                 data, entries, sample_ids = [data[i] for i in todo.tolist()], entries[todo], sample_ids[todo]
-        bad = record_checksums(data, len(data)) != entries["checksum"]
-        if bad.any():
-            i = int(np.argmax(bad))
+        i = first_mismatch(data, entries["checksum"])
+        if i >= 0:
             raise self._fail(
                 int(entries["shard"][i]), int(sample_ids[i]), "record fails its checksum (damaged shard or index)"
             )

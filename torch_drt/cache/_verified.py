@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 RECORD_CHECKS = ("every_read", "first_read")  # CacheReader's and ReaderConfig's record_checks
+_BIT = np.array([1, 2, 4, 8, 16, 32, 64, 128], dtype=np.uint8)  # record i's bit in its byte: _BIT[i & 7]
+_NONE, _FIRST = np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)  # shared answers: read-only
+_NONE.flags.writeable = _FIRST.flags.writeable = False
 
 
 class VerifiedRecords:
@@ -26,13 +29,16 @@ class VerifiedRecords:
     def unchecked(self, sample_ids: np.ndarray) -> np.ndarray:
         """The positions in ``sample_ids`` (valid ids of the cache) of records not verified yet, in order."""
         ids = np.asarray(sample_ids, dtype=np.int64)
-        seen = (self._bits[ids >> 3] >> (ids & 7).astype(np.uint8)) & 1
-        return np.flatnonzero(seen == 0)
+        if ids.size == 1:  # one record (get_item): integer arithmetic costs less than the array operations
+            i = int(ids.flat[0])
+            return _NONE if int(self._bits[i >> 3]) >> (i & 7) & 1 else _FIRST
+        seen = self._bits[ids >> 3] & _BIT[ids & 7]
+        return _NONE if seen.all() else np.flatnonzero(seen == 0)  # the later passes: all verified
 
     def mark(self, sample_ids: np.ndarray) -> None:
         """Record that ``sample_ids`` passed their checksums."""
         ids = np.asarray(sample_ids, dtype=np.int64)
-        np.bitwise_or.at(self._bits, ids >> 3, np.left_shift(1, ids & 7).astype(np.uint8))
+        np.bitwise_or.at(self._bits, ids >> 3, _BIT[ids & 7])
 
     def forget(self) -> None:
         """Verify every record again from now on (its files were opened anew)."""
