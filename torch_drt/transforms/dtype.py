@@ -131,10 +131,9 @@ class FloatNormalizeChw(Transform):
         self._fills = {}
 
     def apply(self, image: Any) -> Image:
-        image = as_image(image)
-        if image.dtype != torch.uint8:
-            raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
-        chw = plain(image)
+        chw = plain(as_image(image))
+        if chw.dtype != torch.uint8:
+            raise ValueError(f"ToFloat takes uint8 images, got {chw.dtype}")
         c, h, w = chw.shape
         if c != len(self.normalize.mean):
             raise ValueError(f"Normalize has {len(self.normalize.mean)} channel values, the image has {c} channels")
