@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -270,3 +272,28 @@ def test_bad_arguments(transform, message):
 def test_random_resized_crop_takes_uint8():
     with pytest.raises(ValueError, match="crop before ToFloat"):
         T.RandomResizedCrop(8)(make("RGB", (17, 31), torch.float32))
+
+
+@pytest.mark.parametrize(("ours", "theirs"), [
+    (T.RandomHorizontalFlip, v2.RandomHorizontalFlip), (T.RandomGrayscale, v2.RandomGrayscale),
+])
+def test_a_coin_compares_at_float32_like_torchvision(ours, theirs):
+    # p just above the draw in double, the draw itself once rounded to float32 (as torch compares a float32 tensor
+    # with a Python float): torchvision skips the transform; a comparison of Python floats would apply it
+    image = make("RGB", (17, 31))
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        draw = float(torch.rand(1))
+        p = math.nextafter(draw, 1.0)
+        assert float(np.float32(p)) == draw < p
+        same_draws(ours(p), theirs(p), image, as_tv(image), seed)
+        torch.manual_seed(seed)
+        assert torch.equal(plain(ours(p)(image)), plain(image))  # skipped, as torchvision skips it
+
+
+@pytest.mark.parametrize("flip", [T.RandomHorizontalFlip(1.0), T.RandomVerticalFlip(1.0)])
+def test_flips_keep_the_memory_layout(flip):
+    for image in layouts(make("RGB", (17, 31))):
+        out = flip(image)
+        assert out.memory_layout == image.memory_layout
+        assert torch.equal(plain(out), plain(image).flip(-1 if flip.dim == 1 else -2))

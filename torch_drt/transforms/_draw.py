@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from torch_drt.random import item_generator
@@ -37,8 +38,12 @@ def check_p(p: float) -> float:
 
 
 def coin(p: float, g: torch.Generator) -> bool:
-    """True with probability ``p``: torchvision's ``torch.rand(1) < p`` (it skips the transform when >= p)."""
-    return bool(torch.rand(1, generator=g) < p)
+    """True with probability ``p``: torchvision's ``torch.rand(1) < p`` (it skips the transform when >= p).
+
+    Compared as Python floats, without torch's comparison op (whose dispatch costs more than the draw), with ``p``
+    rounded to float32 first, as torch rounds a Python float to compare it with a float32 tensor: the same result.
+    """
+    return torch.rand(1, generator=g).item() < float(np.float32(p))
 
 
 def uniform(low: float, high: float, g: torch.Generator) -> float:

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from PIL import Image as PILImage
 
-from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, from_hwc
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, from_hwc, plain
 from torch_drt.transforms.base import Transform
 
 _MODE_OF = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
@@ -25,12 +25,13 @@ class _Convert(Transform):
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
-        if image.dtype != torch.uint8:
-            raise ValueError(f"{type(self).__name__} takes uint8 images, got {image.dtype}: convert before ToFloat")
-        hwc = image.hwc
-        h, w, channels = hwc.shape
+        chw = plain(image)  # the checks on the plain tensor: a tv_tensor's dtype is a Python property
+        if chw.dtype != torch.uint8:
+            raise ValueError(f"{type(self).__name__} takes uint8 images, got {chw.dtype}: convert before ToFloat")
+        channels, h, w = chw.shape
         if _MODE_OF[channels] == self.target:
             return image
+        hwc = chw.permute(1, 2, 0)
         # Pillow's image and its conversion (1 or 4 bytes a pixel each), then the result twice (bytes and array)
         per_pixel = (1 if channels == 1 else 4) + (1 if self.target == "L" else 4) + 2 * _CHANNELS[self.target]
         check_alloc(f"{type(self).__name__} of {w}x{h}", h * w * per_pixel, self.max_alloc)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ _CHANNELS = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
 _DEEP_MODES = dict.fromkeys(("I;16", "I;16B", "I;16L", "I;16N"), "16-bit samples")
 _DEEP_MODES |= {"I": "32-bit samples", "F": "float samples"}
 _FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF")
+_OPS: dict[str, Any] | None = None  # torchvision's decoding ops, found on first use
 _TORCHVISION_ERROR_PREFIX = re.compile(r"^\w+, \S+:\d+, ")
 # torchvision 0.29 deprecates its image codecs in favour of TorchCodec; its JPEG decoder remains the GIL-free path
 # here until removed (then Decode falls back to Pillow), so its deprecation notice is silenced for this use only.
@@ -165,16 +167,36 @@ class Decode(Transform):
         return from_hwc(torch.from_numpy(arr[:, :, None] if arr.ndim == 2 else arr))
 
 
+def _torchvision_ops() -> dict[str, Any] | None:
+    """``fmt -> decode(encoded)``: torchvision's JPEG and WebP ops, called as ``decode_jpeg``/``decode_webp`` call
+    them with ``ImageReadMode.UNCHANGED``, or None when torchvision has no codecs. The ops are called directly:
+    those functions also issue their deprecation warning and log API usage on every call, about 25 us per image
+    with the GIL held (the filter above silences the warning, not its cost). Where the ops are not found under
+    these names (another torchvision), the public functions are used."""
+    global _OPS
+    if _OPS is None:
+        try:
+            from torchvision.io import ImageReadMode, decode_jpeg, decode_webp
+        except ImportError:
+            _OPS = {}
+            return None
+        unchanged = ImageReadMode.UNCHANGED
+        try:
+            jpeg, webp, mode = torch.ops.image.decode_jpeg.default, torch.ops.image.decode_webp.default, unchanged.value
+            _OPS = {"JPEG": lambda t: jpeg(t, mode, False), "WEBP": lambda t: webp(t, mode)}
+        except (AttributeError, RuntimeError):
+            _OPS = {"JPEG": lambda t: decode_jpeg(t, mode=unchanged), "WEBP": lambda t: decode_webp(t, mode=unchanged)}
+    return _OPS or None
+
+
 def _torchvision(data: bytes | bytearray | memoryview, fmt: str) -> Image | None:
     """libjpeg-turbo or libwebp through torchvision (without the GIL), or None when torchvision has no codecs."""
-    try:
-        from torchvision.io import ImageReadMode, decode_jpeg, decode_webp
-    except ImportError:
+    ops = _torchvision_ops()
+    if ops is None:
         return None
     encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    decode = decode_jpeg if fmt == "JPEG" else decode_webp
     try:
-        chw = decode(encoded, mode=ImageReadMode.UNCHANGED)
+        chw = ops[fmt](encoded)
     except RuntimeError as e:
         message = _TORCHVISION_ERROR_PREFIX.sub("", str(e).splitlines()[0])
         raise ValueError(f"corrupt or truncated {fmt} image: {message}") from None

@@ -106,8 +106,10 @@ class FloatNormalizeChw(Transform):
 
     The values are the same, element for element (``float_normalize_into``): without padding, the uint8 data is
     put in CHW order (numpy's transposing copy, a few times faster than torch's for 3 channels), then converted
-    and normalised in three passes over contiguous planes; with PadTo, torch's ops write into the padded result,
-    whose padding gets the fill's value, computed once with the same operations as a padded pixel.
+    and normalised in three passes over contiguous planes, written into the result (with PadTo, into its inner
+    part; the padding gets the fill's value, computed once with the same operations as a padded pixel). All of it
+    is numpy's loops on arrays of the result, without the GIL; torch's indexing, which would hold the GIL for tens
+    of microseconds per band, is not used.
 
     The results' buffers are recycled (``_recycle.RecyclingPool``, up to ``POOL_BYTES`` kept): a result's memory is
     used again only once nothing holds the result, a view or an array of it any more.
@@ -118,7 +120,7 @@ class FloatNormalizeChw(Transform):
     def __init__(self, to_float: ToFloat, normalize: Normalize, pad_to: Any = None) -> None:
         self.to_float, self.normalize, self.pad_to = to_float, normalize, pad_to
         self._pool = RecyclingPool(torch.float32, self.POOL_BYTES)
-        self._fills: dict[tuple[int, float], torch.Tensor] = {}
+        self._fills: dict[tuple[int, float], np.ndarray] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_pool", "_fills")}
@@ -129,10 +131,9 @@ class FloatNormalizeChw(Transform):
         self._fills = {}
 
     def apply(self, image: Any) -> Image:
-        image = as_image(image)
-        if image.dtype != torch.uint8:
-            raise ValueError(f"ToFloat takes uint8 images, got {image.dtype}")
-        chw = plain(image)
+        chw = plain(as_image(image))
+        if chw.dtype != torch.uint8:
+            raise ValueError(f"ToFloat takes uint8 images, got {chw.dtype}")
         c, h, w = chw.shape
         if c != len(self.normalize.mean):
             raise ValueError(f"Normalize has {len(self.normalize.mean)} channel values, the image has {c} channels")
@@ -145,31 +146,25 @@ class FloatNormalizeChw(Transform):
             src = np.ascontiguousarray(chw.numpy())  # CHW order (a copy only when the memory is HWC)
             float_normalize_into(out.numpy(), src, self.normalize, self.to_float.scale)
             return out.as_subclass(Image)
-        fill = self._fill(c, pad.fill).expand(c, oh, ow)
+        o = out.numpy()
+        fill = self._fill(c, pad.fill)
         for rows, cols in (  # the padding: top and bottom bands, then left and right of the image
             (slice(0, top), slice(None)),
             (slice(top + h, oh), slice(None)),
             (slice(top, top + h), slice(0, left)),
             (slice(top, top + h), slice(left + w, ow)),
         ):
-            if rows.start < rows.stop and (cols.stop is None or cols.start < cols.stop):
-                out[:, rows, cols] = fill[:, rows, cols]
-        self._values(chw, out[:, top : top + h, left : left + w])
+            o[:, rows, cols] = fill  # numpy's indexing: a few microseconds each, torch's tens (with the GIL)
+        src = np.ascontiguousarray(chw.numpy())
+        float_normalize_into(o[:, top : top + h, left : left + w], src, self.normalize, self.to_float.scale)
         return out.as_subclass(Image)
 
-    def _fill(self, c: int, fill: float) -> torch.Tensor:
+    def _fill(self, c: int, fill: float) -> np.ndarray:
         """The (c, 1, 1) values of a padded pixel: ``fill`` as uint8, through the same operations."""
         key = (c, fill)
         values = self._fills.get(key)
         if values is None:
-            uint8 = torch.full((c, 1, 1), np.uint8(fill), dtype=torch.uint8)
-            values = self._fills[key] = self._values(uint8, torch.empty((c, 1, 1), dtype=torch.float32))
+            values = np.empty((c, 1, 1), dtype=np.float32)
+            float_normalize_into(values, np.full((c, 1, 1), np.uint8(fill)), self.normalize, self.to_float.scale)
+            self._fills[key] = values
         return values
-
-    def _values(self, src: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """``float_normalize_into`` with torch's ops, into the float32 CHW tensor ``out``."""
-        if self.to_float.scale:
-            torch.div(src, 255, out=out)
-        else:
-            out.copy_(src)
-        return out.sub_(self.normalize._mean).div_(self.normalize._std)

@@ -55,11 +55,11 @@ class RandomResizedCrop(Transform):
 
     def apply(self, image: Any) -> Image:
         image = as_image(image)
-        if image.dtype != torch.uint8:
-            raise ValueError(f"RandomResizedCrop takes uint8 images, got {image.dtype}: crop before ToFloat")
         chw = plain(image)
+        if chw.dtype != torch.uint8:
+            raise ValueError(f"RandomResizedCrop takes uint8 images, got {chw.dtype}: crop before ToFloat")
         top, left, h, w = self.draw(chw.shape[1], chw.shape[2], _draw.generator())
-        crop = chw[:, top : top + h, left : left + w]
+        crop = chw.narrow(1, top, h).narrow(2, left, w)  # the view torch's indexing gives, at a fraction of its cost
         oh, ow = self.size
         if (oh, ow) == (h, w):
             return out_like(crop.permute(1, 2, 0), image)

@@ -7,8 +7,7 @@ from typing import Any
 import torch
 
 from torch_drt.transforms import _draw
-from torch_drt.transforms._hwc import out_like
-from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc
+from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc, check_max_alloc, plain
 from torch_drt.transforms.base import Transform
 
 
@@ -23,8 +22,9 @@ class _RandomFlip(Transform):
         image = as_image(image)
         if not _draw.coin(self.p, _draw.generator()):
             return image
-        check_alloc(type(self).__name__, image.numel() * image.element_size(), self.max_alloc)
-        return out_like(torch.flip(image.hwc, dims=(self.dim,)), image)
+        chw = plain(image)
+        check_alloc(type(self).__name__, chw.numel() * chw.element_size(), self.max_alloc)
+        return torch.flip(chw, dims=(self.dim + 1,)).as_subclass(Image)  # one copy, in the input's memory layout
 
 
 class RandomHorizontalFlip(_RandomFlip):
