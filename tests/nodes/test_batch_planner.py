@@ -47,7 +47,8 @@ def test_a_checkpoint_after_the_last_batch_starts_the_next_epoch():
     assert (state["epoch"], state["observation_offset"]) == (1, 0)
 
 
-@pytest.mark.parametrize(("n", "batch_size", "world_size", "rank"), [(10_000, 64, 1, 0), (10_000, 16, 3, 2), (1000, 7, 2, 1)])
+@pytest.mark.parametrize(("n", "batch_size", "world_size", "rank"),
+                         [(10_000, 64, 1, 0), (10_000, 16, 3, 2), (1000, 7, 2, 1)])
 def test_shuffled_and_user_sampler_plans_map_every_position_through_the_sampler(n, batch_size, world_size, rank):
     """The chunk's indices are the sampler's at the plan's positions, in chunks with and without padding."""
     import numpy as np
