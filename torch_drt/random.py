@@ -44,6 +44,7 @@ __all__ = [
     "BatchSlot",
     "batch_scope",
     "batch_slot",
+    "current_slot",
     "enter_batch",
     "exit_batch",
     "item_generator",
@@ -113,6 +114,11 @@ class BatchSlot:
 
     def __repr__(self) -> str:
         return f"BatchSlot({'open' if self.batch is not None else 'closed'})"
+
+
+current_slot: Callable[[], Any] = _batch.get
+"""This context's batch value, read in C: a loader's ``BatchSlot`` once ``batch_slot()`` made it (anything else:
+call ``batch_slot()``)."""
 
 
 def batch_slot() -> BatchSlot | None:

@@ -59,3 +59,32 @@ def test_getitem_draws_from_the_same_generator(kwargs):
     a = [x for b in StatefulDataLoader(Draws(), batch_size=4, seed=1, collate_fn=list, **kwargs) for x in b]
     b = [x for b in StatefulDataLoader(Draws(), batch_size=6, seed=1, collate_fn=list) for x in b]
     assert a == b and len(set(a)) == 30
+
+
+def test_plain_fetch_path_draws_each_positions_own_stream_in_any_thread_and_inside_a_users_scope():
+    """The inline fast path (no transform: the batch slot read in C) gives item ``i`` at position ``p`` the stream of
+    ``item_seed(seed, epoch, p)``: on the main thread, on a fresh thread, and inside a user's ``batch_scope``."""
+    import threading
+
+    from torch_drt.random import batch_scope, item_seed
+    from torch_drt.sampling.samplers import ShuffledSampler
+
+    def expected(epoch: int) -> list[float]:
+        order = ShuffledSampler(30, 4).indices(epoch, torch.arange(30).numpy()).tolist()
+        by_index = {i: float(torch.rand((), generator=torch.Generator().manual_seed(item_seed(4, epoch, p))))
+                    for p, i in enumerate(order)}
+        return [by_index[i] for i in order]
+
+    def epochs() -> list[list[float]]:
+        loader = StatefulDataLoader(Draws(), batch_size=4, seed=4, shuffle=True, collate_fn=list)
+        return [[x for b in loader for x in b] for _ in range(2)]
+
+    want = [expected(0), expected(1)]
+    assert epochs() == want
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(epochs()))
+    thread.start()
+    thread.join(60)
+    assert out == [want]
+    with batch_scope(99, 7, [0], [0]):  # a user's scope around the loop: the loader's batches use their own
+        assert epochs() == want

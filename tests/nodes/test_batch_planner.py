@@ -45,3 +45,30 @@ def test_a_checkpoint_after_the_last_batch_starts_the_next_epoch():
     assert batches[-1] == list(range(156 * 64, 10_000))
     state = loader.state_dict()
     assert (state["epoch"], state["observation_offset"]) == (1, 0)
+
+
+@pytest.mark.parametrize(("n", "batch_size", "world_size", "rank"),
+                         [(10_000, 64, 1, 0), (10_000, 16, 3, 2), (1000, 7, 2, 1)])
+def test_shuffled_and_user_sampler_plans_map_every_position_through_the_sampler(n, batch_size, world_size, rank):
+    """The chunk's indices are the sampler's at the plan's positions, in chunks with and without padding."""
+    import numpy as np
+
+    from torch_drt.sampling.samplers import IndexListSampler, ShuffledSampler
+
+    order = list(np.random.default_rng(3).permutation(n))
+    for sampler, index_of in [
+        (ShuffledSampler(n, seed=5), lambda ps: ShuffledSampler(n, seed=5).indices(0, np.asarray(ps)).tolist()),
+        (IndexListSampler(order, n), lambda ps: [int(order[p]) for p in ps]),
+    ]:
+        got = plans(BatchPlanner(sampler, batch_size, world_size, rank))
+        g = batch_size * world_size
+        assert [p.positions for p in got] == [range(o + rank, min(n, o + g), world_size) for o in range(0, n, g)]
+        assert [p.indices for p in got] == [index_of(list(p.positions)) for p in got]
+
+
+def test_rank_positions_of_clips_at_the_epochs_end_only():
+    from torch_drt.sampling.partition import Partition
+
+    part = Partition(100, 8, world_size=2, rank=1)
+    for offsets in (range(0, 64, 16), range(0, 100, 16), range(96, 100, 16), range(80, 112, 16), range(0)):
+        assert part.rank_positions_of(offsets) == [range(o + 1, min(100, o + 16), 2) for o in offsets]

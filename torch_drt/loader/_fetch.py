@@ -22,7 +22,7 @@ from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
-from torch_drt.random import batch_slot, enter_batch, exit_batch, map_items
+from torch_drt.random import BatchSlot, batch_slot, current_slot, enter_batch, exit_batch, map_items
 
 
 def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
@@ -242,24 +242,27 @@ class BatchFetcher:
     records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt._stage_clock)
 
     def __call__(self, plan: BatchPlan, times: BatchTimes | None = None) -> Fetched:
-        slot = batch_slot()
-        if slot is None:  # inside a user's batch_scope: a scope of our own
-            token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
-            try:
-                return self._load(plan) if times is None else self._timed_load(plan, times)
-            finally:
-                exit_batch(token)
-        slot.batch = [self.seed, plan.epoch, plan.indices, plan.positions]
+        slot = current_slot()  # this thread's batch slot, read in C (batch_slot() makes it on first use)
+        if type(slot) is not BatchSlot:
+            slot = batch_slot()
+            if slot is None:  # inside a user's batch_scope: a scope of our own
+                token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)
+                try:
+                    return self._load(plan) if times is None else self._timed_load(plan, times)
+                finally:
+                    exit_batch(token)
+        epoch, _, indices, positions, last = plan
+        slot.batch = [self.seed, epoch, indices, positions]
         try:
             if times is not None:
                 return self._timed_load(plan, times)
             if self._checked and self._plain:  # the common case, inline: this costs a few attribute reads
-                batch = self.collate_fn(list(map(self._getitem, plan.indices)))
+                batch = self.collate_fn(list(map(self._getitem, indices)))
             else:
                 return self._load(plan)
         finally:
             slot.batch = None
-        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, indices, last))
 
     def _load(self, plan: BatchPlan) -> Fetched:
         items = self._async_items(plan) if self.is_async else self._items(plan)

@@ -111,12 +111,11 @@ class BatchPlanner(BaseNode[BatchPlan]):
         part = self.partition
         count = min(part.num_batches(self.offset), self._CHUNK)
         positions = part.positions(self.offset, count)
-        valid = positions < part.n
-        flat = self.source.indices(self.epoch, positions[valid])
-        if valid.all():
-            lists = flat.reshape(count, part.batch_size).tolist()
+        if not count or positions[-1, -1] < part.n:  # rows ascend: none is padding (the common case, no mask)
+            lists = self.source.indices(self.epoch, positions.reshape(-1)).reshape(count, part.batch_size).tolist()
         else:
-            values = flat.tolist()
+            valid = positions < part.n
+            values = self.source.indices(self.epoch, positions[valid]).tolist()
             ends = valid.sum(axis=1).cumsum().tolist()
             lists = [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
         offsets = range(self.offset, self.offset + count * part.global_batch_size, part.global_batch_size)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -12,17 +11,17 @@ from torchdata.nodes import BaseNode
 
 from torch_drt._processes.pool import ProcessPool
 from torch_drt._processes.transport import SharedMemoryTransport
-from torch_drt._stage_clock import Recorded, WorkerIndex
 from torch_drt.describe import described
 from torch_drt.nodes._in_flight import InFlight
 from torch_drt.nodes._inline_cost import InlineCost, Timed, thread_cpu_clock
 from torch_drt.nodes._mapper_clock import MapperClock
+from torch_drt.nodes._mapper_pool import make_pool, sized_transport
+from torch_drt.nodes._ready_wait import wait_ready
 from torch_drt.nodes.thread_pool import ThreadPool
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_POLL_S = 0.1  # a waiting next() wakes this often, so Ctrl-C interrupts it promptly
 _NOTHING = object()
 
 
@@ -129,10 +128,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return self._cost.below_s
 
     def _sized(self, transport: SharedMemoryTransport) -> SharedMemoryTransport:
-        """``transport`` with its ring slots: as given, else a worker's share of the items in flight, plus two."""
-        if transport.slots is not None:
-            return transport
-        return dataclasses.replace(transport, slots=-(-self.in_flight // max(1, self.num_workers)) + 2)
+        return sized_transport(transport, self.in_flight, self.num_workers)
 
     def resize(self, num_workers: int, in_flight: int) -> None:
         """Run with ``num_workers`` and ``in_flight`` from the next ``reset()`` on (the workers are stopped when
@@ -153,13 +149,12 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                          in_flight=self.in_flight, in_order=None if self.in_order else False)
 
     def _make_pool(self) -> ThreadPool | ProcessPool:
-        fn, init = self.map_fn, self.worker_init
-        if self.stats is not None:  # jobs are (weight, item): see _submit
-            fn, init = Recorded(fn), WorkerIndex(init)
-        if self.method == "thread":
-            self._timed = Timed(fn) if self.adaptive else None
-            return ThreadPool(self._timed or fn, self.num_workers, initializer=init)
-        return ProcessPool(fn, self.num_workers, self.multiprocessing_context, self.transport, init)
+        pool, self._timed = make_pool(
+            self.map_fn, self.worker_init, method=self.method, num_workers=self.num_workers,
+            multiprocessing_context=self.multiprocessing_context, transport=self.transport,
+            recorded=self.stats is not None, adaptive=self.adaptive,  # recorded: jobs are (weight, item), see _submit
+        )
+        return pool
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -230,26 +225,6 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._held = _NOTHING  # (a KeyboardInterrupt keeps it: the same item comes next)
         return result
 
-    def _ready(self) -> int | None:
-        """The index of a pending item whose result is there (the oldest one when in order), or None after
-        ``timeout`` seconds. Wakes every ``_POLL_S`` so Ctrl-C is prompt."""
-        assert self._pool is not None
-        waited = 0.0
-        while True:
-            if self.in_order:
-                if self._pool.wait(self._flight.oldest(), _POLL_S):
-                    return 0
-            else:
-                tasks = self._flight.tasks()
-                ready = next((i for i, task in enumerate(tasks) if self._pool.done(task)), None)
-                if ready is not None:
-                    return ready
-                if self._pool.wait_any(tasks, _POLL_S):
-                    continue
-            waited += _POLL_S
-            if self.timeout and waited >= self.timeout:
-                return None
-
     def next(self) -> R:
         if self._inline and (not self.num_workers or not self._flight):  # (nothing is in flight without workers)
             if self.adaptive or self._held is not _NOTHING or self.record_next:
@@ -267,7 +242,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._submit()
         if not self._flight:
             raise StopIteration
-        index = self._ready()  # a KeyboardInterrupt here leaves the items pending
+        index = wait_ready(self._pool, self._flight, self.in_order, self.timeout)  # Ctrl-C leaves the items pending
         task = self._flight.take(index or 0)
         if index is None:
             self._pool.abandon(task)

@@ -80,4 +80,6 @@ class Partition:
     def rank_positions_of(self, offsets: range) -> list[range]:
         """``rank_positions`` of each global batch at ``offsets``, in one pass (a loader plans batches in chunks)."""
         rank, n, size, step = self.rank, self.n, self.global_batch_size, self.world_size
+        if not offsets or max(offsets[0], offsets[-1]) + size <= n:  # none reaches the end: no clipping per batch
+            return [range(o + rank, o + size, step) for o in offsets]
         return [range(o + rank, min(n, o + size), step) for o in offsets]
