@@ -5,6 +5,12 @@ the next, until it settles. Workers first: doubled while throughput rises by ``W
 waits for data, then one step between the best and the first that did not pay; then batches ahead, doubled while
 throughput rises by ``DEPTH_GAIN``. Every setting it proposes after the first trial fits the memory cap: its
 ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is at most the cap.
+
+Like is compared with like: a number of workers that did not pay while the caller waited is judged again against
+the best measured anew, right after it (once per best setting). The two trials then both start from workers
+started afresh, under the same load, where the best's first trial may have run under other conditions (the first
+trial of an epoch starts from workers that read ahead while the loader started; the machine's load drifts): one
+trial measured high, or low, does not end the search for workers.
 """
 
 from __future__ import annotations
@@ -86,6 +92,8 @@ class HillClimb:
         self._phase = "workers" if tune_workers else "depth" if tune_depth else "done"
         self._failed: int | None = None  # the fewest workers measured not to pay
         self._refined = False
+        self._rechecked: set[Setting] = set()  # best settings measured again against a challenger
+        self._challenger: tuple[Setting, Trial] | None = None  # judged again once the best is measured anew
         self.done = self._phase == "done"
         self.history: list[tuple[Setting, Trial]] = []
 
@@ -93,8 +101,16 @@ class HillClimb:
         """The trial of ``current`` ended: the next setting to run (``best`` once the search settles)."""
         self.memory.learn(trial)
         self.history.append((self.current, trial))
+        if self._challenger is not None:  # ``trial`` measured the best anew: the challenger is judged against it
+            self._best_rate = trial.throughput
+            (self.current, trial), self._challenger = self._challenger, None
         gain = WORKER_GAIN if self._phase == "workers" else DEPTH_GAIN
         improved = trial.throughput >= self._best_rate * gain
+        if not improved and self._recheck(trial):
+            self._rechecked.add(self.best)
+            self.best = self._fit(self.best)  # (what was learnt of the memory may rule it out now)
+            self._challenger, self.current = (self.current, trial), self.best
+            return self.current
         if improved:
             self.best, self._best_rate = self.current, trial.throughput
         elif self._phase == "workers":
@@ -110,6 +126,12 @@ class HillClimb:
         self.done = proposal is None
         self.current = self.best if proposal is None else proposal
         return self.current
+
+    def _recheck(self, trial: Trial) -> bool:
+        """Whether the workers of ``current``, which did not pay, are judged again against the best measured anew:
+        they differ from the best's, the caller waited for data, and the best was not measured again yet."""
+        return (self._phase == "workers" and self.current.workers != self.best.workers
+                and trial.wait_share >= CONSUMER_BOUND and self.best not in self._rechecked)
 
     def settle(self) -> Setting:
         """End the search now, at the best setting measured (within the cap)."""
