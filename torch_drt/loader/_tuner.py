@@ -1,10 +1,13 @@
 """HillClimb: the search behind ``num_workers="auto"`` / ``prefetch_depth="auto"``, free of any loader.
 
 It proposes a ``Setting`` (workers, batches ahead), is told what the last trial measured (``Trial``) and proposes
-the next, until it settles. Workers first: doubled while throughput rises by ``WORKER_GAIN`` and the caller still
-waits for data, then one step between the best and the first that did not pay; then batches ahead, doubled while
-throughput rises by ``DEPTH_GAIN``. Every setting it proposes after the first trial fits the memory cap: its
-``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is at most the cap.
+the next, until it settles. Workers first: times ``WORKER_STEP`` while throughput rises by ``WORKER_GAIN`` and the
+caller still waits for data, then one step between the best and the first that did not pay (their geometric mean);
+then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Steps of 4 reach 16 workers in three trials
+(1, 4, 16), where doubling takes five: the search for an I/O-bound loader fits in the first 5% of an epoch of
+1,280 batches, and each step's gain stands out of the noise more. Every setting it proposes after the first
+trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
+at most the cap.
 
 Like is compared with like: a number of workers that did not pay while the caller waited is judged again against
 the best measured anew, right after it (once per best setting). The two trials then both start from workers
@@ -16,7 +19,9 @@ trial measured high, or low, does not end the search for workers.
 from __future__ import annotations
 
 import dataclasses
+import math
 
+WORKER_STEP = 4
 WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
 DEPTH_GAIN = 1.05
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
@@ -146,10 +151,10 @@ class HillClimb:
             if self._refined:
                 return None
             if improved and waits and best.workers < self.max_workers and self._failed is None:
-                return self._fit(Setting(min(self.max_workers, 2 * best.workers), best.depth))
+                return self._fit(Setting(min(self.max_workers, WORKER_STEP * best.workers), best.depth))
             if self._failed is not None and self._failed - best.workers > 1:
                 self._refined = True  # one step between the best and the first that did not pay
-                return self._fit(Setting((best.workers + self._failed) // 2, best.depth))
+                return self._fit(Setting(round(math.sqrt(best.workers * self._failed)), best.depth))
             return None
         if self._phase == "depth" and improved and waits and best.depth < self.max_depth:
             return self._fit(Setting(best.workers, min(self.max_depth, 2 * best.depth)))
