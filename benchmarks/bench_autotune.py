@@ -94,18 +94,30 @@ def proportional_bytes(pid: int) -> int:
 
 class PeakMemory:
     """The peak of the memory of the process and its workers (``proportional_bytes``) above what the process held
-    before, sampled every 20 ms."""
+    before, sampled at most ``SHARE`` of one CPU's time: every 20 ms, or ``(1 - SHARE) / SHARE`` times a sample's
+    own time after it when that is longer. A ``Pss`` costs the kernel a walk of the process's pages, 20-70 ms of
+    CPU for a process that imported torch: sampled every 20 ms, the process and 4 workers kept one of the machine's
+    CPUs busy, more with more workers, which slowed the settings with many workers most (``samples``: how many)."""
+
+    SHARE = 0.05
 
     def __init__(self) -> None:
         gc.collect()  # an earlier run's loader freed later would lower the process below its baseline
         self.base, self.peak, self.pids = proportional_bytes(os.getpid()), 0, lambda: []
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            now = proportional_bytes(os.getpid()) + sum(map(proportional_bytes, self.pids()))
-            self.peak = max(self.peak, now - self.base)
+        pause = 0.02
+        while not self._stop.wait(pause):
+            t0 = time.perf_counter()
+            self._sample()
+            pause = max(0.02, (time.perf_counter() - t0) * (1 - self.SHARE) / self.SHARE)
+
+    def _sample(self) -> None:
+        now = proportional_bytes(os.getpid()) + sum(map(proportional_bytes, self.pids()))
+        self.peak, self.samples = max(self.peak, now - self.base), self.samples + 1
 
     def __enter__(self) -> PeakMemory:
         self._thread.start()
@@ -114,6 +126,7 @@ class PeakMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()  # the loader's workers still run: its memory at the end counts too
 
 
 def run(dataset, batches: int, **kwargs) -> dict:
@@ -141,7 +154,7 @@ def run(dataset, batches: int, **kwargs) -> dict:
             if n == batches:
                 break
         steady = (n - skip) / (time.perf_counter() - t_skip)
-    figures = {"throughput": steady, "peak_bytes": memory.peak}
+    figures = {"throughput": steady, "peak_bytes": memory.peak, "memory_samples": memory.samples}
     if tuned:
         figures |= {"settled_at": settled, "chosen": [loader.num_workers, loader.prefetch_depth]}
     loader.close()

@@ -8,13 +8,15 @@ state only.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from torch_drt import StatefulDataLoader
-from torch_drt.loader._autotune import STATE_KEY
+from torch_drt.loader._autotune import MAX_TUNED_WORKERS, PLANNED_TRIALS, STATE_KEY, trial_batches
 from torch_drt.loader._memory import batch_bytes
-from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
+from torch_drt.loader._tuner import WORKER_STEP, HillClimb, MemoryModel, Setting, Trial
 
 ROW = 100  # int64 per item: 800 bytes
 BATCH = 4
@@ -103,6 +105,11 @@ def firsts(batches) -> list[int]:
     return [int(v) for b in batches for v in b[:, 0]]
 
 
+def first_trial(loader) -> int:
+    """Batches delivered until the first trial (one worker, one batch ahead) ends: its warm-up and measured part."""
+    return sum(trial_batches(Setting(1, 1), loader._autotune.budget))
+
+
 def test_the_choice_is_in_the_state_and_a_resume_runs_it_without_tuning():
     fixed = firsts(StatefulDataLoader(Rows(20000), batch_size=BATCH, shuffle=True, seed=7))
     loader = auto_loader()
@@ -134,7 +141,7 @@ def test_a_checkpoint_taken_while_searching_resumes_the_search_from_its_setting(
     loader = auto_loader()
     loader._autotune.measure = model_of(loader)
     it = iter(loader)
-    for _ in range(20):
+    for _ in range(first_trial(loader)):
         next(it)
     state = loader.state_dict()[STATE_KEY]
     assert state["done"] is False and state["num_workers"] > 1
@@ -167,10 +174,10 @@ def test_a_resume_without_a_cap_searches_on_under_the_checkpoints_cap():
     loader = auto_loader(autotune_memory_cap=5 * one)
     loader._autotune.measure = model_of(loader)
     it = iter(loader)
-    for _ in range(20):  # the first trial is over, the second (2 workers) runs
+    for _ in range(first_trial(loader)):  # the first trial is over, the second (4 workers) runs
         next(it)
     state = loader.state_dict()
-    assert not state[STATE_KEY]["done"] and state[STATE_KEY]["num_workers"] == 2
+    assert not state[STATE_KEY]["done"] and state[STATE_KEY]["num_workers"] == WORKER_STEP == 4
     resumed = auto_loader()  # no cap given: the one the search ran under holds, not half the memory available
     seen: list = []
     resumed._autotune.measure = model_of(resumed, seen=seen)
@@ -239,14 +246,83 @@ def test_process_workers_are_restarted_at_the_chosen_count_and_the_data_is_kept(
 
 
 def test_the_search_ends_at_its_budget_on_the_best_setting_measured():
-    loader = auto_loader()
+    loader = auto_loader(n=1280 * BATCH)
     loader._autotune.measure = model_of(loader)
-    loader._autotune.budget = 25  # (by default 5% of an epoch, at least 64 batches)
+    budget = loader._autotune.budget  # 5% of the epoch: 64 batches
+    ends, workers, last = [0], 1, 1  # where the trials end: the cost model pays for each step of the workers
+    while ends[-1] + sum(trial_batches(Setting(workers, 1), budget)) < budget:
+        ends.append(ends[-1] + sum(trial_batches(Setting(workers, 1), budget)))
+        last, workers = workers, min(32, WORKER_STEP * workers)
     it = iter(loader)
-    for _ in range(24):
+    for _ in range(budget - 1):
         next(it)
     assert not loader._autotune.done
     next(it)
     measured = loader._autotune.climb.history
-    assert loader._autotune.done and len(measured) == 2  # trials of 10 and 11 batches; the third was cut short
-    assert loader.num_workers == loader._mode.mapper.num_workers == measured[-1][0].workers == 2
+    assert loader._autotune.done and len(measured) == len(ends) - 1 >= 3, measured  # the next trial was cut short
+    assert loader.num_workers == loader._mode.mapper.num_workers == measured[-1][0].workers == last
+
+
+@pytest.mark.parametrize("epoch", [1280, 12800])
+def test_trials_take_their_share_of_the_budget(epoch):
+    loader = auto_loader(n=epoch * BATCH)
+    applied = []
+    loader._autotune.measure = model_of(loader, seen=applied)
+    budget = loader._autotune.budget
+    assert budget == max(64, epoch // 20)  # 5% of the epoch, at least 64 batches
+    it = iter(loader)
+    n = 0
+    while not applied:  # the first trial ends with its measurement
+        next(it)
+        n += 1
+    warmup, measured = 1 + 1, max(8, 1 + 1, budget // PLANNED_TRIALS)  # in_flight; >= 8, a round; the share
+    assert n == warmup + measured, (n, budget)
+    assert (epoch, measured) in ((1280, 8), (12800, 80))  # a ten times longer epoch: ten times longer trials
+
+
+def test_an_io_bound_loader_reaches_16_workers_within_5_percent_of_an_epoch():
+    loader = auto_loader(n=1280 * BATCH)  # 5% of the epoch: 64 batches
+    loader._autotune.climb.max_workers = MAX_TUNED_WORKERS
+    loader._autotune.measure = model_of(loader)  # 50 batches/s per worker up to the caller's 1000: I/O waits
+    it = iter(loader)
+    for _ in range(loader._autotune.budget):
+        next(it)
+    assert loader._autotune.done and loader.num_workers >= 16, loader._autotune.climb.history
+
+
+def test_threads_are_searched_beyond_four_per_cpu():
+    threads = StatefulDataLoader(Rows(8), worker_method="thread", num_workers="auto")._autotune.climb.max_workers
+    processes = StatefulDataLoader(Rows(8), num_workers="auto")._autotune.climb.max_workers
+    assert threads == MAX_TUNED_WORKERS and processes == min(MAX_TUNED_WORKERS, max(8, 4 * os.cpu_count()))
+
+
+def first_high(model):
+    """``model`` whose first trial measures twice the rate: the epoch's first batches came from a head start."""
+    calls = []
+
+    def measured(workers: int, depth: int) -> Trial:
+        trial = model(workers, depth)
+        calls.append((workers, depth))
+        return Trial(2 * trial.throughput, trial.wait_share) if len(calls) == 1 else trial
+
+    return measured
+
+
+def two_cpus(workers: int, depth: int) -> Trial:
+    """A CPU-bound worker stage on 2 CPUs: workers beyond 2 add nothing."""
+    return worker_bound(min(workers, 2), depth)
+
+
+def test_a_first_trial_measured_high_does_not_end_the_search_for_workers():
+    search = climb(first_high(two_cpus))
+    assert search.best.workers >= 2, search.history  # the best of any setting: one worker runs at half of it
+    settings = [s for s, _ in search.history]
+    assert settings[:4] == [Setting(1, 1), Setting(4, 1), Setting(1, 1), Setting(16, 1)], settings  # 1 again
+
+
+def test_workers_that_do_not_pay_leave_the_best_measured_again_once():
+    flat = climb(lambda w, d: worker_bound(min(w, 1), d))  # one worker is as fast as any number of them
+    settings = [s for s, _ in flat.history]
+    assert flat.best.workers == 1, flat.history
+    assert settings[:3] == [Setting(1, 1), Setting(4, 1), Setting(1, 1)], settings
+    assert settings.count(Setting(1, 1)) == 2 and settings.count(Setting(4, 1)) == 1, settings

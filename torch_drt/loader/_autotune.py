@@ -1,8 +1,10 @@
 """LoaderAutotune: ``num_workers="auto"`` and ``prefetch_depth="auto"`` on a ``StatefulDataLoader``.
 
 The loader starts with one worker and one batch ahead. Each batch delivered is counted here (``delivered``): after
-a warm-up of ``in_flight`` batches (new workers filling the pipeline), a trial of ``2 * in_flight`` batches (at
-least ``MIN_TRIAL``) measures the batches per second the caller received, the share of its time it waited
+a warm-up of ``in_flight`` batches (new workers filling the pipeline), a trial (``trial_batches``) measures the
+batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round of
+the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less a
+moment of load sways it. It measures too the share of its time the caller waited
 (``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
@@ -37,8 +39,9 @@ STATE_KEY = "autotune"
 MIN_TRIAL = 8
 BUDGET_SHARE = 0.05
 MIN_BUDGET = 64
+PLANNED_TRIALS = 8  # a search's usual trials: 1, 4, 16 workers, a best measured again, a step between, 3 depths
 MAX_DEPTH = 16
-MAX_TUNED_WORKERS = 64  # the search's ceiling: 4 per CPU (I/O waits), at least 8
+MAX_TUNED_WORKERS = 64  # the search's ceiling: threads (I/O waits; the cap bounds them); processes 4 per CPU, >= 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +163,8 @@ class LoaderAutotune:
         self.cap = default_memory_cap() if memory_cap is None else memory_cap
         self.cap_given = memory_cap is not None  # else a checkpoint's cap replaces the default one
         self.tune_workers, self.tune_depth, self.processes = tune_workers, tune_depth, processes
-        max_workers = min(MAX_TUNED_WORKERS, max(8, 4 * (os.cpu_count() or 1))) if tune_workers else start.workers
+        most = max(8, 4 * (os.cpu_count() or 1)) if processes else MAX_TUNED_WORKERS
+        max_workers = min(MAX_TUNED_WORKERS, most) if tune_workers else start.workers
         self.climb = HillClimb(start, MemoryModel(self.cap, processes), max_workers, MAX_DEPTH if tune_depth else
                                start.depth, tune_workers, tune_depth)
         self.budget = None if epoch_batches is None else max(MIN_BUDGET, int(epoch_batches * BUDGET_SHARE))
@@ -180,8 +184,7 @@ class LoaderAutotune:
 
     def _begin(self) -> None:
         """A new trial of ``setting``: warm-up first, then the measured batches."""
-        in_flight = self.setting.workers + self.setting.depth
-        self._warmup, self._length = in_flight, max(MIN_TRIAL, 2 * in_flight)
+        self._warmup, self._length = trial_batches(self.setting, self.budget)
         self._count, self._t0, self._mark = 0, 0, (0, 0)
 
     def delivered(self, loader: Any, batch: Any) -> None:
@@ -271,6 +274,14 @@ class LoaderAutotune:
         self._begin()
         apply_setting(loader, self.setting)
 
+
+def trial_batches(setting: Setting, budget: int | None) -> tuple[int, int]:
+    """A trial of ``setting`` in a search of ``budget`` batches (None: an epoch of unknown length, ``MIN_BUDGET``):
+    its warm-up (``in_flight`` batches: each worker's first carries its start) and the batches it measures
+    (``budget // PLANNED_TRIALS``, at least a round of the pipeline, ``in_flight``, and ``MIN_TRIAL``)."""
+    in_flight = setting.workers + setting.depth
+    share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
+    return in_flight, max(MIN_TRIAL, in_flight, share)
 
 
 def apply_setting(loader: Any, setting: Setting) -> None:
