@@ -23,6 +23,12 @@ def test_arrow_array_and_numpy_view_match_pyarrows_own(code):
     assert not view.flags.writeable
 
 
+def test_empty_arrays_both_ways():
+    assert arrow_array(np.zeros(0, np.int32)).equals(pa.array([], pa.int32()))
+    view = numpy_view(pa.array([1, 2], pa.int64()).slice(2, 0))
+    assert view.dtype == np.int64 and view.shape == (0,)
+
+
 def test_numpy_view_refuses_nulls_and_other_types():
     with pytest.raises(TypeError, match="1 null"):
         numpy_view(pa.array([1, None, 3], pa.int64()))

@@ -29,6 +29,10 @@ def numpy_view(array: pa.Array) -> np.ndarray:
     dtype = _NUMPY.get(array.type)
     if dtype is None or array.null_count:
         raise TypeError(f"expected numbers without nulls, got {array.type} with {array.null_count} null(s)")
-    view = np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array) + array.offset)[array.offset :]
+    data = array.buffers()[1]
+    if data is None or not len(array):  # (an empty array may come without a data buffer)
+        view = np.empty(0, dtype)
+    else:
+        view = np.frombuffer(data, dtype=dtype, count=len(array) + array.offset)[array.offset :]
     view.flags.writeable = False
     return view
