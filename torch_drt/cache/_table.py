@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from torch_drt.cache._arrow_arrays import arrow_array
 from torch_drt.cache._format import INTERNAL_PREFIX
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.sampling.weighted import drawable_weights
@@ -59,9 +60,9 @@ def build_table(layouts: Sequence[CacheLayout], tables: Sequence[pa.Table]) -> A
     parts = []
     for layout, meta in zip(layouts, tables):
         n = meta.num_rows
-        ids = pa.array(np.full(n, layout.cache_id, dtype=np.uint64))
-        sids = pa.array(np.arange(n, dtype=np.uint64))
-        cols = [ids, sids, *meta.columns, pa.array(np.ones(n))]
+        ids = arrow_array(np.full(n, layout.cache_id, dtype=np.uint64))
+        sids = arrow_array(np.arange(n, dtype=np.uint64))
+        cols = [ids, sids, *meta.columns, arrow_array(np.ones(n))]
         names = [*IDENTITY, *meta.column_names, WEIGHT]
         parts.append(pa.Table.from_arrays(cols, names=names))
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]

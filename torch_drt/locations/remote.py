@@ -25,8 +25,8 @@ from typing import Any
 
 from torch_drt._stage_clock import count_bytes
 from torch_drt.locations._open_reads import OpenReads
-from torch_drt.locations._ranges import coalesce, read_coalesced
 from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
+from torch_drt.locations._remote_gather import gather
 from torch_drt.locations.base import CacheBackend, StoredFile
 from torch_drt.locations.errors import CacheCorruptError, MissingFile
 from torch_drt.locations.location import ANY_URL, Location, register_backend
@@ -227,7 +227,7 @@ class RemoteBackend(CacheBackend):
         starts = list(range(0, size, chunk))
         for g in range(0, len(starts), 4):
             group = starts[g : g + 4]
-            for data in self._ranges([rel] * len(group), group, [min(s + chunk, size) for s in group]):
+            for data in self.ranges([rel] * len(group), group, [min(s + chunk, size) for s in group]):
                 h.update(data)
         return h.hexdigest()
 
@@ -246,7 +246,8 @@ class RemoteBackend(CacheBackend):
             error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest records")
             raise error from None
 
-    def _ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+    def ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
+        """Bytes ``[starts[i], ends[i])`` of ``rels[i]`` by range requests, each checked to be whole."""
         data = self._run(lambda: self.store.read_ranges(rels, starts, ends), rels[0] if rels else "")
         count_bytes("range_read", sum(len(d) for d in data))
         for rel, a, b, d in zip(rels, starts, ends, data):
@@ -259,53 +260,7 @@ class RemoteBackend(CacheBackend):
     ) -> list[bytes]:
         """Local shards are sliced; the others are read with coalesced ranges while they download (or, without
         record checksums, once downloaded). The shards a read waits for download at once, not one by one."""
-        groups: dict[int, list[int]] = {}
-        for i, number in enumerate(numbers):
-            groups.setdefault(number, []).append(i)
-        out: list[bytes] = [b""] * len(numbers)
-        remote: list[tuple[RemoteFile, list[int]]] = []
-        waits: list[tuple[RemoteFile, list[int]]] = []
-        shards_mode = self.config.read_mode == "shards"
-        for number, rows in groups.items():
-            file = files[number]
-            assert isinstance(file, RemoteFile)
-            if not (file.downloadable and (shards_mode or not file.ranges_ok)):
-                remote.append((file, rows))
-                continue
-            a, b = [starts[i] for i in rows], [ends[i] for i in rows]
-            got = file.slices(a, b, wait=False)
-            if got is not None:
-                _place(out, rows, got)
-                count_bytes("node_cache_hit", sum(b) - sum(a))  # (slices of the checked extents: len b - a)
-            elif not file.ranges_ok or self.node.downloading(file.key) or self._mostly(file, a, b):
-                waits.append((file, rows))  # no ranges, in flight, or most of it wanted: fetch its bytes once
-            else:
-                remote.append((file, rows))  # a cold miss: it downloads while this read is served by ranges
-        for file, _ in waits:
-            if file.downloadable and shards_mode:
-                self.prefetcher.demand(file)  # all at once, ahead of anything planned
-        for file, _ in remote:
-            if file.downloadable and shards_mode:
-                self.prefetcher.demand(file, waited=False)  # served by ranges now: it downloads if there is room
-        if remote:
-            read_coalesced(self._ranges, [(f.rel, rows) for f, rows in remote], starts, ends, self.config.range_gap,
-                           self.config.range_max, out)
-        for file, rows in waits:
-            got = file.slices([starts[i] for i in rows], [ends[i] for i in rows], wait=True)
-            assert got is not None
-            _place(out, rows, got)
-            count_bytes("node_cache_hit", sum(len(g) for g in got))
-        return out
-
-    def _mostly(self, file: RemoteFile, starts: Sequence[int], ends: Sequence[int]) -> bool:
-        """True when the coalesced ranges of a read cover more than half of the file (then it is downloaded)."""
-        requests, _ = coalesce(starts, ends, self.config.range_gap, self.config.range_max)
-        return 2 * sum(b - a for a, b in requests) > file.size
-
-
-def _place(out: list[bytes], rows: Sequence[int], got: Sequence[bytes]) -> None:
-    for i, d in zip(rows, got):
-        out[i] = d
+        return gather(self, files, numbers, starts, ends)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -13,18 +13,17 @@ import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
+from torch_drt.locations._chunked_download import download
 from torch_drt.locations._client_options import client_options
 from torch_drt.locations._inherited_clients import client_lock, made
 from torch_drt.locations._store_errors import described_failure, s3_error_code
+from torch_drt.locations._store_url import check_url
 from torch_drt.locations.location import split_protocol
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.retry import RetryPolicy
-from torch_drt.sources.template import redact
 
 T = TypeVar("T")
-_CHUNKS_IN_FLIGHT = 4  # byte-range requests in flight for one download
 _CONDITIONAL = frozenset({"s3", "s3a", "memory"})
 
 
@@ -34,21 +33,6 @@ class RemoteFileMissing(FileNotFoundError):
     def __init__(self, rel: str, message: str) -> None:
         super().__init__(message)
         self.rel = rel
-
-
-def _check_url(url: str) -> str:
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        raise ValueError(f"{redact(url)!r} is not a valid URL") from None
-    if not split_protocol(url)[0]:
-        raise ValueError(f"{redact(url)!r} is not a scheme://location URL")
-    if "@" in parts.netloc or parts.query or parts.fragment or url.rstrip("?#") != url:
-        raise ValueError(
-            f"{redact(url)!r}: a cache URL must not carry credentials, a query or a fragment; "
-            "pass credentials and endpoints in storage_options"
-        )
-    return url.rstrip("/")
 
 
 class RemoteStore:
@@ -66,7 +50,7 @@ class RemoteStore:
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, config: RemoteConfig | None = None):
-        self.url = _check_url(url)
+        self.url = check_url(url)
         self.scheme = split_protocol(self.url)[0]
         self.options = dict(storage_options or {})
         self.config = config or RemoteConfig()
@@ -205,18 +189,7 @@ class RemoteStore:
         Raises:
             EOFError: when the file is shorter than ``size``.
         """
-        chunk = self.config.chunk_bytes
-        starts = list(range(0, size, chunk))
-        for g in range(0, len(starts), _CHUNKS_IN_FLIGHT):
-            group = starts[g : g + _CHUNKS_IN_FLIGHT]
-            ends = [min(s + chunk, size) for s in group]
-            for start, end, data in zip(group, ends, self.read_ranges([rel] * len(group), group, ends)):
-                if len(data) != end - start:
-                    raise EOFError(f"{self.join(rel)}: got {len(data)} bytes at offset {start}, expected {end - start}")
-                view, offset = memoryview(data), start
-                while view:
-                    written = os.pwrite(fd, view, offset)
-                    view, offset = view[written:], offset + written
+        download(self, rel, fd, size)
 
     def upload(self, local: str | os.PathLike, rel: str, *, create: bool = False) -> bool:
         """Copy a local file to ``rel`` (overwriting, unless ``create`` on a store with conditional writes); False

@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from torch_drt.cache._arrow_arrays import arrow_array, numpy_view
+
 CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT = "__cache_pos", "__sample_id", "__cache_id", "__cum_weight"
 _IDENTITY = 4  # the snapshot's leading columns; the metadata columns follow
 
@@ -24,10 +26,10 @@ def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
     ids = np.asarray(cache_ids, dtype=np.uint64)[active.cache_pos]
     export = pa.Table.from_arrays(
         [
-            pa.array(active.cache_pos.astype(np.int32)),
-            pa.array(active.sample_ids.astype(np.int64)),
-            pa.array(ids),
-            pa.array(np.cumsum(active.weights)),
+            arrow_array(active.cache_pos.astype(np.int32)),
+            arrow_array(active.sample_ids.astype(np.int64)),
+            arrow_array(ids),
+            arrow_array(np.cumsum(active.weights)),
             *[table.column(n) for n in meta],
         ],
         names=[CACHE_POS, SAMPLE_ID, CACHE_ID, CUM_WEIGHT, *meta],
@@ -38,7 +40,7 @@ def export_snapshot(active: Any, cache_ids: list[int], path: Path) -> Path:
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
-    return table.column(name).chunk(0).to_numpy(zero_copy_only=True)
+    return numpy_view(table.column(name).chunk(0))
 
 
 def _plain(column: pa.ChunkedArray) -> np.ndarray | None:
@@ -49,7 +51,7 @@ def _plain(column: pa.ChunkedArray) -> np.ndarray | None:
         pa.types.is_integer(kind) or kind in (pa.float32(), pa.float64())
     ):
         return None
-    return column.chunk(0).to_numpy(zero_copy_only=True)
+    return numpy_view(column.chunk(0))
 
 
 class Snapshot:
@@ -78,7 +80,7 @@ class Snapshot:
         ``self.meta.take(rows)``'s columns' ``to_pylist()`` give)."""
         values: list[list[Any]] = [[] if array is None else array[rows].tolist() for array in self._plain]
         if self._arrow:
-            taken = self._arrow_meta.take(pa.array(rows))
+            taken = self._arrow_meta.take(arrow_array(rows))
             for i, column in zip(self._arrow, taken.columns):
                 values[i] = column.to_pylist()
         return self.meta.column_names, values
