@@ -4,6 +4,10 @@ One thread does everything. A result is written whole before the next task start
 no finished result; while the result pipe is full the worker keeps reading the tasks that arrive, so the pool
 never blocks sending a task while this worker waits to send a result (no deadlock, whatever their sizes). Once its
 function and initializer are in place it reports its start: a reply without a task id (the pool's start deadline).
+
+A worker watches its parent, as torch's loader workers do: when the process that started it is gone (killed, or
+ended by ``os._exit`` without closing its pool) the worker exits within ``PARENT_CHECK_S``. It cannot rely on an
+end of file on its task pipe: forked siblings inherit the pipe's sending end and hold it open.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from collections import deque
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
+
+PARENT_CHECK_S = 1.0  # how often a waiting worker looks whether its parent is still there
+
+
+class _ParentGone(OSError):
+    """The process that started this worker is gone."""
 
 
 def portable(error: BaseException) -> BaseException:
@@ -42,20 +52,30 @@ def _message(reply: tuple) -> bytes:
     return (struct.pack("!i", n) if n < 0x7FFFFFFF else struct.pack("!iQ", -1, n)) + body
 
 
-def _write(results: Connection, tasks: Connection, data: bytes, inbox: deque) -> None:
-    """Write ``data`` whole; while the pipe is full, take the tasks that arrive into ``inbox``."""
+def _write(results: Connection, tasks: Connection, data: bytes, inbox: deque, parent: int) -> None:
+    """Write ``data`` whole; while the pipe is full, take the tasks that arrive into ``inbox``.
+
+    Raises:
+        OSError: the pool is gone (``_ParentGone`` when its process is).
+    """
     out, view = results.fileno(), memoryview(data)
     while view:
         try:
             view = view[os.write(out, view) :]
         except BlockingIOError:
-            readable, _, _ = select.select([tasks.fileno()], [out], [])
+            readable, writable, _ = select.select([tasks.fileno()], [out], [], PARENT_CHECK_S)
             if readable:
-                inbox.append(_receive(tasks))
+                inbox.append(_receive(tasks, parent))
+            elif not writable and os.getppid() != parent:
+                raise _ParentGone from None
 
 
-def _receive(tasks: Connection) -> Any:
+def _receive(tasks: Connection, parent: int) -> Any:
+    """The next task, or None once the pool is gone (its pipe closed, or its process)."""
     try:
+        while not tasks.poll(PARENT_CHECK_S):
+            if os.getppid() != parent:
+                return None
         return tasks.recv()
     except (EOFError, OSError):
         return None
@@ -64,6 +84,7 @@ def _receive(tasks: Connection) -> Any:
 def worker_main(
     payload: Any, index: int, tasks: Connection, results: Connection, ring: tuple | None, threads: int | None
 ) -> None:
+    parent = os.getppid()  # the pool's process (the fork server's with forkserver, which ends with it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads is not None:  # 1 as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
         import torch  # only then: a spawned worker that does not need torch starts seconds sooner without it
@@ -84,10 +105,10 @@ def worker_main(
     os.set_blocking(results.fileno(), False)
     inbox: deque = deque()
     try:
-        _write(results, tasks, _message((None, True, None, False)), inbox)  # it started (no task id)
+        _write(results, tasks, _message((None, True, None, False)), inbox, parent)  # it started (no task id)
     except OSError:  # the pool is gone
         return
-    while (msg := inbox.popleft() if inbox else _receive(tasks)) is not None:
+    while (msg := inbox.popleft() if inbox else _receive(tasks, parent)) is not None:
         task_id, item, slot = msg
         try:
             if failed is not None:
@@ -99,7 +120,7 @@ def worker_main(
             reply = (task_id, False, e if e is failed else portable(e), False)
         msg = item = value = None
         try:
-            _write(results, tasks, _message(reply), inbox)
+            _write(results, tasks, _message(reply), inbox, parent)
         except OSError:  # the pool is gone
             return
         reply = None
