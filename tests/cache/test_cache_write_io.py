@@ -136,3 +136,19 @@ def test_a_slow_sources_records_are_written_while_it_runs_not_all_at_its_end(run
     assert seen and seen[0] >= 8 * 100
     ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert [s.data for s in ds] == [bytes([i]) * 100 for i in range(64)]
+
+
+def test_a_short_writev_is_continued_where_it_stopped(runtime, tmp_path, monkeypatch):
+    # writev may write less than it was given (a signal, a disk filling up): the rest is written after it, in order
+    real_write = os.write
+
+    def short_writev(fd: int, buffers) -> int:  # writes at most 3,000 bytes, ending mid-record
+        return real_write(fd, b"".join(bytes(b) for b in buffers)[:3000])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    payloads = [bytes([i]) * (700 + i) for i in range(40)]
+    items = Items("short", [drt.CacheInput(p, {"i": i}) for i, p in enumerate(payloads)])
+    (res,) = runtime.write_cache([items], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    open_cache(res.path, verify=True)
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == payloads
