@@ -190,6 +190,7 @@ def write_source(
     profile: WriterProfile | None = None,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
+    sync_root: bool = True,
 ) -> CacheWriteResult:
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
@@ -210,6 +211,9 @@ def write_source(
             upload is its ``publish`` stage).
         storage_options: fsspec options for a URL root (credentials, endpoint).
         remote_config: remote settings for a URL root (default ``RemoteConfig()``).
+        sync_root: False leaves out the sync of a local ``root`` after the publishing rename (every file of the
+            cache is synced before it either way, so a crash leaves no cache or the complete one); for a caller
+            that syncs ``root`` once for many caches (a set build's parts), see ``StagingDir.publish``.
 
     Returns:
         ``CacheWriteSuccess`` once the cache is published, else ``CacheWriteError`` naming what went wrong
@@ -234,7 +238,7 @@ def write_source(
                 with timed("validate"):
                     open_cache(staged, verify=True)
             with timed("publish"):
-                return publisher.publish(staged, mode)
+                return publisher.publish(staged, mode, sync_root)
     except BadInput as e:
         return CacheWriteError(name, str(e))
     except (Exception, GeneratorExit) as e:  # a source that raises, a full disk, an upload that failed after its
