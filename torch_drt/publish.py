@@ -144,11 +144,12 @@ def remove_stale_staging(root: Path, name: str) -> list[Path]:
     cannot lose data.
     """
     removed: list[Path] = []
-    try:
-        entries = list(root.iterdir())
+    try:  # names only (a set directory holds every part: no Path per entry), staging ones matched by prefix first
+        with os.scandir(root) as listing:
+            names = [e.name for e in listing if e.name.startswith(".staging-") and e.name.endswith(name)]
     except OSError:
         return removed
-    for entry in entries:
+    for entry in (root / n for n in names):
         if staging_name_of(entry.name) == name and entry.is_dir() and _writer_gone(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
