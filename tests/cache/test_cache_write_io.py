@@ -152,3 +152,34 @@ def test_a_short_writev_is_continued_where_it_stopped(runtime, tmp_path, monkeyp
     open_cache(res.path, verify=True)
     ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert [s.data for s in ds] == payloads
+
+
+def test_the_last_shard_is_synced_with_the_small_files_and_a_small_cache_starts_no_shard_thread(
+    runtime, tmp_path, monkeypatch
+):
+    # the last shard's sync runs in the one batch of the index, metadata, manifest and directories (one journal
+    # commit, not two after each other), and a cache too small for a write-back or a read-back job starts no helper
+    import threading
+
+    synced: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1], threading.current_thread().name))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(self) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    items = Items("small", [drt.CacheInput(bytes([i]) * 100, {"i": i}) for i in range(30)])
+    (res,) = runtime.write_cache([items], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    assert [name for name in started if name.startswith("torch_drt-shard")] == []
+    batch = {name: thread for name, thread in synced if thread.startswith("torch_drt-fsync")}
+    assert {"000000.bin", "index.bin", "metadata.arrow", "manifest.json", "shards"} <= set(batch), synced
+    open_cache(res.path, verify=True)

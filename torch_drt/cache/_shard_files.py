@@ -45,9 +45,10 @@ class ShardFiles:
     this thread runs Python; it gets it at once while this thread writes). Two helpers work behind the writes: one
     hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
     ``_HASH_BYTES``; the other starts the disk write-back every ``_WRITEBACK_BYTES`` and syncs each full shard while
-    the next one fills. ``seal`` queues the last shard's sync and waits for the hashes only (``digests`` are then
-    known), so the caller can write its other files while the shards sync; ``close`` waits for every sync. A failed
-    write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
+    the next one fills. ``seal`` hashes the rest of the last shard itself once the helper's reads are done
+    (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
+    at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
+    every other sync. A failed write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
     """
 
     _CHUNK_BYTES = 4 << 20  # records appended one by one are gathered into a buffer of this size
@@ -60,6 +61,7 @@ class ShardFiles:
         self.sizes: list[int] = []
         self.digests: list[str] = []
         self.index = array("Q")  # (shard, offset, length, checksum) of each record, flat
+        self.unsynced: list[Path] = []  # the last shard, once sealed: written and closed, not synced
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-hash")
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
         self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
@@ -166,18 +168,25 @@ class ShardFiles:
         self._pos = pos + total
 
     def seal(self) -> None:
-        """Write the last shard, queue its sync and wait for every read-back (a failed one raises); ``digests`` are
-        then set.
+        """Write the last shard and close it unsynced (``unsynced``), wait for every read-back (a failed one raises)
+        and hash the rest of the last shard here; ``digests`` are then set.
 
-        No record may be added afterwards; the shards are durable once ``close`` returns.
+        No record may be added afterwards; the shards but the last are durable once ``close`` returns, the last one
+        once the caller synced ``unsynced``.
         """
-        if self._fd >= 0:
-            self._close_current()
+        if self._fd < 0:
+            return
+        self._flush_chunk()
+        fd, self._fd = self._fd, -1
+        self.sizes[-1] = self._pos
+        os.close(fd)
+        self.unsynced.append(self._shard_hash.path)
         results = [f.result() for f in self._hashes]
+        results.append(self._shard_hash.finish(self._written))
         self.digests = [r for r in results if r is not None]
 
     def close(self) -> None:
-        """Wait for the helpers and sync every shard (a failed read-back or sync raises); the helper threads end."""
+        """Seal, wait for the helpers and their syncs (a failed read-back or sync raises); the helper threads end."""
         try:
             try:
                 self.seal()

@@ -73,8 +73,8 @@ def _write_records(
     source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
 ) -> None:
     """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
-    (the shards' syncs start while they are written; the small files' and the directories' run together at the
-    end)."""
+    (the full shards' syncs start while the next ones are written; the last shard's, the small files' and the
+    directories' run together at the end)."""
     from tqdm.auto import tqdm
 
     comp = config.shard_compression
@@ -135,8 +135,9 @@ def _finish(
     name: str,
     timed: Callable[[str], contextlib.AbstractContextManager[None]],
 ) -> None:
-    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the shards and the
-    directories (every one durable on return)."""
+    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the last shard (at once,
+    sharing one journal commit) and the directories, and wait for the other shards' syncs (every one durable on
+    return)."""
     comp = config.shard_compression
     with timed("finish_index"):
         index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
@@ -167,7 +168,7 @@ def _finish(
     with timed("finish_manifest"):
         _new_file(staging / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode())
         files = [staging / INDEX_FILE, staging / METADATA_FILE, staging / MANIFEST_FILE]
-        fsync_paths([*files, staging / SHARD_DIR, staging])
+        fsync_paths([*files, *shards.unsynced, staging / SHARD_DIR, staging])
         shards.close()
 
 
