@@ -144,11 +144,12 @@ def remove_stale_staging(root: Path, name: str) -> list[Path]:
     cannot lose data.
     """
     removed: list[Path] = []
-    try:
-        entries = list(root.iterdir())
+    try:  # names only (a set directory holds every part: no Path per entry), staging ones matched by prefix first
+        with os.scandir(root) as listing:
+            names = [e.name for e in listing if e.name.startswith(".staging-") and e.name.endswith(name)]
     except OSError:
         return removed
-    for entry in entries:
+    for entry in (root / n for n in names):
         if staging_name_of(entry.name) == name and entry.is_dir() and _writer_gone(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
@@ -185,8 +186,13 @@ class StagingDir:
         """Where ``publish`` puts the directory."""
         return self.root / self.name
 
-    def publish(self) -> Path:
+    def publish(self, sync_root: bool = True) -> Path:
         """Fsync the staging directory, rename it to ``root/name`` and fsync ``root``. Call under ``publish_lock``.
+
+        Args:
+            sync_root: False leaves out the sync of ``root`` after the rename: the directory is published whole or
+                not at all either way, but a crash may then undo the rename (the target is absent again); for a
+                caller that syncs ``root`` itself before anything depends on it (a set build, once for every part).
 
         Raises:
             OSError: when the rename fails (for instance a non-empty directory is already at the target).
@@ -194,7 +200,8 @@ class StagingDir:
         fsync_dir(self.path)
         os.rename(self.path, self.target)
         logger.info("published %s", self.target)
-        fsync_dir(self.root)
+        if sync_root:
+            fsync_dir(self.root)
         self._release()
         return self.target
 

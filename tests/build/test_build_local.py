@@ -225,3 +225,44 @@ def test_the_same_input_and_settings_build_byte_identical_sets_and_caches(tmp_pa
     assert isinstance(other, drt.CacheWriteSuccess)
     uids = [json.loads((tmp_path / w / "one" / "manifest.json").read_text())["cache_uid"] for w in "ce"]
     assert uids[0] != uids[1]  # another content, another identity (the uid binds manifest, index and metadata)
+
+
+def test_the_set_directory_is_synced_once_after_every_part_is_renamed_and_before_the_set_is_linked(
+    tmp_path, monkeypatch
+):
+    # each part is synced whole before its publishing rename; the set directory that holds the renames is synced
+    # once, before the set manifest is linked (not once per part: a build of many small parts waited on each)
+    import os
+
+    events: list[tuple[str, object]] = []
+    real_fsync, real_rename, real_link = os.fsync, os.rename, os.link
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        st = os.fstat(fd)
+        events.append(("synced", (st.st_dev, st.st_ino)))
+
+    def rename(src, dst, *args, **kwargs) -> None:
+        real_rename(src, dst, *args, **kwargs)
+        events.append(("renamed", os.path.basename(dst)))
+
+    def link(src, dst, *args, **kwargs) -> None:
+        real_link(src, dst, *args, **kwargs)
+        events.append(("linked", os.path.basename(dst)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(os, "link", link)
+    report = build_cache_set(split_rows(make_rows(12), rows_per_part=3), tmp_path, "s", writer_config=QUIET)
+    assert report.ok and len(report.parts) == 4
+    set_dir = tmp_path / "s"
+    key = (set_dir.stat().st_dev, set_dir.stat().st_ino)
+    renames = [i for i, (kind, name) in enumerate(events) if kind == "renamed" and str(name).startswith("s-")]
+    linked = events.index(("linked", "cacheset.json"))
+    assert len(renames) == 4 and renames[-1] < linked
+    assert ("synced", key) not in events[renames[0] : renames[-1]]  # no sync of the set directory per part
+    assert ("synced", key) in events[renames[-1] : linked]  # but once before the set is published
+    for part, at in zip(report.parts, renames):
+        files = [part.path, *part.path.rglob("*")]
+        synced = {k for kind, k in events[:at] if kind == "synced"}
+        assert [str(p) for p in files if (p.stat().st_dev, p.stat().st_ino) not in synced] == []

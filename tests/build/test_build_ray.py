@@ -72,6 +72,16 @@ def test_same_parts_and_samples_as_a_single_process_build(tmp_path):
     assert [m["label"] for _, m, _, _ in read_all(tmp_path / "ray" / "s")] == list(range(40))
 
 
+def test_a_part_over_many_small_blocks_keeps_its_row_order(monkeypatch):
+    # a part's blocks are fetched from the object store several at a time (not one round trip each): rows of a part
+    # spanning more blocks than one fetch takes come in order, across the fetches
+    from torch_drt import ray as drt_ray
+
+    refs = ray.data.from_items(make_rows(23), override_num_blocks=23).materialize().to_arrow_refs()
+    monkeypatch.setattr(drt_ray, "_BLOCKS_PER_GET", 3)  # 23 blocks: 8 fetches, the last one short
+    assert [r["data"] for r in drt_ray._arrow_rows(refs)] == [r["data"] for r in make_rows(23)]
+
+
 def test_a_killed_task_publishes_nothing_and_the_rerun_finishes(tmp_path):
     kill = KillAt(25, tmp_path / "killed")
     report = build_cache_set(

@@ -132,6 +132,42 @@ def test_bad_writer_input_is_a_per_source_error_naming_sample_and_key(runtime, t
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
 
 
+def test_metadata_of_several_columns_or_none_round_trips_and_a_wrong_kind_in_any_column_is_named(runtime, tmp_path):
+    # the writer's short path for the common sample (a CacheInput of bytes and a dict of the first sample's keys and
+    # Python types) makes the same checks as the full one: other samples in between (numpy scalars, a Mapping that is
+    # no dict, a bytearray payload) are converted, and a wrong kind in the last of several columns is still named
+    import types
+
+    import numpy as np
+
+    def row(i: int) -> dict:
+        return {"i": i, "s": f"x{i}", "f": i / 2, "b": i % 2 == 0}
+
+    items = [drt.CacheInput(bytes([i]) * 3, row(i)) for i in range(6)]
+    items[2] = drt.CacheInput(bytearray(b"\2\2\2"), {**row(2), "i": np.int64(2), "f": np.float32(1.0)})
+    items[4] = drt.CacheInput(b"\4\4\4", types.MappingProxyType(row(4)))
+    bare = [drt.CacheInput(b"a", {}), drt.CacheInput(b"b", {})]
+    (res, none) = runtime.write_cache([Items("cols", items), Items("none", bare)], tmp_path, writer_config=QUIET)
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    got = [(s.data, s.metadata) for s in ds]
+    assert got == [(bytes([i]) * 3, row(i)) for i in range(6)]
+    assert {k: type(v) for k, v in got[2][1].items()} == {"i": int, "s": str, "f": float, "b": bool}
+    ds = runtime.cached_dataset([none.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == [b"a", b"b"]
+    for bad, message in [
+        ({**row(3), "b": 1}, "sample 3: metadata key 'b' expected bool, got int (1)"),
+        ({**row(3), "f": 1}, "sample 3: metadata key 'f' expected float, got int (1)"),
+        ({k: v for k, v in row(3).items() if k != "s"}, "sample 3: missing key(s) ['s']"),
+    ]:
+        source = Items("bad", [*items[:3], drt.CacheInput(b"z", bad)])
+        with pytest.raises(drt.CacheSourcesError) as info:
+            runtime.write_cache([source], tmp_path, writer_config=QUIET)
+        assert info.value.results[0].message.startswith(message), info.value.results[0].message
+    with pytest.raises(drt.CacheSourcesError) as info:
+        runtime.write_cache([Items("bad", [*bare, drt.CacheInput(b"c", {"k": 1})])], tmp_path, writer_config=QUIET)
+    assert info.value.results[0].message.startswith("sample 2: unexpected key(s) ['k']")
+
+
 @pytest.mark.parametrize("name", ["", ".hidden", "a/b", "..", "x" * 201, None, 3])
 def test_invalid_source_names(runtime, tmp_path, name):
     with pytest.raises(drt.CacheSourcesError) as info:

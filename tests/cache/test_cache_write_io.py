@@ -14,7 +14,7 @@ from conftest import run_isolated
 
 import torch_drt as drt
 from torch_drt.cache import writer
-from torch_drt.cache._shard_files import ShardFiles
+from torch_drt.cache._shard_files import ShardFiles, _ShardHash
 from torch_drt.cache.validate import open_cache
 
 
@@ -39,7 +39,8 @@ def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksu
     monkeypatch.setattr(ShardFiles, "_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(writer, "_RECORD_COST", 1)
-    monkeypatch.setattr(ShardFiles, "_MAX_CHUNKS", 2)
+    monkeypatch.setattr(ShardFiles, "_HASH_BYTES", 90)  # shards hashed (read back) in pieces as they grow,
+    monkeypatch.setattr(_ShardHash, "_READ_BYTES", 50)  # each read back in several reads
     monkeypatch.setattr(ShardFiles, "_WRITEBACK_BYTES", 100)  # the write-back head start, between the writes
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3
@@ -135,3 +136,50 @@ def test_a_slow_sources_records_are_written_while_it_runs_not_all_at_its_end(run
     assert seen and seen[0] >= 8 * 100
     ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
     assert [s.data for s in ds] == [bytes([i]) * 100 for i in range(64)]
+
+
+def test_a_short_writev_is_continued_where_it_stopped(runtime, tmp_path, monkeypatch):
+    # writev may write less than it was given (a signal, a disk filling up): the rest is written after it, in order
+    real_write = os.write
+
+    def short_writev(fd: int, buffers) -> int:  # writes at most 3,000 bytes, ending mid-record
+        return real_write(fd, b"".join(bytes(b) for b in buffers)[:3000])
+
+    monkeypatch.setattr(os, "writev", short_writev)
+    payloads = [bytes([i]) * (700 + i) for i in range(40)]
+    items = Items("short", [drt.CacheInput(p, {"i": i}) for i, p in enumerate(payloads)])
+    (res,) = runtime.write_cache([items], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    open_cache(res.path, verify=True)
+    ds = runtime.cached_dataset([res.path], reader_config=drt.ReaderConfig(seed=0, shuffle=False))
+    assert [s.data for s in ds] == payloads
+
+
+def test_the_last_shard_is_synced_with_the_small_files_and_a_small_cache_starts_no_shard_thread(
+    runtime, tmp_path, monkeypatch
+):
+    # the last shard's sync runs in the one batch of the index, metadata, manifest and directories (one journal
+    # commit, not two after each other), and a cache too small for a write-back or a read-back job starts no helper
+    import threading
+
+    synced: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1], threading.current_thread().name))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def start(self) -> None:
+        started.append(self.name)
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    items = Items("small", [drt.CacheInput(bytes([i]) * 100, {"i": i}) for i in range(30)])
+    (res,) = runtime.write_cache([items], tmp_path, writer_config=drt.WriterConfig(show_progress=False))
+    assert [name for name in started if name.startswith("torch_drt-shard")] == []
+    batch = {name: thread for name, thread in synced if thread.startswith("torch_drt-fsync")}
+    assert {"000000.bin", "index.bin", "metadata.arrow", "manifest.json", "shards"} <= set(batch), synced
+    open_cache(res.path, verify=True)

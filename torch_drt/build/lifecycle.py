@@ -22,6 +22,7 @@ from torch_drt.build.report import BuildReport, PartOutcome
 from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set, publish_cache_set
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_store import RemoteStore
+from torch_drt.publish import fsync_dir
 from torch_drt.sets.cache_set import read_cache_set
 
 JOURNAL_FILE = ".build-plan.json"
@@ -146,8 +147,12 @@ def start_build(
 def finish_build(start: BuildStart, name: str, outcomes: Sequence[PartOutcome]) -> BuildReport:
     """Publish the set when every part is written, reused or empty; else report the failures.
 
-    Parts that failed publish nothing; the others stay published and a rerun reuses them.
+    Parts that failed publish nothing; the others stay published and a rerun reuses them. A local set directory is
+    synced first, once: the parts' publishing renames (which ``write_part`` leaves unsynced) are durable before the
+    set is published, and a finished build's written parts before it returns.
     """
+    if isinstance(start.set_dir, Path):
+        fsync_dir(start.set_dir)
     outcomes = tuple(sorted(outcomes, key=lambda o: o.index))
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:

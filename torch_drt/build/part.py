@@ -142,8 +142,9 @@ def write_part(
     try:
         if not rows.peek():
             return PartOutcome(part.index, part.name, "empty")
-        result = write_source(
-            rows, parts_root, config.model_copy(update={"show_progress": False}), mode="reuse", **remote
+        result = write_source(  # the set directory is synced once for every part (finish_build)
+            rows, parts_root, config.model_copy(update={"show_progress": False}), mode="reuse", sync_root=False,
+            **remote,
         )
         message = "" if isinstance(result, CacheWriteSuccess) else result.message
     except Exception as e:  # the first row failed while peeking

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,6 +12,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from torch_drt.cache._format import KIND_TO_ARROW, UID_KEY, kind_of, validate_column_name
+from torch_drt.cache.records import CacheInput
 
 _PY_TYPE = {"bool": bool, "int": int, "float": float, "string": str}
 
@@ -62,9 +64,33 @@ class MetadataColumns:
         self._keys: frozenset[str] = frozenset()
         self._columns: list[tuple[str, str, type, list]] = []
         self._rows = 0
+        self._values_of: Callable[[dict], Any] | None = None  # the common case's checks, set by the first sample
+        self._types: Any = ()
+        self._adds: list[Callable[[Any], None]] = []
 
     def payload(self, i: int, item: Any) -> bytes:
-        """Check sample ``i`` and keep its metadata; return its payload as bytes."""
+        """Check sample ``i`` and keep its metadata; return its payload as bytes.
+
+        The common case (a ``CacheInput`` of bytes and a dict whose values have exactly the first sample's keys and
+        Python types) takes a short path with the same checks; anything else, the full one (conversions, errors).
+        """
+        values_of = self._values_of
+        if type(item) is CacheInput and values_of is not None:
+            data, meta = item
+            if type(data) is bytes and type(meta) is dict and meta.keys() == self._keys:
+                values = values_of(meta)
+                if type(values) is self._types:  # one column: its value
+                    self._adds[0](values)
+                    self._rows += 1
+                    return data
+                if type(values) is tuple and tuple(map(type, values)) == self._types:  # several columns, or none
+                    for add, value in zip(self._adds, values):
+                        add(value)
+                    self._rows += 1
+                    return data
+        return self._checked(i, item)
+
+    def _checked(self, i: int, item: Any) -> bytes:
         try:
             data, meta = item.data, item.metadata
         except AttributeError:
@@ -79,6 +105,14 @@ class MetadataColumns:
             self.schema = _schema_of(meta, i)
             self._keys = frozenset(k for k, _ in self.schema)
             self._columns = [(k, kind, _PY_TYPE[kind], []) for k, kind in self.schema]
+            self._adds = [values.append for *_, values in self._columns]
+            keys = [k for k, _ in self.schema]
+            if len(keys) == 1:
+                self._values_of, self._types = operator.itemgetter(keys[0]), self._columns[0][2]
+            else:  # a tuple of the values (``itemgetter`` of no key takes none: an empty tuple)
+                getter = operator.itemgetter(*keys) if keys else None
+                self._values_of = getter if getter is not None else (lambda meta: ())
+                self._types = tuple(py_type for _, _, py_type, _ in self._columns)
         if (type(meta) is not dict and not isinstance(meta, Mapping)) or meta.keys() != self._keys:
             raise _key_mismatch(meta, self._keys, i)
         for key, kind, py_type, values in self._columns:

@@ -58,8 +58,9 @@ class Publisher(ABC):
         """A fresh private directory to write the cache into, removed on exit unless it was published."""
 
     @abstractmethod
-    def publish(self, staged: Path, mode: WriteMode) -> CacheWriteResult:
-        """Make the cache written in ``staged`` visible under the name in one step."""
+    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
+        """Make the cache written in ``staged`` visible under the name in one step (durable on return unless
+        ``sync_root`` is False: see ``StagingDir.publish``)."""
 
 
 class LocalPublisher(Publisher):
@@ -91,7 +92,7 @@ class LocalPublisher(Publisher):
             finally:
                 self._staging_dir = None
 
-    def publish(self, staged: Path, mode: WriteMode) -> CacheWriteResult:
+    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
         staging = self._staging_dir
         if staging is None or staging.path != staged:
             raise ValueError(f"{staged=} is not this publisher's open staging directory")
@@ -106,7 +107,7 @@ class LocalPublisher(Publisher):
                     staging.discard()  # another writer published it first
                     return CacheWriteSuccess(name, target)
                 move_aside(target)
-            staging.publish()
+            staging.publish(sync_root)
         return CacheWriteSuccess(name, target)
 
 
@@ -148,7 +149,7 @@ class RemotePublisher(Publisher):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, staged: Path, mode: WriteMode) -> CacheWriteResult:
+    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
         try:
             publish_directory(staged, self.store, MANIFEST_FILE)
         except FileExistsError as e:

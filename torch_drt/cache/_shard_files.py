@@ -1,4 +1,4 @@
-"""Shard files of a cache being written: records gathered into large chunks, written and hashed on a helper thread."""
+"""Shard files of a cache being written: records written on the caller's thread, hashed and synced on helpers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import hashlib
 import os
 import sys
 from array import array
-from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from torch_drt.cache._format import shard_name
 
 _SYNC_FILE_RANGE_WRITE = 2
+_IOV_MAX = 1024  # buffers per writev (Linux's and macOS's limit)
 
 
 def _libc_sync_file_range() -> Any:
@@ -38,18 +38,21 @@ _sync_file_range = _libc_sync_file_range()
 class ShardFiles:
     """Appends records to numbered shard files, starting a new one past ``max_bytes``.
 
-    A record is one copy into a preallocated chunk buffer; each full chunk is written with one ``write`` and
-    hashed (SHA-256 of its shard) on a helper thread, which releases the GIL for both, so the source is read
-    meanwhile. A record larger than a chunk is written from its own buffer; a batch of records (``extend``) is
-    joined and written on the helper thread. A full shard is synced once, on a second helper thread, while the next
-    one fills. ``seal`` queues the last shard's sync and waits for the writes only (``digests`` are then known), so
-    the caller can write its other files while the shards sync; ``close`` waits for every sync. A failed write or
-    sync (a full disk) raises from a later ``append``, from ``seal`` or from ``close``.
+    The records are written on the calling thread, which releases the GIL for each write: a batch (``extend``) with
+    one ``writev`` of its records (no copy), records appended one by one (``append``) gathered in one reused chunk
+    buffer first. Nothing waits on a helper thread there, so a thread busy with Python never stalls behind one (a
+    helper that needs the GIL back after each of its steps waits up to the interpreter's switch interval, 5 ms, while
+    this thread runs Python; it gets it at once while this thread writes). Two helpers work behind the writes: one
+    hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
+    ``_HASH_BYTES``; the other starts the disk write-back every ``_WRITEBACK_BYTES`` and syncs each full shard while
+    the next one fills. ``seal`` hashes the rest of the last shard itself once the helper's reads are done
+    (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
+    at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
+    every other sync. A failed write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
     """
 
-    _CHUNK_BYTES = 4 << 20
-    _MAX_CHUNKS = 8  # at most 32 MiB of records waiting for the helper thread (and the batches joined)
-    _MAX_JOINED = 8 << 20  # a larger batch is appended record by record (a large record is not copied)
+    _CHUNK_BYTES = 4 << 20  # records appended one by one are gathered into a buffer of this size
+    _HASH_BYTES = 8 << 20  # a shard is hashed (read back) every this many bytes written
     _WRITEBACK_BYTES = 1 << 20  # the disk write-back of a shard is started every this many bytes written
 
     def __init__(self, directory: Path, max_bytes: int) -> None:
@@ -58,75 +61,58 @@ class ShardFiles:
         self.sizes: list[int] = []
         self.digests: list[str] = []
         self.index = array("Q")  # (shard, offset, length, checksum) of each record, flat
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard")
+        self.unsynced: list[Path] = []  # the last shard, once sealed: written and closed, not synced
+        self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-hash")
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
-        self._jobs: deque[tuple[Future, bytearray | None]] = deque()  # in submission order, run in that order
-        self._hashes: list[Future] = []  # each closed shard's SHA-256, once its writes are done
+        self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
         self._synced: list[Future] = []  # each closed shard's sync
-        self._free: list[bytearray] = []
+        self._read_buffer = bytearray()  # the hasher's, grown on its first reads
         self._fd = -1
+        self._shard_hash: _ShardHash | None = None
         self._pos = 0  # bytes of the current shard, the chunk's included
-        self._used = 0  # bytes in the current chunk
-        self._chunk: bytearray | None = None  # taken by the first record appended alone
-        self._unsynced = 0  # bytes submitted since the shard's write-back was last started
+        self._written = 0  # bytes of the current shard written to its file
+        self._hashed = 0  # bytes of the current shard handed to the hasher
+        self._unsynced = 0  # bytes written since the shard's write-back was last started
+        self._chunk: bytearray | None = None
+        self._view = memoryview(b"")
+        self._used = 0  # bytes in the chunk
         self._open_next()
 
-    def _reap(self) -> None:
-        """Take the finished writes (their chunks are free again); wait while too many are pending."""
-        while self._jobs and (len(self._jobs) >= self._MAX_CHUNKS or self._jobs[0][0].done()):
-            future, chunk = self._jobs.popleft()
-            future.result()  # a failed write raises here
-            if chunk is not None:
-                self._free.append(chunk)
-
-    def _take_chunk(self) -> bytearray:
-        """A free chunk buffer (also ``self._view``)."""
-        self._reap()
-        chunk = self._free.pop() if self._free else bytearray(self._CHUNK_BYTES)
-        self._view = memoryview(chunk)
-        return chunk
-
-    def _submit(self, data: Any, chunk: bytearray | None, size: int) -> None:
-        """Queue the write of ``data`` (``size`` bytes) to the current shard; every ``_WRITEBACK_BYTES``, also the
-        start of its write-back, so that the shard's sync at its close finds little left to write."""
-        self._reap()
-        job = self._writer.submit(_write_hashed, self._fd, self._hash, data)
-        self._jobs.append((job, chunk))
+    def _wrote(self, size: int) -> None:
+        """Account ``size`` bytes just written: start the write-back and queue the read-back when due."""
+        self._written += size
         self._unsynced += size
         if self._unsynced >= self._WRITEBACK_BYTES:
             self._unsynced = 0
-            self._syncer.submit(_start_writeback, self._fd, job)
+            self._syncer.submit(_start_writeback, self._fd)
+        if self._written - self._hashed >= self._HASH_BYTES:
+            self._hashed = self._written
+            self._hashes.append(self._hasher.submit(self._shard_hash.upto, self._written))
 
     def _flush_chunk(self) -> None:
         if self._used:
-            self._submit(self._view[: self._used], self._chunk, self._used)
-            self._chunk, self._used = None, 0
+            _write_all(self._fd, [self._view[: self._used]])
+            size, self._used = self._used, 0
+            self._wrote(size)
 
     def _open_next(self) -> None:
         if self._fd >= 0:
             self._close_current()
         path = self.directory / shard_name(len(self.sizes))
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._hash = hashlib.sha256()
+        self._shard_hash = _ShardHash(path, self._read_buffer)
         self._shard = len(self.sizes)
         self.sizes.append(0)
-        self._pos = self._unsynced = 0
+        self._pos = self._written = self._hashed = self._unsynced = 0
 
     def _close_current(self) -> None:
-        """Queue the shard's last chunk, and its sync on a second thread once written, while the next shard fills."""
+        """Write the shard's last chunk, queue its last read-back (its digest) and its sync on the helpers, which run
+        while the next shard fills."""
         self._flush_chunk()
         fd, self._fd = self._fd, -1
-        last = self._jobs[-1][0] if self._jobs else None  # the writes run in order: the shard is written after it
-        self._hashes.append(self._writer.submit(self._hash.hexdigest))  # after the shard's last write
-        self._synced.append(self._syncer.submit(_sync_and_close, fd, last))
+        self._hashes.append(self._hasher.submit(self._shard_hash.finish, self._written))
+        self._synced.append(self._syncer.submit(_sync_and_close, fd))
         self.sizes[-1] = self._pos
-
-    def _wait_all(self) -> None:
-        while self._jobs:
-            future, chunk = self._jobs.popleft()
-            future.result()
-            if chunk is not None:
-                self._free.append(chunk)
 
     def append(self, data: bytes, checksum: int) -> None:
         """Write one record and add its (shard, offset, length, ``checksum``) to ``index``.
@@ -141,32 +127,29 @@ class ShardFiles:
         self._pos = offset + n
         self.index.extend((self._shard, offset, n, checksum))
         used = self._used
-        if used + n <= self._CHUNK_BYTES:
-            if self._chunk is None:
-                self._chunk = self._take_chunk()
-            self._view[used : used + n] = data
-            self._used = used + n
-        else:
+        if used + n > self._CHUNK_BYTES:
             self._flush_chunk()
-            if n <= self._CHUNK_BYTES:
-                self._chunk = self._take_chunk()
-                self._view[:n] = data
-                self._used = n
-            else:  # written from its own buffer, which the job keeps alive
-                self._submit(data, None, n)
+            used = 0
+        if n > self._CHUNK_BYTES:  # written from its own buffer
+            _write_all(self._fd, [data])
+            self._wrote(n)
+            return
+        if self._chunk is None:
+            self._chunk = bytearray(self._CHUNK_BYTES)
+            self._view = memoryview(self._chunk)
+        self._view[used : used + n] = data
+        self._used = used + n
 
     def extend(self, records: list[bytes], checksums: list[int]) -> None:
         """Write records (with their checksums) as ``append`` does, one after another.
 
-        A batch that fits the current shard is joined and written as one buffer on the helper thread (``bytes.join``
-        copies without holding the GIL), its index entries made at once: the list is kept until then, so the caller
-        must not change it afterwards. A batch that does not fit, or is larger than ``_MAX_JOINED``, is appended
-        record by record.
+        A batch that fits the current shard is written with ``writev`` straight from its records, its index entries
+        made at once; one that does not is appended record by record.
         """
         lengths = list(map(len, records))
         total = sum(lengths)
         pos = self._pos
-        if len(records) == 1 or total > self._MAX_JOINED or pos + total > self.max_bytes:
+        if len(records) == 1 or pos + total > self.max_bytes:
             for data, checksum in zip(records, checksums):
                 self.append(data, checksum)
             return
@@ -180,57 +163,129 @@ class ShardFiles:
         entries[:, 3] = np.fromiter(checksums, dtype=np.uint64, count=len(records))
         self.index.frombytes(entries.tobytes())
         if total:
-            self._submit(records, None, total)
+            _write_all(self._fd, records)
+            self._wrote(total)
         self._pos = pos + total
 
     def seal(self) -> None:
-        """Queue the last shard's sync and wait for every write (a failed one raises); ``digests`` are then set.
+        """Write the last shard and close it unsynced (``unsynced``), wait for every read-back (a failed one raises)
+        and hash the rest of the last shard here; ``digests`` are then set.
 
-        No record may be added afterwards; the shards are durable once ``close`` returns.
+        No record may be added afterwards; the shards but the last are durable once ``close`` returns, the last one
+        once the caller synced ``unsynced``.
         """
-        if self._fd >= 0:
-            self._close_current()
-        self._wait_all()
-        self.digests = [f.result() for f in self._hashes]
+        if self._fd < 0:
+            return
+        self._flush_chunk()
+        fd, self._fd = self._fd, -1
+        self.sizes[-1] = self._pos
+        os.close(fd)
+        self.unsynced.append(self._shard_hash.path)
+        results = [f.result() for f in self._hashes]
+        results.append(self._shard_hash.finish(self._written))
+        self.digests = [r for r in results if r is not None]
 
     def close(self) -> None:
-        """Write what is pending and sync every shard (a failed write or sync raises); the helper threads end."""
+        """Seal, wait for the helpers and their syncs (a failed read-back or sync raises); the helper threads end."""
         try:
-            self.seal()
-            for f in self._synced:
-                f.result()
+            try:
+                self.seal()
+            finally:
+                for f in self._synced:
+                    f.result()
         finally:
-            self._writer.shutdown(wait=True)
+            self._hasher.shutdown(wait=True)
             self._syncer.shutdown(wait=True)
             if self._fd >= 0:  # a failure before the current shard's sync was queued
                 os.close(self._fd)
                 self._fd = -1
+            if self._shard_hash is not None:
+                self._shard_hash.close()
 
 
-def _start_writeback(fd: int, written: Future) -> None:
-    """Once ``written`` is done, start writing the shard's dirty pages to disk without waiting for them (Linux's
-    ``sync_file_range``; elsewhere nothing): only a head start, its failure is ignored (the sync at close is what
-    makes the shard durable, and reports errors)."""
-    if _sync_file_range is not None and written.exception() is None:
+class _ShardHash:
+    """The SHA-256 of one shard file, read back from the page cache as it grows (run on the hasher thread).
+
+    It reads through a descriptor of its own, into ``buffer``, shared by the shards of one writer (the hasher runs
+    one job at a time) and grown once, so no fresh memory is touched per read.
+    """
+
+    _READ_BYTES = 8 << 20
+
+    def __init__(self, path: Path, buffer: bytearray) -> None:
+        self.path, self._buffer = path, buffer
+        self._fd = os.open(path, os.O_RDONLY)
+        self._hash = hashlib.sha256()
+        self._done = 0
+
+    def upto(self, end: int) -> None:
+        """Hash the shard's bytes up to ``end`` (those before it are hashed already)."""
+        buffer = self._buffer
+        if len(buffer) < min(self._READ_BYTES, end - self._done):  # grown once, to what the reads need
+            buffer.extend(bytes(min(self._READ_BYTES, end - self._done) - len(buffer)))
+        view = memoryview(buffer)
+        try:
+            while self._done < end:
+                n = _read_into(self._fd, view[: min(len(view), end - self._done)], self._done)
+                if n == 0:
+                    raise OSError(f"shard {self.path} ends at {self._done} bytes, {end} were written")
+                self._hash.update(view[:n])
+                self._done += n
+        finally:
+            view.release()
+
+    def finish(self, end: int) -> str:
+        """Hash the rest (up to ``end``, the shard's size) and return the hex digest; the descriptor is closed."""
+        try:
+            self.upto(end)
+            return self._hash.hexdigest()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _start_writeback(fd: int) -> None:
+    """Start writing the shard's dirty pages to disk without waiting for them (Linux's ``sync_file_range``;
+    elsewhere nothing): only a head start, its failure is ignored (the sync at close is what makes the shard
+    durable, and reports errors)."""
+    if _sync_file_range is not None:
         _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
-def _sync_and_close(fd: int, last: Future | None) -> None:
-    """Once ``last`` (the shard's last write) is done, sync and close the shard (closed even when a write failed)."""
+def _sync_and_close(fd: int) -> None:
+    """Sync and close a shard whose writes are done (closed even when the sync fails)."""
     try:
-        if last is not None:
-            last.result()
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _write_hashed(fd: int, h: Any, data: Any) -> None:
-    """Append ``data`` (a buffer, or a list of records joined here) to ``fd`` (a short write is continued) and add it
-    to the shard's hash."""
-    if type(data) is list:
-        data = b"".join(data)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    h.update(data)
+def _read_into(fd: int, view: memoryview, offset: int) -> int:
+    """Read ``fd`` at ``offset`` into ``view`` (the GIL released); the bytes read."""
+    if hasattr(os, "preadv"):
+        return os.preadv(fd, [view], offset)
+    data = os.pread(fd, len(view), offset)
+    view[: len(data)] = data
+    return len(data)
+
+
+def _write_all(fd: int, buffers: list[Any]) -> None:
+    """Write ``buffers`` to ``fd`` in order, ``_IOV_MAX`` at a time with one ``writev`` each (the GIL released); a
+    short write is continued."""
+    for start in range(0, len(buffers), _IOV_MAX):
+        part = buffers[start : start + _IOV_MAX]
+        written = os.writev(fd, part)
+        if written == sum(map(len, part)):
+            continue
+        for buffer in part:  # a short write (a signal, a disk filling up): the rest one buffer at a time
+            view = memoryview(buffer).cast("B")
+            if written >= len(view):
+                written -= len(view)
+                continue
+            view, written = view[written:], 0
+            while view:
+                view = view[os.write(fd, view) :]

@@ -73,8 +73,8 @@ def _write_records(
     source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
 ) -> None:
     """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
-    (the shards' syncs start while they are written; the small files' and the directories' run together at the
-    end)."""
+    (the full shards' syncs start while the next ones are written; the last shard's, the small files' and the
+    directories' run together at the end)."""
     from tqdm.auto import tqdm
 
     comp = config.shard_compression
@@ -135,8 +135,9 @@ def _finish(
     name: str,
     timed: Callable[[str], contextlib.AbstractContextManager[None]],
 ) -> None:
-    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the shards and the
-    directories (every one durable on return)."""
+    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the last shard (at once,
+    sharing one journal commit) and the directories, and wait for the other shards' syncs (every one durable on
+    return)."""
     comp = config.shard_compression
     with timed("finish_index"):
         index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
@@ -167,7 +168,7 @@ def _finish(
     with timed("finish_manifest"):
         _new_file(staging / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode())
         files = [staging / INDEX_FILE, staging / METADATA_FILE, staging / MANIFEST_FILE]
-        fsync_paths([*files, staging / SHARD_DIR, staging])
+        fsync_paths([*files, *shards.unsynced, staging / SHARD_DIR, staging])
         shards.close()
 
 
@@ -190,6 +191,7 @@ def write_source(
     profile: WriterProfile | None = None,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
+    sync_root: bool = True,
 ) -> CacheWriteResult:
     """Write ``source`` to ``root/<source.name>`` through a staging directory; never raises for bad input.
 
@@ -210,6 +212,9 @@ def write_source(
             upload is its ``publish`` stage).
         storage_options: fsspec options for a URL root (credentials, endpoint).
         remote_config: remote settings for a URL root (default ``RemoteConfig()``).
+        sync_root: False leaves out the sync of a local ``root`` after the publishing rename (every file of the
+            cache is synced before it either way, so a crash leaves no cache or the complete one); for a caller
+            that syncs ``root`` once for many caches (a set build's parts), see ``StagingDir.publish``.
 
     Returns:
         ``CacheWriteSuccess`` once the cache is published, else ``CacheWriteError`` naming what went wrong
@@ -234,7 +239,7 @@ def write_source(
                 with timed("validate"):
                     open_cache(staged, verify=True)
             with timed("publish"):
-                return publisher.publish(staged, mode)
+                return publisher.publish(staged, mode, sync_root)
     except BadInput as e:
         return CacheWriteError(name, str(e))
     except (Exception, GeneratorExit) as e:  # a source that raises, a full disk, an upload that failed after its
