@@ -326,3 +326,17 @@ def test_workers_that_do_not_pay_leave_the_best_measured_again_once():
     assert flat.best.workers == 1, flat.history
     assert settings[:3] == [Setting(1, 1), Setting(4, 1), Setting(1, 1)], settings
     assert settings.count(Setting(1, 1)) == 2 and settings.count(Setting(4, 1)) == 1, settings
+
+
+def cpu_bound_on_two_cpus(workers: int, depth: int, per_worker: float = 50.0) -> Trial:
+    """A CPU-bound pipeline on a 2-CPU machine: two processes are the most that run at once, more only contend
+    (each one beyond two costs 15% of the throughput)."""
+    rate = min(workers, 2) * per_worker * 0.85 ** max(0, workers - 2)
+    return Trial(throughput=rate, wait_share=1.0 - rate / 1000.0)
+
+
+def test_process_workers_are_searched_by_doubling_so_two_cpus_get_two_processes():
+    # steps of 4 went 1 -> 4 (more than 1, so it "paid") -> 16 -> 8 and never tried 2, the best on 2 CPUs
+    search = climb(cpu_bound_on_two_cpus, processes=True)
+    assert search.best.workers == 2, search.history
+    assert [s.workers for s, _ in search.history][:3] == [1, 2, 4], search.history

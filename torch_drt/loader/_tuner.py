@@ -3,9 +3,11 @@
 It proposes a ``Setting`` (workers, batches ahead), is told what the last trial measured (``Trial``) and proposes
 the next, until it settles. Workers first: times ``WORKER_STEP`` while throughput rises by ``WORKER_GAIN`` and the
 caller still waits for data, then one step between the best and the first that did not pay (their geometric mean);
-then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Steps of 4 reach 16 workers in three trials
-(1, 4, 16), where doubling takes five: the search for an I/O-bound loader fits in the first 5% of an epoch of
-1,280 batches, and each step's gain stands out of the noise more. Every setting it proposes after the first
+then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Steps of 4 reach 16 thread workers in three
+trials (1, 4, 16), where doubling takes five: the search for an I/O-bound loader fits in the first 5% of an epoch
+of 1,280 batches, and each step's gain stands out of the noise more. Process workers double (``PROCESS_STEP``):
+they are CPU-bound, their best is near the machine's CPUs, and steps of 4 skip it (1, 4, 16 never tries 2 on a
+2-CPU machine, where 4 processes still beat 1). Every setting it proposes after the first
 trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
 at most the cap.
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-WORKER_STEP = 4
+WORKER_STEP = 4  # thread workers: I/O-bound loaders want many
+PROCESS_STEP = 2  # process workers: CPU-bound, the best is near the CPUs, and each one costs memory and a start
 WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
 DEPTH_GAIN = 1.05
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
@@ -151,7 +154,8 @@ class HillClimb:
             if self._refined:
                 return None
             if improved and waits and best.workers < self.max_workers and self._failed is None:
-                return self._fit(Setting(min(self.max_workers, WORKER_STEP * best.workers), best.depth))
+                step = PROCESS_STEP if self.memory.processes else WORKER_STEP
+                return self._fit(Setting(min(self.max_workers, step * best.workers), best.depth))
             if self._failed is not None and self._failed - best.workers > 1:
                 self._refined = True  # one step between the best and the first that did not pay
                 return self._fit(Setting(round(math.sqrt(best.workers * self._failed)), best.depth))
