@@ -17,6 +17,7 @@ from build_helpers import (
     tree_bytes,
 )
 from conftest import ListSource
+from sync_events import record_sync_events
 
 import torch_drt as drt
 from torch_drt.build import RowRange, build_cache_set, split_rows
@@ -232,27 +233,7 @@ def test_the_set_directory_is_synced_once_after_every_part_is_renamed_and_before
 ):
     # each part is synced whole before its publishing rename; the set directory that holds the renames is synced
     # once, before the set manifest is linked (not once per part: a build of many small parts waited on each)
-    import os
-
-    events: list[tuple[str, object]] = []
-    real_fsync, real_rename, real_link = os.fsync, os.rename, os.link
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        st = os.fstat(fd)
-        events.append(("synced", (st.st_dev, st.st_ino)))
-
-    def rename(src, dst, *args, **kwargs) -> None:
-        real_rename(src, dst, *args, **kwargs)
-        events.append(("renamed", os.path.basename(dst)))
-
-    def link(src, dst, *args, **kwargs) -> None:
-        real_link(src, dst, *args, **kwargs)
-        events.append(("linked", os.path.basename(dst)))
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "rename", rename)
-    monkeypatch.setattr(os, "link", link)
+    events = record_sync_events(monkeypatch)
     report = build_cache_set(split_rows(make_rows(12), rows_per_part=3), tmp_path, "s", writer_config=QUIET)
     assert report.ok and len(report.parts) == 4
     set_dir = tmp_path / "s"

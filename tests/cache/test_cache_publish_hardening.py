@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import QUIET, ListSource, payload
+from sync_events import record_sync_events
 
 import torch_drt as drt
 from torch_drt.cache import open_cache
@@ -125,20 +126,7 @@ def test_every_file_and_directory_is_synced_before_the_publish_rename(runtime, t
     # durability of a published cache: each shard, the index, metadata and manifest, shards/ and the cache directory
     # are on disk before the rename that publishes them (the writer syncs them together, on several threads), and
     # the root after it
-    events: list[tuple[str, object]] = []
-    real_fsync, real_rename = os.fsync, os.rename
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        st = os.fstat(fd)
-        events.append(("synced", (st.st_dev, st.st_ino)))
-
-    def rename(src, dst, *args, **kwargs) -> None:
-        real_rename(src, dst, *args, **kwargs)
-        events.append(("renamed", Path(dst).name))
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "rename", rename)
+    events = record_sync_events(monkeypatch)
     config = drt.WriterConfig(show_progress=False, max_shard_bytes=40)
     (res,) = runtime.write_cache([ListSource("f", 12)], tmp_path, writer_config=config)
     assert isinstance(res, drt.CacheWriteSuccess), res
