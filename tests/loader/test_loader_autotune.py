@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from torch_drt import StatefulDataLoader
-from torch_drt.loader._autotune import MAX_TUNED_WORKERS, PLANNED_TRIALS, STATE_KEY, trial_batches
+from torch_drt.loader._autotune import MAX_TUNED_WORKERS, STATE_KEY
 from torch_drt.loader._memory import batch_bytes
-from torch_drt.loader._tuner import WORKER_STEP, HillClimb, MemoryModel, Setting, Trial
+from torch_drt.loader._tuner import PLANNED_TRIALS, WORKER_STEP, HillClimb, MemoryModel, Setting, Trial, trial_batches
 
 ROW = 100  # int64 per item: 800 bytes
 BATCH = 4

@@ -32,14 +32,11 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
-from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial
+from torch_drt.loader._tuner import MIN_BUDGET, HillClimb, MemoryModel, Setting, Trial, trial_batches
 
 AUTO = "auto"
 STATE_KEY = "autotune"
-MIN_TRIAL = 8
 BUDGET_SHARE = 0.05
-MIN_BUDGET = 64
-PLANNED_TRIALS = 8  # a search's usual trials: 1, 4, 16 workers, a best measured again, a step between, 3 depths
 MAX_DEPTH = 16
 MAX_TUNED_WORKERS = 64  # the search's ceiling: threads (I/O waits; the cap bounds them); processes 4 per CPU, >= 8
 
@@ -273,15 +270,6 @@ class LoaderAutotune:
         self.batches = 0
         self._begin()
         apply_setting(loader, self.setting)
-
-
-def trial_batches(setting: Setting, budget: int | None) -> tuple[int, int]:
-    """A trial of ``setting`` in a search of ``budget`` batches (None: an epoch of unknown length, ``MIN_BUDGET``):
-    its warm-up (``in_flight`` batches: each worker's first carries its start) and the batches it measures
-    (``budget // PLANNED_TRIALS``, at least a round of the pipeline, ``in_flight``, and ``MIN_TRIAL``)."""
-    in_flight = setting.workers + setting.depth
-    share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
-    return in_flight, max(MIN_TRIAL, in_flight, share)
 
 
 def apply_setting(loader: Any, setting: Setting) -> None:

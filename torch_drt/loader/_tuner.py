@@ -27,6 +27,9 @@ WORKER_STEP = 4  # thread workers: I/O-bound loaders want many
 PROCESS_STEP = 2  # process workers: CPU-bound, the best is near the CPUs, and each one costs memory and a start
 WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
 DEPTH_GAIN = 1.05
+MIN_TRIAL = 8
+MIN_BUDGET = 64  # the fewest batches a search may use (an epoch of unknown length: this many)
+PLANNED_TRIALS = 8  # a search's usual trials: 1, 4, 16 workers, a best measured again, a step between, 3 depths
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
 
 
@@ -187,3 +190,12 @@ class HillClimb:
             else:
                 break
         return Setting(workers, depth)
+
+
+def trial_batches(setting: Setting, budget: int | None) -> tuple[int, int]:
+    """A trial of ``setting`` in a search of ``budget`` batches (None: an epoch of unknown length, ``MIN_BUDGET``):
+    its warm-up (``in_flight`` batches: each worker's first carries its start) and the batches it measures
+    (``budget // PLANNED_TRIALS``, at least a round of the pipeline, ``in_flight``, and ``MIN_TRIAL``)."""
+    in_flight = setting.workers + setting.depth
+    share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
+    return in_flight, max(MIN_TRIAL, in_flight, share)
