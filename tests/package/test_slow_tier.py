@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 from conftest import slow_tier
@@ -10,6 +11,7 @@ from conftest import slow_tier
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@cache
 def _test_names(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     return {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
