@@ -246,3 +246,49 @@ def test_a_cache_loader_records_its_stages(runtime, tmp_path, workers):
     assert stats.batches == 10 and stats.items == len(got) == 40
     assert {"dataset", "transform", "collate"} <= set(stats.stages)
     assert stats.dominant_stage()[0] == "transform", str(stats)
+
+
+class Failing(Ints):
+    """Raises ValueError on indices in ``bad``, and KeyboardInterrupt once on ``interrupt``."""
+
+    def __init__(self, n: int, bad: set[int], interrupt: int | None = None) -> None:
+        super().__init__(n)
+        self.bad, self.interrupt = bad, interrupt
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.interrupt:
+            self.interrupt = None
+            raise KeyboardInterrupt
+        if i in self.bad:
+            raise ValueError(i)
+        return i
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2, **THREADS}], ids=["inline", "threads"])
+def test_sampled_counts_stay_exact_with_failed_calls_and_reads_midway(kwargs, monkeypatch):
+    """Calls that deliver nothing (an error, an interrupt) and stats() read mid-period leave the counts exact."""
+    monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)  # every batch is "fast": one timed in many
+    monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
+    bad = {8 * b for b in (3, 20, 21, 45, 90, 91, 92, 150)}  # the first item of these batches fails
+    dataset = Failing(1601, bad, interrupt=8 * 60 + 1)
+    loader = StatefulDataLoader(dataset, batch_size=8, collate_fn=list, persistent_workers=bool(kwargs), **kwargs)
+    delivered, failed, interrupted, reads = [], 0, 0, 0
+    for _ in range(2):
+        it = iter(loader)
+        while True:
+            try:
+                delivered.append(next(it))
+            except StopIteration:
+                break
+            except ValueError:
+                failed += 1
+            except KeyboardInterrupt:
+                interrupted += 1
+            if len(delivered) % 97 == 0:
+                loader.stats()  # counts the untimed batches so far; the period goes on
+                reads += 1
+    stats = loader.stats()
+    assert failed == 2 * len(bad) and interrupted == 1 and reads > 2
+    assert stats.batches == len(delivered) == 2 * (201 - len(bad))
+    assert stats.items == sum(len(b) for b in delivered)
+    assert stats.every >= 16  # sampling was on

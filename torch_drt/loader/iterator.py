@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import weakref
+from itertools import repeat
+from operator import length_hint
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -46,7 +48,10 @@ class LoaderIterator:
         self._device, self._with_indices = loader._device, loader.return_indices
         self._in_order = loader.in_order  # out of order, the batch marked last may come before others
         self._stats = loader._stats  # a StatsRecorder, or None; it times one call in `_period` (see _timed_next)
-        self._period = self._countdown = 1
+        self._period = 1
+        # (statistics on) one False per untimed call left before the next timed one; then next(_ticks, True) is
+        # True. A countdown in C: an attribute decremented in Python costs ~1% of a 100k-ints batch.
+        self._ticks = None if self._stats is None else repeat(False, 0)
         self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
         self._started = False
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
@@ -75,24 +80,22 @@ class LoaderIterator:
                 raise StopIteration
             if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
-            if self._stats is not None:
-                self._countdown -= 1
-                if self._countdown <= 0:
-                    out = self._timed_next()
-                    if self._tune is not None:
-                        self._tuned(out)
-                    return out
+            if self._ticks is not None and next(self._ticks, True):
+                out = self._timed_next()
+                if self._tune is not None:
+                    self._tuned(out)
+                return out
             try:
                 batch, indices, last = self._next()
             except StopIteration:
                 self._finish()
-                if self._stats is not None:
-                    self._countdown += 1  # (this call delivered nothing)
+                if self._ticks is not None:
+                    self._undo_tick()
                     self.flush_stats(perf_counter_ns())
                 raise
             except BaseException:
-                if self._stats is not None:
-                    self._countdown += 1  # (this call delivered nothing)
+                if self._ticks is not None:
+                    self._undo_tick()
                 raise
             if last and self._in_order:  # roll over now, so a checkpoint taken after this batch starts the next epoch
                 self._finish()
@@ -144,19 +147,27 @@ class LoaderIterator:
             self._started = True
             if items is not None and not last:  # an epoch's last batch may be short: not the usual size
                 self._size = items
-            self._period = self._countdown = stats.every
+            self._period = stats.every
+            self._ticks = repeat(False, self._period - 1)
             self._exact = 0
+
+    def _undo_tick(self) -> None:
+        """An untimed call delivered nothing: it does not count towards the period."""
+        self._ticks = repeat(False, length_hint(self._ticks) + 1)
 
     def flush_stats(self, end_ns: int | None = None) -> None:
         """Count the batches delivered since the last timed call (``loader.stats()`` calls it); at an epoch's end
         (``end_ns``), their time too."""
-        calls = self._period - self._countdown
+        if self._ticks is None:
+            return
+        left = length_hint(self._ticks) + 1  # the calls until the next timed one, that one included
+        calls = self._period - left
         untimed = calls - self._exact
-        if self._stats is not None and untimed > 0:
+        if untimed > 0:
             self._stats.counted(untimed, untimed * self._size)
-        if self._stats is not None and end_ns is not None and calls > 0:
+        if end_ns is not None and calls > 0:
             self._stats.elapsed(end_ns, calls)
-        self._period, self._exact = self._countdown, 0
+        self._period, self._exact = left, 0
 
     def _finish(self) -> None:
         self._done = True
@@ -164,7 +175,7 @@ class LoaderIterator:
         self._loader._end_epoch()
 
     def __del__(self) -> None:
-        if self.__dict__.get("_stats") is not None:
+        if self.__dict__.get("_ticks") is not None:
             self.flush_stats()
 
     def close(self) -> None:

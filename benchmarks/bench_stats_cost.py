@@ -1,0 +1,238 @@
+"""What the loader's statistics cost (issue 28: at most 1% of throughput on the 100k-ints overhead benchmark).
+
+The 100,000-ints overhead benchmark of bench_loader.py (batch 64, identity collate), 0 workers and 2 persistent
+worker threads, measured two ways in one run:
+
+- **A/B**: two loaders in this process, statistics on and off, whole epochs alternating (on, off, off, on, ...);
+  each epoch's CPU time (``process_time``: the worker threads' too). Printed: the median of the paired relative
+  differences and its 95% interval (binomial order statistics). On a loaded machine an epoch's CPU time moves by
+  tens of percent, so this interval is the check on the next figure, not the figure.
+- **Accounting**: the statistics code the loader runs, timed in tight loops on the loader's own classes (minimum
+  of interleaved repeats of CPU time, which load only ever raises), on minus off:
+  an untimed batch (``LoaderIterator.__next__`` over a constant batch; ``OrderedMapper.next`` over a constant
+  source, in the mode the loader's mapper is in); a timed batch (the real loader with every batch timed, less the
+  loader with statistics off, per batch); per epoch (``iter()`` and the epoch-end flush); and the timed batches
+  per epoch, counted on the loader of the A/B. Cost per batch = untimed + timed x timed/batches + epoch/batches,
+  as a share of the loader's per-batch time with statistics off (its minimum: the smallest denominator).
+
+The verdict is the accounting's; the A/B agrees when its interval holds the accounting's figure or lies under 1%.
+
+    python benchmarks/bench_stats_cost.py [--pairs 100] [--repeats 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from torchdata.nodes import BaseNode
+
+from torch_drt import StatefulDataLoader
+from torch_drt.loader._stats_recorder import StatsRecorder
+from torch_drt.loader.iterator import Fetched
+from torch_drt.nodes.ordered_map import OrderedMapper
+
+ITEMS, BATCH, BLOCK, CALLS = 100_000, 64, 100, 2_000
+SETTLE = 256  # items before an adaptive mapper's mode is settled (InlineCost.WARMUP is 8)
+GOAL = 0.01
+
+
+class Ints:
+    def __len__(self) -> int:
+        return ITEMS
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+
+def identity(batch: Any) -> Any:
+    return batch
+
+
+class Constant(BaseNode):
+    """A source yielding one item forever (the mapper's own work, without a planner's)."""
+
+    def __init__(self, item: Any) -> None:
+        super().__init__()
+        self.item = item
+
+    def reset(self, initial_state: dict | None = None) -> None:
+        super().reset(initial_state)
+
+    def next(self) -> Any:
+        return self.item
+
+    def get_state(self) -> dict:
+        return {}
+
+
+def make_loader(workers: int, stats: bool) -> StatefulDataLoader:
+    kwargs = {"num_workers": workers, "persistent_workers": True, "worker_method": "thread"} if workers else {}
+    loader = StatefulDataLoader(Ints(), batch_size=BATCH, collate_fn=identity, stats=stats, **kwargs)
+    sum(1 for _ in loader)  # warm up: workers started, the mapper settled (inline or not), `every` grown
+    return loader
+
+
+def min_of(arms: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Each arm's minimum over ``repeats`` rounds, the arms' order alternating round by round."""
+    best = dict.fromkeys(arms, math.inf)
+    names = list(arms)
+    for r in range(repeats):
+        for name in names if r % 2 else names[::-1]:
+            best[name] = min(best[name], arms[name]())
+    return best
+
+
+def per_call(fn: Callable[[], Any], calls: int = CALLS) -> Callable[[], float]:
+    """A timer of ``calls`` calls of ``fn``: CPU seconds per call (this process's: a preemption costs none)."""
+    def run() -> float:
+        t0 = time.process_time_ns()
+        for _ in range(calls):
+            fn()
+        return (time.process_time_ns() - t0) / calls / 1e9
+    return run
+
+
+def untimed_iterator(loader: StatefulDataLoader) -> Callable[[], float]:
+    """``LoaderIterator.__next__`` over a constant batch, never a timed call: its statistics lines only."""
+    it = iter(loader)
+    batch = Fetched(list(range(BATCH)), list(range(BATCH)), False)
+    it._next = lambda: batch
+    if getattr(it, "_ticks", None) is not None:  # statistics on: the next timed call never comes
+        it._ticks = itertools.repeat(False, 1 << 62)
+    elif it._stats is not None:
+        it._countdown = 1 << 62  # (the same before the countdown moved to C, to compare the trees)
+    return per_call(it.__next__)
+
+
+def untimed_mapper(loader: StatefulDataLoader, stats: bool) -> tuple[Callable[[], float], bool]:
+    """``OrderedMapper.next`` configured as ``loader``'s, over a constant source with an identity function, settled
+    in the loader's mode (inline or on the workers); whether that mode is inline."""
+    real = loader._mode.mapper
+    mapper = OrderedMapper(Constant(list(range(BATCH))), identity, num_workers=real.num_workers, method=real.method,
+                           in_flight=real.in_flight, adaptive=real._adaptive_asked,
+                           inline_below_s=real.inline_below_s if real._inline else 0.0)
+    mapper.stats = StatsRecorder() if stats else None
+    if mapper.stats is not None:
+        mapper.stats.every = 1 << 62  # (the loader's timed batches are counted apart)
+    mapper.reset()
+    for _ in range(SETTLE):
+        mapper.next()
+    return per_call(mapper.next), mapper._inline
+
+
+def block_timer(loader: StatefulDataLoader) -> Callable[[], float]:
+    """CPU seconds per batch over the next ``BLOCK`` batches of ``loader`` (a block crossing an epoch's end: inf)."""
+    state: dict[str, Any] = {"it": iter(loader)}
+
+    def run() -> float:
+        it = state["it"]
+        t0 = time.process_time_ns()
+        try:
+            for _ in range(BLOCK):
+                next(it)
+        except StopIteration:
+            state["it"] = iter(loader)
+            return math.inf
+        return (time.process_time_ns() - t0) / BLOCK / 1e9
+    return run
+
+
+def epoch_fixed(on: StatefulDataLoader, off: StatefulDataLoader, repeats: int) -> float:
+    """Seconds per epoch the statistics add outside batches: ``iter()`` (it flushes the recorder), the end's flush."""
+    calls = 200
+    best = min_of({"on": per_call(lambda: iter(on), calls), "off": per_call(lambda: iter(off), calls)}, repeats)
+    it = iter(on)
+    flush = min_of({"flush": per_call(lambda: it.flush_stats(time.perf_counter_ns()), calls)}, repeats)["flush"]
+    return max(0.0, best["on"] - best["off"]) + flush
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """The median of ``values`` and its 95% interval (binomial order statistics)."""
+    ordered, n = sorted(values), len(values)
+    k = max(0, math.floor(n / 2 - 0.98 * math.sqrt(n)))
+    return statistics.median(ordered), ordered[k], ordered[min(n - 1, n - 1 - k)]
+
+
+def ab(workers: int, pairs: int) -> tuple[list[float], float, float]:
+    """Paired relative CPU differences (on / off - 1) of whole epochs; the timed batches per epoch with
+    statistics on; the median CPU seconds per batch with statistics off."""
+    on, off = make_loader(workers, True), make_loader(workers, False)
+    recorder, timed = on._stats, [0]
+    real_timed = recorder.timed
+
+    def counting(*args: Any) -> None:
+        timed[0] += 1
+        real_timed(*args)
+    recorder.timed = counting
+    diffs, offs = [], []
+    for p in range(pairs):
+        cpu = {}
+        for name, loader in (("on", on), ("off", off)) if p % 2 == 0 else (("off", off), ("on", on)):
+            t0 = time.process_time()
+            for _ in loader:
+                pass
+            cpu[name] = time.process_time() - t0
+        diffs.append(cpu["on"] / cpu["off"] - 1)
+        offs.append(cpu["off"])
+    return diffs, timed[0] / pairs, statistics.median(offs) / -(-ITEMS // BATCH)
+
+
+def accounting(workers: int, repeats: int) -> dict[str, Any]:
+    """The statistics' cost per batch, part by part (seconds)."""
+    on, off, every1 = make_loader(workers, True), make_loader(workers, False), make_loader(workers, True)
+    every1._stats.EXACT_NS = 0  # every batch timed: each one "slower than EXACT_NS"
+    every1._stats.every = 1
+    it = untimed_iterator(on), untimed_iterator(off)
+    consumer = min_of({"on": it[0], "off": it[1]}, repeats)
+    (m_on, inline), (m_off, _) = untimed_mapper(on, True), untimed_mapper(off, False)
+    mapper = min_of({"on": m_on, "off": m_off}, repeats)
+    blocks = min_of({"timed": block_timer(every1), "off": block_timer(off)}, repeats)
+    return {
+        "consumer": consumer["on"] - consumer["off"],
+        "mapper": mapper["on"] - mapper["off"],
+        "timed": blocks["timed"] - blocks["off"],
+        "epoch": epoch_fixed(on, off, repeats),
+        "batch_off": blocks["off"],
+        "inline": inline and on._mode.mapper._inline,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=100, help="A/B: epoch pairs per configuration")
+    parser.add_argument("--repeats", type=int, default=200, help="accounting: rounds of each tight loop")
+    args = parser.parse_args()
+    batches = -(-ITEMS // BATCH)
+    print(f"# statistics on vs off: {ITEMS:,} ints, batch {BATCH}, identity collate; goal <= {GOAL:.0%}")
+    verdicts = []
+    for workers in (0, 2):
+        label = "0 workers" if workers == 0 else "2 threads"
+        acc = accounting(workers, args.repeats)
+        diffs, timed, cpu_off = ab(workers, args.pairs)
+        untimed = max(0.0, acc["consumer"]) + max(0.0, acc["mapper"])
+        cost = untimed + acc["timed"] * timed / batches + acc["epoch"] / batches
+        share = cost / acc["batch_off"]
+        mid, low, high = interval(diffs)
+        print(f"{label} (mapper {'inline' if acc['inline'] else 'on the workers'}):")
+        print(f"  accounting: untimed batch +{untimed * 1e9:.0f} ns (iterator {acc['consumer'] * 1e9:+.0f}, mapper "
+              f"{acc['mapper'] * 1e9:+.0f}), timed batch +{acc['timed'] * 1e6:.1f} us "
+              f"x {timed:.1f} of {batches} per epoch, epoch +{acc['epoch'] * 1e6:.1f} us; per batch "
+              f"+{cost * 1e9:.0f} ns of {acc['batch_off'] * 1e6:.2f} us (off, min) = {share:+.2%}")
+        print(f"  A/B: {args.pairs} epoch pairs, CPU per batch off {cpu_off * 1e6:.2f} us (median); on/off - 1: "
+              f"median {mid:+.2%}, 95% interval [{low:+.2%}, {high:+.2%}]")
+        holds = share <= GOAL
+        agrees = low <= share <= high or high <= GOAL
+        verdicts.append(holds)
+        print(f"  verdict: {share:+.2%} {'<=' if holds else '>'} {GOAL:.0%}: "
+              f"{'holds' if holds else 'does not hold'}; the A/B {'agrees' if agrees else 'DISAGREES'}")
+    print("statistics cost <= 1%:", "yes" if all(verdicts) else "no")
+
+
+if __name__ == "__main__":
+    main()
