@@ -37,14 +37,14 @@ def runs_inline(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetc
 def inline_batches(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetcher) -> Iterator[Fetched]:
     """The epoch's ``Fetched`` batches, as ``mapper.next()`` delivers them (``runs_inline`` must hold).
 
-    It reads the planner's chunk and offset anew at every batch, so calls of ``mapper.next()`` in between (a timed
-    batch, a reset by autotune) are seen.
+    The conditions that hold for a whole chunk (its settings change only with a reset, which plans a new chunk)
+    are checked once per chunk; per batch, only whether the batch is to be timed (``mapper.next()`` then loads it,
+    and the chunk's position is read anew) and whether the planner was reset (autotune starting workers).
     """
     slow = mapper.next
     size = planner.partition.global_batch_size  # (a user sampler's length may change; the batch geometry not)
     while True:
-        pos = planner._chunk_pos
-        chunk = planner._chunk
+        chunk, pos = planner._chunk, planner._chunk_pos
         if (
             pos >= len(chunk)
             or mapper.record_next
@@ -59,28 +59,32 @@ def inline_batches(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchF
                 return
             yield out
             continue
-        slot = current_slot()
-        plan = chunk[pos]
-        planner._chunk_pos = pos + 1  # BatchPlanner.next, from a planned chunk
-        planner.offset += size
-        mapper._held = plan  # (a KeyboardInterrupt keeps it: OrderedMapper.next maps the same plan next)
-        if type(slot) is not BatchSlot:  # first use in this thread, or inside a user's batch_scope
+        collate, getitem, seed = fetcher.collate_fn, fetcher._getitem, fetcher.seed
+        for plan in chunk[pos:]:  # the rest of the planned chunk; settings change only with a reset (a new chunk)
+            if mapper.record_next or planner._chunk is not chunk:
+                break
+            pos += 1
+            planner._chunk_pos = pos  # BatchPlanner.next, from a planned chunk
+            planner.offset += size
+            mapper._held = plan  # (a KeyboardInterrupt keeps it: OrderedMapper.next maps the same plan next)
+            slot = current_slot()
+            if type(slot) is not BatchSlot:  # first use in this thread, or inside a user's batch_scope
+                try:
+                    out = fetcher(plan)
+                except Exception:
+                    mapper._held = _NOTHING  # a failed batch counts as delivered
+                    raise
+                mapper._held = _NOTHING
+                yield out
+                continue
+            indices = plan[2]
+            slot.batch = [seed, plan[0], indices, plan[3]]  # BatchFetcher.__call__'s plain path
             try:
-                out = fetcher(plan)
+                batch = collate(list(map(getitem, indices)))
             except Exception:
-                mapper._held = _NOTHING  # a failed batch counts as delivered
+                mapper._held = _NOTHING
                 raise
+            finally:
+                slot.batch = None
             mapper._held = _NOTHING
-            yield out
-            continue
-        indices = plan[2]
-        slot.batch = [fetcher.seed, plan[0], indices, plan[3]]  # BatchFetcher.__call__'s plain path
-        try:
-            batch = fetcher.collate_fn(list(map(fetcher._getitem, indices)))
-        except Exception:
-            mapper._held = _NOTHING
-            raise
-        finally:
-            slot.batch = None
-        mapper._held = _NOTHING
-        yield _fetched(Fetched, (batch, indices, plan[4]))
+            yield _fetched(Fetched, (batch, indices, plan[4]))
