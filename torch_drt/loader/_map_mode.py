@@ -8,6 +8,7 @@ from typing import Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
 from torch_drt.loader._fetch import fetch_stage, map_fetcher
+from torch_drt.loader._inline_epoch import inline_batches, runs_inline
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.batch_plan import BatchPlanner
@@ -55,6 +56,11 @@ class MapMode(LoaderMode):
                                     plan_reads=getattr(loader.dataset, "plan_reads", None))
         self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
+
+    def next_fn(self) -> Any:
+        if runs_inline(self.mapper, self.planner, self.fetcher):
+            return inline_batches(self.mapper, self.planner, self.fetcher).__next__
+        return self.mapper.next
 
     def _partition(self) -> Partition:
         if self.sampler.n is None:

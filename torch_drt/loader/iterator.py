@@ -96,6 +96,7 @@ class LoaderIterator:
             except BaseException:
                 if self._ticks is not None:
                     self._undo_tick()
+                self._next = self._loader._mode.next_fn()  # (a generator ends at its first exception)
                 raise
             if last and self._in_order:  # roll over now, so a checkpoint taken after this batch starts the next epoch
                 self._finish()
@@ -130,6 +131,9 @@ class LoaderIterator:
                 batch, indices, last = self._next()
             except StopIteration:
                 self._finish()
+                raise
+            except BaseException:
+                self._next = self._loader._mode.next_fn()
                 raise
             if last and self._in_order:
                 self._finish()
