@@ -186,21 +186,24 @@ class StagingDir:
         """Where ``publish`` puts the directory."""
         return self.root / self.name
 
-    def publish(self, sync_root: bool = True) -> Path:
+    def publish(self, sync_root: bool = True, *, durable: bool = True) -> Path:
         """Fsync the staging directory, rename it to ``root/name`` and fsync ``root``. Call under ``publish_lock``.
 
         Args:
             sync_root: False leaves out the sync of ``root`` after the rename: the directory is published whole or
                 not at all either way, but a crash may then undo the rename (the target is absent again); for a
                 caller that syncs ``root`` itself before anything depends on it (a set build, once for every part).
+            durable: False syncs neither directory (a scratch store whose files were not synced either: an
+                operating-system crash may leave it incomplete; see ``WriterConfig.durable``).
 
         Raises:
             OSError: when the rename fails (for instance a non-empty directory is already at the target).
         """
-        fsync_dir(self.path)
+        if durable:
+            fsync_dir(self.path)
         os.rename(self.path, self.target)
         logger.info("published %s", self.target)
-        if sync_root:
+        if sync_root and durable:
             fsync_dir(self.root)
         self._release()
         return self.target

@@ -41,23 +41,70 @@ class _RowCounter:
         return self.rows
 
 
-def _arrow_rows(block_refs: Sequence[Any]) -> Iterator[dict[str, Any]]:
-    """The rows of a part's Arrow blocks, as dicts of Python values, fetched ``_BLOCKS_PER_GET`` blocks at a time (a
-    part of a dataset made of many small blocks waited on one object-store round trip per block, between rows)."""
+def _arrow_rows(block_refs: Sequence[Any], pieces: Sequence[tuple[int, int]] | None = None) -> Iterator[dict[str, Any]]:
+    """The rows of a part's blocks, as dicts of Python values, fetched ``_BLOCKS_PER_GET`` blocks at a time (a part
+    of a dataset made of many small blocks waited on one object-store round trip per block, between rows).
+
+    Args:
+        block_refs: the blocks (Arrow tables, or any Ray Data block), in row order.
+        pieces: the ``(start, stop)`` rows of each block that belong to the part (None: every row).
+    """
+    import pyarrow as pa
     import ray
+    from ray.data.block import BlockAccessor
 
     for start in range(0, len(block_refs), _BLOCKS_PER_GET):
-        for block in ray.get(list(block_refs[start : start + _BLOCKS_PER_GET])):
-            for batch in block.to_batches(max_chunksize=_ROWS_PER_CHUNK):
+        blocks = ray.get(list(block_refs[start : start + _BLOCKS_PER_GET]))
+        for k, block in enumerate(blocks, start):
+            table = block if isinstance(block, pa.Table) else BlockAccessor.for_block(block).to_arrow()
+            if pieces is not None:
+                first, stop = pieces[k]
+                table = table.slice(first, stop - first)
+            for batch in table.to_batches(max_chunksize=_ROWS_PER_CHUNK):
                 yield from batch.to_pylist()
 
 
+def _block_pieces(data: Any, bounds: Sequence[tuple[int, int]]) -> list[tuple[list[Any], list[tuple[int, int]]]] | None:
+    """Each part's blocks of the materialized ``data`` and the rows of each that belong to it, from the blocks'
+    row counts (no Ray Data split: its tasks and round trips cost the driver and the workers CPU per part); None
+    when a block's row count is unknown or a block is itself a slice (then ``split_at_indices`` splits)."""
+    blocks: list[tuple[Any, int]] = []
+    for bundle in data.iter_internal_ref_bundles():
+        if any(s is not None for s in getattr(bundle, "slices", None) or ()):
+            return None
+        for entry in bundle.blocks:
+            ref, meta = (entry.ref, entry.metadata) if hasattr(entry, "ref") else entry
+            if meta.num_rows is None:
+                return None
+            blocks.append((ref, meta.num_rows))
+    parts, k, first = [], 0, 0  # block k's rows before ``first`` went to earlier parts
+    for start, stop in bounds:
+        refs, pieces, at = [], [], start
+        while at < stop:
+            ref, rows = blocks[k]
+            take = min(rows - first, stop - at)
+            if take > 0:
+                refs.append(ref)
+                pieces.append((first, first + take))
+            first, at = first + take, at + take
+            if first == rows:
+                k, first = k + 1, 0
+        parts.append((refs, pieces))
+    return parts
+
+
 def _write_part_task(
-    part: PartPlan, block_refs: list[Any], set_dir: Path | str, config: WriterConfig, counter: Any, remote: dict
+    part: PartPlan,
+    block_refs: list[Any],
+    set_dir: Path | str,
+    config: WriterConfig,
+    counter: Any,
+    remote: dict,
+    pieces: list[tuple[int, int]] | None = None,
 ):
     """One Ray task: write one part from its blocks (runs on a worker); its rows are counted by ``counter`` (an
     actor handle, or None when no bar shows them)."""
-    rows = _arrow_rows(block_refs)
+    rows = _arrow_rows(block_refs, pieces)
     progress = None if counter is None else lambda n: counter.add.remote(part.index, n)
     return write_part(dataclasses.replace(part, input=rows), set_dir, config, progress, **remote)
 
@@ -74,16 +121,18 @@ def _materialize_in_order(dataset: Any) -> Any:
 
 
 def _run_tasks(
-    plan: list[PartPlan], splits: list[Any], start: Any, config: WriterConfig, options: dict, bar: BuildProgress
+    plan: list[PartPlan], blocks: list[tuple[list[Any], Any]], start: Any, config: WriterConfig, options: dict,
+    bar: BuildProgress,
 ) -> list[PartOutcome]:
     import ray
     from ray.exceptions import RayError
 
     counter = ray.remote(num_cpus=0)(_RowCounter).remote() if bar.shown else None
     task = ray.remote(_write_part_task).options(**options)
-    pending = {
-        task.remote(p, splits[p.index].to_arrow_refs(), start.set_dir, config, counter, start.remote): p for p in plan
-    }
+    pending = {}
+    for p in plan:
+        refs, pieces = blocks[p.index]
+        pending[task.remote(p, refs, start.set_dir, config, counter, start.remote, pieces)] = p
     base, finished, outcomes = bar.done, {}, []
     try:
         while pending:
@@ -171,10 +220,13 @@ def build_cache_set(
     )
     if start.complete is not None:
         return start.complete
-    splits = data.split_at_indices([a for a, _ in bounds[1:]]) if len(bounds) > 1 else [data]
+    blocks = _block_pieces(data, bounds)
+    if blocks is None:
+        splits = data.split_at_indices([a for a, _ in bounds[1:]]) if len(bounds) > 1 else [data]
+        blocks = [(split.to_arrow_refs(), None) for split in splits]
     todo = [p for p in plan if p.index not in start.done]
     options = {"max_retries": max_retries, "num_cpus": num_cpus}
     with BuildProgress(name, bounds[-1][1], enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
-        outcomes = _run_tasks(todo, splits, start, config, options, bar) if todo else []
+        outcomes = _run_tasks(todo, blocks, start, config, options, bar) if todo else []
     return finish_build(start, name, [*start.done.values(), *outcomes])

@@ -82,6 +82,20 @@ def test_a_part_over_many_small_blocks_keeps_its_row_order(monkeypatch):
     assert [r["data"] for r in drt_ray._arrow_rows(refs)] == [r["data"] for r in make_rows(23)]
 
 
+def test_parts_take_their_rows_from_the_blocks_without_a_ray_data_split():
+    # each part gets the blocks it spans and its rows of each (parts that start and end inside blocks, blocks
+    # shared by two parts, a part inside one block): the same rows as split_at_indices, without its tasks
+    from torch_drt import ray as drt_ray
+    from torch_drt.build.plan import part_bounds
+
+    data = ray.data.from_items(make_rows(23), override_num_blocks=4).materialize()
+    bounds = part_bounds(23, num_parts=7)
+    pieces = drt_ray._block_pieces(data, bounds)
+    assert pieces is not None
+    got = [[r["data"] for r in drt_ray._arrow_rows(refs, rows)] for refs, rows in pieces]
+    assert got == [[r["data"] for r in make_rows(23)[a:b]] for a, b in bounds]
+
+
 def test_a_killed_task_publishes_nothing_and_the_rerun_finishes(tmp_path):
     kill = KillAt(25, tmp_path / "killed")
     report = build_cache_set(

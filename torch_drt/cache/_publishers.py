@@ -58,9 +58,11 @@ class Publisher(ABC):
         """A fresh private directory to write the cache into, removed on exit unless it was published."""
 
     @abstractmethod
-    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
+    def publish(
+        self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True
+    ) -> CacheWriteResult:
         """Make the cache written in ``staged`` visible under the name in one step (durable on return unless
-        ``sync_root`` is False: see ``StagingDir.publish``)."""
+        ``sync_root`` or ``durable`` is False: see ``StagingDir.publish``)."""
 
 
 class LocalPublisher(Publisher):
@@ -92,7 +94,9 @@ class LocalPublisher(Publisher):
             finally:
                 self._staging_dir = None
 
-    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
+    def publish(
+        self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True
+    ) -> CacheWriteResult:
         staging = self._staging_dir
         if staging is None or staging.path != staged:
             raise ValueError(f"{staged=} is not this publisher's open staging directory")
@@ -107,7 +111,7 @@ class LocalPublisher(Publisher):
                     staging.discard()  # another writer published it first
                     return CacheWriteSuccess(name, target)
                 move_aside(target)
-            staging.publish(sync_root)
+            staging.publish(sync_root, durable=durable)
         return CacheWriteSuccess(name, target)
 
 
@@ -149,8 +153,10 @@ class RemotePublisher(Publisher):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, staged: Path, mode: WriteMode, sync_root: bool = True) -> CacheWriteResult:
-        try:
+    def publish(
+        self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True
+    ) -> CacheWriteResult:
+        try:  # the local staging copy is never synced: the upload is what publishes
             publish_directory(staged, self.store, MANIFEST_FILE)
         except FileExistsError as e:
             if mode == "reuse" and self._complete(False):

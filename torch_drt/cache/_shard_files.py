@@ -49,15 +49,18 @@ class ShardFiles:
     (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
     at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
     every other sync. A failed write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
+    Not ``durable``, nothing is synced: no write-back is started, the full shards are closed unsynced and
+    ``unsynced`` stays empty.
     """
 
     _CHUNK_BYTES = 4 << 20  # records appended one by one are gathered into a buffer of this size
     _HASH_BYTES = 8 << 20  # a shard is hashed (read back) every this many bytes written
     _WRITEBACK_BYTES = 1 << 20  # the disk write-back of a shard is started every this many bytes written
 
-    def __init__(self, directory: Path, max_bytes: int) -> None:
+    def __init__(self, directory: Path, max_bytes: int, durable: bool = True) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
+        self.durable = durable
         self.sizes: list[int] = []
         self.digests: list[str] = []
         self.index = array("Q")  # (shard, offset, length, checksum) of each record, flat
@@ -82,7 +85,7 @@ class ShardFiles:
         """Account ``size`` bytes just written: start the write-back and queue the read-back when due."""
         self._written += size
         self._unsynced += size
-        if self._unsynced >= self._WRITEBACK_BYTES:
+        if self._unsynced >= self._WRITEBACK_BYTES and self.durable:
             self._unsynced = 0
             self._syncer.submit(_start_writeback, self._fd)
         if self._written - self._hashed >= self._HASH_BYTES:
@@ -111,7 +114,7 @@ class ShardFiles:
         self._flush_chunk()
         fd, self._fd = self._fd, -1
         self._hashes.append(self._hasher.submit(self._shard_hash.finish, self._written))
-        self._synced.append(self._syncer.submit(_sync_and_close, fd))
+        self._synced.append(self._syncer.submit(_sync_and_close if self.durable else os.close, fd))
         self.sizes[-1] = self._pos
 
     def append(self, data: bytes, checksum: int) -> None:
@@ -180,7 +183,8 @@ class ShardFiles:
         fd, self._fd = self._fd, -1
         self.sizes[-1] = self._pos
         os.close(fd)
-        self.unsynced.append(self._shard_hash.path)
+        if self.durable:
+            self.unsynced.append(self._shard_hash.path)
         results = [f.result() for f in self._hashes]
         results.append(self._shard_hash.finish(self._written))
         self.digests = [r for r in results if r is not None]

@@ -83,6 +83,12 @@ class WriterConfig(BaseModel):
         show_progress: show a tqdm progress bar per source.
         validate_cache: re-read and verify every checksum of a cache after writing it (and before reusing it).
         profiler: the writer's JSON timing profile.
+        durable: sync every file and directory of a cache to disk before publishing it (the default). False
+            (torch_drt only, for scratch caches that can be rebuilt) syncs nothing, as dataset-rt's and MosaicML's
+            writers do: the cache is still published by one rename once every file is written, so a writer
+            process that dies leaves no cache or the complete one, but an operating-system crash or a power loss
+            may leave a published cache whose files are incomplete (it then fails to open, or its damaged records
+            fail their checks, with ``CacheCorruptError``).
     """
 
     model_config = _FROZEN
@@ -95,6 +101,7 @@ class WriterConfig(BaseModel):
     show_progress: bool = True
     validate_cache: bool = False
     profiler: WriterProfilerConfig = WriterProfilerConfig()
+    durable: bool = True
 
     @field_validator("shard_compression", mode="before")
     @classmethod

@@ -73,15 +73,15 @@ def _write_records(
     source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
 ) -> None:
     """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
-    (the full shards' syncs start while the next ones are written; the last shard's, the small files' and the
-    directories' run together at the end)."""
+    unless ``config.durable`` is False (the full shards' syncs start while the next ones are written; the last
+    shard's, the small files' and the directories' run together at the end)."""
     from tqdm.auto import tqdm
 
     comp = config.shard_compression
     compress = compressor(comp.algo, comp.level)
     checksum = xxhash.xxh3_64_intdigest
     (staging / SHARD_DIR).mkdir()
-    shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes)
+    shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes, config.durable)
     columns = MetadataColumns()
     raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
@@ -168,7 +168,8 @@ def _finish(
     with timed("finish_manifest"):
         _new_file(staging / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode())
         files = [staging / INDEX_FILE, staging / METADATA_FILE, staging / MANIFEST_FILE]
-        fsync_paths([*files, *shards.unsynced, staging / SHARD_DIR, staging])
+        if config.durable:
+            fsync_paths([*files, *shards.unsynced, staging / SHARD_DIR, staging])
         shards.close()
 
 
@@ -239,7 +240,7 @@ def write_source(
                 with timed("validate"):
                     open_cache(staged, verify=True)
             with timed("publish"):
-                return publisher.publish(staged, mode, sync_root)
+                return publisher.publish(staged, mode, sync_root, durable=config.durable)
     except BadInput as e:
         return CacheWriteError(name, str(e))
     except (Exception, GeneratorExit) as e:  # a source that raises, a full disk, an upload that failed after its
