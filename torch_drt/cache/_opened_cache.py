@@ -15,7 +15,7 @@ from torch_drt.cache._verified import VerifiedRecords
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import load_index, open_shards
-from torch_drt.checksums import first_mismatch
+from torch_drt.checksums import copied_checksums, first_mismatch
 
 
 class OpenedCache:
@@ -39,6 +39,11 @@ class OpenedCache:
 
     def _fail(self, shard: int, sample: int, reason: str) -> CacheCorruptError:
         return CacheCorruptError(self.backend.where(self.layout.shard_path(shard)), f"sample {sample}: {reason}")
+
+    def _mismatch(self, entries: np.ndarray, sample_ids: np.ndarray, i: int) -> CacheCorruptError:
+        return self._fail(
+            int(entries["shard"][i]), int(sample_ids[i]), "record fails its checksum (damaged shard or index)"
+        )
 
     def entries(self, sample_ids: np.ndarray, field: str | None = None) -> np.ndarray:
         """The index entries of ``sample_ids``, or only their ``field`` (the index file is checked first).
@@ -81,12 +86,18 @@ class OpenedCache:
         entries = self.entries(sample_ids)
         starts = entries["offset"].tolist()
         ends = (entries["offset"] + entries["length"]).tolist()
-        if len(self.shards) == 1:
+        if self.checksum is not None and self.verified is None:  # every read: each part hashed as it is copied
+            part = self.backend.gather_parts(self.shards, entries["shard"].tolist(), starts, ends)
+            nbytes = int(entries["length"].sum()) if len(starts) > 1 else 0  # one record is one part (get_item)
+            data, i = copied_checksums(part, len(starts), nbytes, entries["checksum"])
+            if i >= 0:
+                raise self._mismatch(entries, sample_ids, i)
+        elif len(self.shards) == 1:
             self.shards[0].check()
             data = self.shards[0].gather(starts, ends)
         else:
             data = self.backend.gather(self.shards, entries["shard"].tolist(), starts, ends)
-        if self.checksum is not None:
+        if self.checksum is not None and self.verified is not None:
             self.verify(data, entries, sample_ids)
         if self.decompress is not None:
             data = self._decompress(data, entries, sample_ids)
@@ -104,9 +115,7 @@ class OpenedCache:
                 data, entries, sample_ids = [data[i] for i in todo.tolist()], entries[todo], sample_ids[todo]
         i = first_mismatch(data, entries["checksum"])
         if i >= 0:
-            raise self._fail(
-                int(entries["shard"][i]), int(sample_ids[i]), "record fails its checksum (damaged shard or index)"
-            )
+            raise self._mismatch(entries, sample_ids, i)
         if verified is not None:
             verified.mark(sample_ids)
 

@@ -10,7 +10,7 @@ one new module that subclasses ``CacheBackend`` and registers its scheme (``regi
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -187,3 +187,12 @@ class CacheBackend(ABC):
             for i, data in zip(rows, file.gather([starts[i] for i in rows], [ends[i] for i in rows])):
                 out[i] = data
         return out
+
+    def gather_parts(
+        self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
+    ) -> Callable[[int, int], list[bytes]]:
+        """``gather`` in parts: ``part(i, j)`` returns its items ``i`` to ``j - 1`` (a reader copies and hashes a
+        batch a part at a time, each while it is in the CPU's cache). Each file is checked once, before ``gather_parts``
+        returns; here the whole gather is read at once and handed out in slices."""
+        data = self.gather(files, numbers, starts, ends)
+        return lambda i, j: data[i:j]

@@ -13,7 +13,7 @@ import errno
 import mmap
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from torch_drt.checksums import sha256_file
@@ -170,6 +170,18 @@ class LocalBackend(CacheBackend):
         for number in set(numbers):
             files[number].check()
         return [files[s]._map[a:b] for s, a, b in zip(numbers, starts, ends)]
+
+    def gather_parts(
+        self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
+    ) -> Callable[[int, int], list[bytes]]:
+        """Check each file touched once; each part is then sliced from the maps when it is asked for."""
+        touched = set(numbers)
+        for number in touched:
+            files[number].check()
+        if len(touched) == 1:  # one map: slice it directly
+            mm = files[next(iter(touched))]._map
+            return lambda i, j: [mm[a:b] for a, b in zip(starts[i:j], ends[i:j])]
+        return lambda i, j: [files[s]._map[a:b] for s, a, b in zip(numbers[i:j], starts[i:j], ends[i:j])]
 
 
 register_backend("file", LocalBackend)
