@@ -89,3 +89,43 @@ def test_a_large_domain_read_in_few_large_calls_is_not_tabulated_at_once():
     window = perm(np.arange(65_536))
     assert perm._table is None
     assert window.tolist() == KeyedPermutation(70_000, seed=1)(np.arange(70_000))[:65_536].tolist()
+
+
+def _reference(n: int, seed: int, epoch: int, position: int) -> int:
+    """The keyed network per position on Python ints (SplitMix64's finaliser per round), cycle-walked into [0, n)."""
+    from torch_drt.sampling._counter import derive_key, extend_key
+
+    def mix(x: int) -> int:
+        m = (1 << 64) - 1
+        x ^= x >> 30
+        x = (x * 0xBF58476D1CE4E5B9) & m
+        x ^= x >> 27
+        x = (x * 0x94D049BB133111EB) & m
+        return x ^ (x >> 31)
+
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = (1 << half) - 1
+    keys = [extend_key(derive_key(seed, epoch), r) for r in range(6)]
+    x = position
+    while True:
+        left, right = x >> half, x & mask
+        for key in keys:
+            left, right = right, left ^ (mix(right ^ key) & mask)
+        x = (left << half) | right
+        if x < n:
+            return x
+
+
+@pytest.mark.parametrize("n", [1000, 20_000, 3_000_000, 1 << 26, (1 << 34) + 5])
+def test_round_tables_give_the_network_computed_per_position(n):
+    """A round's function is looked up in a table where the half-words take few values (or a call asks for as many
+    positions): every way gives the bits of the network computed per position (a pure-Python reference)."""
+    rng = np.random.default_rng(n % 1000)
+    probe = rng.integers(0, n, 64, dtype=np.int64)
+    expected = [_reference(n, 7, 5, int(p)) for p in probe]
+    assert KeyedPermutation(n, seed=7, epoch=5)(probe).tolist() == expected  # a small call
+    perm = KeyedPermutation(n, seed=7, epoch=5)
+    big = np.concatenate([probe, rng.integers(0, n, 9000, dtype=np.int64)])
+    assert perm(big)[:64].tolist() == expected  # a call of 9,064 positions: round tables up to 2**13 half-words
+    assert (perm._round_tables is not None) == (n < 1 << 34)  # not for half-words of 2**18 values
+    assert perm(probe).tolist() == expected  # a later small call with the tables made

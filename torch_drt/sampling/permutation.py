@@ -14,6 +14,8 @@ _TABLE = 1 << 12  # domains up to this size are tabulated on first use (one pass
 _TABLE_ONE_CALL = 1 << 16  # larger domains up to this one when a call asks for a 16th of it or more
 _TABLE_MAX = 1 << 20  # larger domains up to this one (a 4 MiB table) after domain / 2**14 calls (4 for 2**16)
 _CALL_SHARE = 14  # a walk's fixed cost (some 17 rounds of the network) is that of tabulating 2**14 values
+_ROUND_TABLE = 1 << 12  # half-words up to this many values: each round's function is tabulated (one lookup a round)
+_ROUND_TABLE_MAX = 1 << 16  # up to this many when a call has as many positions (six tables: 3 MiB)
 
 
 class KeyedPermutation:
@@ -24,7 +26,10 @@ class KeyedPermutation:
     for every batch size, world size and worker count, and position p is computed without computing the
     positions before it. Small domains are tabulated on first use (the network runs once over the whole domain
     and a call is one lookup), domains up to ``2**20`` after ``domain / 2**14`` calls (a batch per call: the walks'
-    fixed costs would soon exceed the table's); larger ones store nothing per element.
+    fixed costs would soon exceed the table's); larger ones store nothing per element. A round's function depends
+    on one half-word only: where the half-words take at most ``2**12`` values (domains up to ``2**24``), or up to
+    ``2**16`` when a call asks for at least as many positions, each round's is tabulated over them and a round is
+    one lookup (the same bits as the SplitMix64 finaliser computed per position).
 
     Args:
         n: size of the domain (>= 1).
@@ -45,18 +50,37 @@ class KeyedPermutation:
         self._domain = 1 << (2 * self._half_bits)
         self._table: np.ndarray | None = None
         self._calls = 0  # calls so far, while there is no table
+        self._round_tables: list[np.ndarray] | None = None
+
+    def _rounds(self) -> list[np.ndarray]:
+        """Each round's function over every half-word ``v``: ``mix64(v ^ key) & mask`` (made once)."""
+        if self._round_tables is None:
+            halves = np.arange(1 << self._half_bits, dtype=np.uint64)
+            self._round_tables = [self._round(halves, key) for key in self._keys]
+        return self._round_tables
+
+    def _round(self, right: np.ndarray, key: np.uint64) -> np.ndarray:
+        """A round's function of half-words ``right`` (uint64) under its ``key``: ``mix64(right ^ key) & mask``."""
+        f = np.bitwise_xor(right, key)
+        with np.errstate(over="ignore"):
+            mix64_into(f, np.empty_like(f))
+        f &= self._mask
+        return f
 
     def _feistel(self, x: np.ndarray) -> np.ndarray:
+        """The network over ``x`` (integers in the domain), as uint64: each round ``(left, right) <- (right, left ^
+        f(right))``, ``f`` looked up in the round's table (``_rounds``) where the half-words take few values (see the
+        class docstring), else computed per position."""
         shift = np.uint64(self._half_bits)
+        if self._round_tables is None and (1 << self._half_bits) <= min(_ROUND_TABLE_MAX, max(_ROUND_TABLE, x.size)):
+            self._rounds()
+        tables = self._round_tables
+        x = x.astype(np.uint64, copy=False)
         left, right = x >> shift, x & self._mask
-        f, scratch = np.empty_like(right), np.empty_like(right)
-        with np.errstate(over="ignore"):
-            for key in self._keys:  # (left, right) <- (right, left ^ (mix64(right ^ key) & mask)), in place
-                np.bitwise_xor(right, key, out=f)
-                mix64_into(f, scratch)
-                f &= self._mask
-                f ^= left
-                left, right, f = right, f, left
+        for r, key in enumerate(self._keys):  # a half-word is below 2**32: an index as it is
+            f = self._round(right, key) if tables is None else tables[r].take(right.view(np.int64))
+            f ^= left
+            left, right = right, f
         left <<= shift
         left |= right
         return left
