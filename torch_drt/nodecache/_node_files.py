@@ -17,6 +17,27 @@ from torch_drt.nodecache import _path_locks
 logger = logging.getLogger("torch_drt.cache")
 _MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
 _PID_BYTES = 20  # a lock file holds its holder's pid, space-padded to this width
+_HELD: set[int] = set()  # descriptors of this process's lock files, while open (see _after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    """A file lock belongs to the open file, which a forked child shares with its parent through the copies of
+    the descriptors it inherits: a lock a thread of the parent held at the fork (a download in flight) would stay
+    held while the child lives, and the child would wait ``lock_wait`` for its own copy. The child points its copies
+    at /dev/null (the numbers stay valid for a frame that closes them), so the lock goes when the parent drops it."""
+    if not _HELD:
+        return
+    null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        for fd in _HELD:
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
@@ -63,6 +84,7 @@ def _flocked(
 ) -> Iterator[bool]:
     """``locked``'s file lock, against the other processes (waiting until ``deadline``: None waits forever)."""
     fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
+    _HELD.add(fd)
     try:
         held = _wait_for(fd, deadline)
         if held:
@@ -74,6 +96,7 @@ def _flocked(
                            "it", path, wait, holder)
         yield held
     finally:
+        _HELD.discard(fd)
         os.close(fd)  # closing drops the lock
 
 
