@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,13 +19,17 @@ logger = logging.getLogger("torch_drt.cache")
 _MAX_PAUSE = 0.01  # the longest sleep between two tries of a file lock another process holds
 _PID_BYTES = 20  # a lock file holds its holder's pid, space-padded to this width
 _HELD: set[int] = set()  # descriptors of this process's lock files, while open (see _after_fork_in_child)
+_GUARD = threading.Lock()  # held while such a descriptor is opened and recorded: no fork in between
 
 
 def _after_fork_in_child() -> None:
     """A file lock belongs to the open file, which a forked child shares with its parent through the copies of
-    the descriptors it inherits: a lock a thread of the parent held at the fork (a download in flight) would stay
-    held while the child lives, and the child would wait ``lock_wait`` for its own copy. The child points its copies
-    at /dev/null (the numbers stay valid for a frame that closes them), so the lock goes when the parent drops it."""
+    the descriptors it inherits: a lock a thread of the parent held at the fork (a download in flight, a look
+    whether one is) would stay held while the child lives, and the child would wait ``lock_wait`` for its own
+    copy. The child points its copies at /dev/null (the numbers stay valid for a frame that closes them), so the
+    lock goes when the parent drops it."""
+    global _GUARD
+    _GUARD = threading.Lock()
     if not _HELD:
         return
     null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
@@ -37,7 +42,23 @@ def _after_fork_in_child() -> None:
     _HELD.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=lambda: _GUARD.acquire(), after_in_parent=lambda: _GUARD.release(),
+                    after_in_child=_after_fork_in_child)
+
+
+def lock_fd(open_fd: Callable[[], int]) -> int:
+    """``open_fd()``: a descriptor to take a file lock on, recorded so that a forked child drops its copy (see
+    ``_after_fork_in_child``); close it with ``close_lock_fd``."""
+    with _GUARD:
+        fd = open_fd()
+        _HELD.add(fd)
+    return fd
+
+
+def close_lock_fd(fd: int) -> None:
+    """Close a descriptor of ``lock_fd`` (which drops its lock)."""
+    _HELD.discard(fd)
+    os.close(fd)
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:
@@ -83,8 +104,7 @@ def _flocked(
     path: Path, mode: int, wait: float | None, deadline: float | None, remake: Callable[[], None] | None
 ) -> Iterator[bool]:
     """``locked``'s file lock, against the other processes (waiting until ``deadline``: None waits forever)."""
-    fd = create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake)
-    _HELD.add(fd)
+    fd = lock_fd(lambda: create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake))
     try:
         held = _wait_for(fd, deadline)
         if held:
@@ -96,8 +116,7 @@ def _flocked(
                            "it", path, wait, holder)
         yield held
     finally:
-        _HELD.discard(fd)
-        os.close(fd)  # closing drops the lock
+        close_lock_fd(fd)  # closing drops the lock
 
 
 def _wait_for(fd: int, deadline: float | None) -> bool:
@@ -119,7 +138,7 @@ def _wait_for(fd: int, deadline: float | None) -> bool:
 def remove_unused(path: Path) -> bool:
     """Unlink ``path`` unless a reader holds it; True when it was removed (or was gone)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = lock_fd(lambda: os.open(path, os.O_RDONLY | os.O_CLOEXEC))
     except FileNotFoundError:
         return True
     try:
@@ -128,7 +147,7 @@ def remove_unused(path: Path) -> bool:
         path.unlink(missing_ok=True)  # under the exclusive lock: no reader can take it meanwhile
         return True
     finally:
-        os.close(fd)
+        close_lock_fd(fd)
 
 
 def downloading(tmp_dir: Path, key: str) -> bool:

@@ -11,7 +11,17 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from torch_drt.nodecache._node_files import disk_full, downloading, entries, evict, free, preallocate, too_large
+from torch_drt.nodecache._node_files import (
+    close_lock_fd,
+    disk_full,
+    downloading,
+    entries,
+    evict,
+    free,
+    lock_fd,
+    preallocate,
+    too_large,
+)
 
 logger = logging.getLogger("torch_drt.cache")
 
@@ -48,11 +58,12 @@ class NodeSpace:
         """True when nobody downloads ``key`` now (its lock is free and no live process has a download of it)."""
         if downloading(self.directory / "tmp", key):
             return False
-        fd = self._create(self.directory / "locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        path = self.directory / "locks" / f"{key}.lock"
+        fd = lock_fd(lambda: self._create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC))
         try:
             return free(fd)
         finally:
-            os.close(fd)
+            close_lock_fd(fd)
 
     def _fit(self, size: int, shown: str) -> None:
         """After a download of unknown size: evict until the cache, the downloaded file included, fits."""
