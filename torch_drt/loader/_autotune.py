@@ -2,14 +2,14 @@
 
 The loader starts with one batch ahead and one process worker, or ``THREAD_START`` thread workers. Each batch
 delivered is counted here (``delivered``): after a warm-up (new workers filling the pipeline), a trial
-(``trial_batches``) measures the
-batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round of
-the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less a
-moment of load sways it. It measures too the share of its time the caller waited
+(``trial_batches``) measures the batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's
+budget, at least a round of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer
+each trial and the less a moment of load sways it. It measures too the share of its time the caller waited
 (``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
-when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches). The chosen setting,
+when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches; it starts no trial
+that the batches left cannot finish, but a resumed search's first trial may be cut short). The chosen setting,
 whether the search settled, the memory measured and the cap are kept in ``state_dict()["autotune"]``.
 
 A resume is exact and the cap holds: the cap in force is the resumed loader's ``autotune_memory_cap`` when one is

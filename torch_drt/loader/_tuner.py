@@ -3,9 +3,10 @@
 It proposes a ``Setting`` (workers, batches ahead), is told what the last trial measured (``Trial``) and proposes
 the next, until it settles. Workers first: times ``WORKER_STEP`` while throughput rises by ``WORKER_GAIN`` and the
 caller still waits for data, then one step between the best and the first that did not pay (their geometric mean);
-then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Steps of 4 reach 16 thread workers in three
-trials (1, 4, 16), where doubling takes five: the search for an I/O-bound loader fits in the first 5% of an epoch
-of 1,280 batches, and each step's gain stands out of the noise more. Process workers double (``PROCESS_STEP``):
+then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Thread workers start at ``THREAD_START`` (a
+thread costs no start) and steps of 4 reach 16 in two trials (4, 16), where doubling takes three: the search for an
+I/O-bound loader fits in the first 5% of an epoch of 1,280 batches, and each step's gain stands out of the noise
+more. Process workers start at 1 and double (``PROCESS_STEP``):
 they are CPU-bound, their best is near the machine's CPUs, and steps of 4 skip it (1, 4, 16 never tries 2 on a
 2-CPU machine, where 4 processes still beat 1). Every setting it proposes after the first
 trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
@@ -34,7 +35,7 @@ WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and 
 DEPTH_GAIN = 1.05
 MIN_TRIAL = 8
 MIN_BUDGET = 64  # the fewest batches a search may use (an epoch of unknown length: this many)
-PLANNED_TRIALS = 8  # a search's usual trials: 1, 4, 16 workers, a best measured again, a step between, 3 depths
+PLANNED_TRIALS = 8  # a search's usual trials: 4, 16, 64 threads, a best measured again, a step between, 3 depths
 THREAD_START = WORKER_STEP  # thread workers start here: a thread costs no start, and one is rarely the best
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
 
@@ -214,8 +215,8 @@ def trial_batches(setting: Setting, budget: int | None, threads: bool = False) -
     """A trial of ``setting`` in a search of ``budget`` batches (None: an epoch of unknown length, ``MIN_BUDGET``):
     its warm-up and the batches it measures (``budget // PLANNED_TRIALS``, at least a round of the pipeline,
     ``in_flight``, and ``MIN_TRIAL``). The warm-up of process workers is ``in_flight`` batches (each worker's first
-    carries its start); thread ``threads`` start at once, and a new setting's pipeline starts empty: the warm-up is
-    its first batch (the pipeline's fill), from which ``in_flight`` batches span a round of it."""
+    carries its start); thread workers (``threads``) start at once and a new setting's pipeline starts empty: their
+    warm-up is its first batch (the pipeline's fill), from which ``in_flight`` batches span a round of it."""
     in_flight = setting.workers + setting.depth
     share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
     return 1 if threads else in_flight, max(MIN_TRIAL, in_flight, share)
