@@ -271,6 +271,19 @@ def test_the_search_starts_no_trial_its_budget_cannot_finish():
     assert loader.num_workers == loader._mode.mapper.num_workers == 32
 
 
+def test_a_trial_that_ends_on_the_budgets_last_batch_is_measured():
+    loader = auto_loader(n=1280 * BATCH)
+    tune = loader._autotune
+    tune.climb.max_workers = MAX_TUNED_WORKERS
+    tune.budget = tune.climb.budget = 61  # trials of 4 (9 batches), 16 (18) and 32 (34) threads: the third ends on it
+    tune.measure = model_of(loader, per_worker=10.0)
+    it = iter(loader)
+    for _ in range(61):
+        next(it)
+    assert tune.done and [s.workers for s, _ in tune.climb.history] == [4, 16, 32], tune.climb.history
+    assert loader.num_workers == 32
+
+
 @pytest.mark.parametrize("epoch", [1280, 12800])
 def test_trials_take_their_share_of_the_budget(epoch):
     loader = auto_loader(n=epoch * BATCH)

@@ -191,13 +191,13 @@ class LoaderAutotune:
         the next setting (the best one measured, when the search ends)."""
         self.batches += 1
         self._count += 1
-        before = self.setting
-        if self.budget is not None and self.batches >= self.budget:
+        before, ends = self.setting, self._count == self._warmup + self._length
+        if self.budget is not None and self.batches >= self.budget and not ends:
             self.settle()  # the trial running is cut short: its setting was not measured to pay
         elif self._count == self._warmup:
             self._t0, self._mark = perf_counter_ns(), self._recorded(loader)
             return
-        elif self._count < self._warmup + self._length:
+        elif not ends:
             return
         else:
             trial = self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0)
