@@ -1,14 +1,15 @@
 """LoaderAutotune: ``num_workers="auto"`` and ``prefetch_depth="auto"`` on a ``StatefulDataLoader``.
 
-The loader starts with one worker and one batch ahead. Each batch delivered is counted here (``delivered``): after
-a warm-up of ``in_flight`` batches (new workers filling the pipeline), a trial (``trial_batches``) measures the
-batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round of
-the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less a
-moment of load sways it. It measures too the share of its time the caller waited
+The loader starts with one batch ahead and one process worker, or ``THREAD_START`` thread workers. Each batch
+delivered is counted here (``delivered``): after a warm-up (new workers filling the pipeline), a trial
+(``trial_batches``) measures the batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's
+budget, at least a round of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer
+each trial and the less a moment of load sways it. It measures too the share of its time the caller waited
 (``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
-when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches). The chosen setting,
+when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches; it starts no trial
+that the batches left cannot finish, but a resumed search's first trial may be cut short). The chosen setting,
 whether the search settled, the memory measured and the cap are kept in ``state_dict()["autotune"]``.
 
 A resume is exact and the cap holds: the cap in force is the resumed loader's ``autotune_memory_cap`` when one is
@@ -32,7 +33,7 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
-from torch_drt.loader._tuner import MIN_BUDGET, HillClimb, MemoryModel, Setting, Trial, trial_batches
+from torch_drt.loader._tuner import MIN_BUDGET, THREAD_START, HillClimb, MemoryModel, Setting, Trial, trial_batches
 
 AUTO = "auto"
 STATE_KEY = "autotune"
@@ -47,8 +48,8 @@ class AutotuneRequest:
 
     Attributes:
         workers, depth: whether ``num_workers`` / ``prefetch_depth`` are ``"auto"``.
-        start: where the search starts: one worker and one batch ahead for what is tuned, the given values
-            otherwise (``prefetch_depth=None``: 2).
+        start: where the search starts: one batch ahead and one process worker or ``THREAD_START`` thread
+            workers for what is tuned, the given values otherwise (``prefetch_depth=None``: 2).
         memory_cap: ``autotune_memory_cap``.
     """
 
@@ -59,8 +60,8 @@ class AutotuneRequest:
 
     @classmethod
     def of(cls, dataset: Any, num_workers: Any, prefetch_depth: Any, prefetch_factor: Any, memory_cap: Any,
-           stats: Any) -> AutotuneRequest:
-        """The request of these arguments.
+           stats: Any, threads: bool = False) -> AutotuneRequest:
+        """The request of these arguments (``threads``: the workers are threads).
 
         Raises:
             ValueError: on ``"auto"`` misspelt, with ``prefetch_factor``, with ``stats=False``, for a stream, on a
@@ -88,7 +89,8 @@ class AutotuneRequest:
                 "num_workers='auto' and prefetch_depth='auto' tune a map-style dataset's loader (its batches are "
                 f"loaded again after a change of workers); give numbers for {type(dataset).__name__}"
             )
-        start = Setting(1 if workers else num_workers, 1 if depth else 2 if prefetch_depth is None else prefetch_depth)
+        first, ahead = THREAD_START if threads else 1, 2 if prefetch_depth is None else prefetch_depth
+        start = Setting(first if workers else num_workers, 1 if depth else ahead)
         return cls(workers, depth, start, memory_cap)
 
     @property
@@ -162,9 +164,9 @@ class LoaderAutotune:
         self.tune_workers, self.tune_depth, self.processes = tune_workers, tune_depth, processes
         most = max(8, 4 * (os.cpu_count() or 1)) if processes else MAX_TUNED_WORKERS
         max_workers = min(MAX_TUNED_WORKERS, most) if tune_workers else start.workers
-        self.climb = HillClimb(start, MemoryModel(self.cap, processes), max_workers, MAX_DEPTH if tune_depth else
-                               start.depth, tune_workers, tune_depth)
         self.budget = None if epoch_batches is None else max(MIN_BUDGET, int(epoch_batches * BUDGET_SHARE))
+        self.climb = HillClimb(start, MemoryModel(self.cap, processes), max_workers, MAX_DEPTH if tune_depth else
+                               start.depth, tune_workers, tune_depth, self.budget)
         self.measure = self._measured
         self.batches = 0  # delivered while searching
         self._begin()
@@ -181,7 +183,7 @@ class LoaderAutotune:
 
     def _begin(self) -> None:
         """A new trial of ``setting``: warm-up first, then the measured batches."""
-        self._warmup, self._length = trial_batches(self.setting, self.budget)
+        self._warmup, self._length = trial_batches(self.setting, self.budget, threads=not self.processes)
         self._count, self._t0, self._mark = 0, 0, (0, 0)
 
     def delivered(self, loader: Any, batch: Any) -> None:
@@ -189,16 +191,17 @@ class LoaderAutotune:
         the next setting (the best one measured, when the search ends)."""
         self.batches += 1
         self._count += 1
-        before = self.setting
-        if self.budget is not None and self.batches >= self.budget:
+        before, ends = self.setting, self._count == self._warmup + self._length
+        if self.budget is not None and self.batches >= self.budget and not ends:
             self.settle()  # the trial running is cut short: its setting was not measured to pay
         elif self._count == self._warmup:
             self._t0, self._mark = perf_counter_ns(), self._recorded(loader)
             return
-        elif self._count < self._warmup + self._length:
+        elif not ends:
             return
         else:
-            self.climb.observe(self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0))
+            trial = self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0)
+            self.climb.observe(trial, None if self.budget is None else self.budget - self.batches)
         if self.setting != before:
             apply_setting(loader, self.setting)
         self._begin()
@@ -255,7 +258,7 @@ class LoaderAutotune:
             self.cap = resumed.memory_cap
         memory = MemoryModel(self.cap, self.processes, resumed.batch_bytes, resumed.worker_bytes)
         self.climb = HillClimb(setting, memory, self.climb.max_workers, self.climb.max_depth, self.tune_workers,
-                               self.tune_depth)
+                               self.tune_depth, self.budget)
         if resumed.done:
             self.climb.settle()
         if self.setting != setting:

@@ -3,13 +3,19 @@
 It proposes a ``Setting`` (workers, batches ahead), is told what the last trial measured (``Trial``) and proposes
 the next, until it settles. Workers first: times ``WORKER_STEP`` while throughput rises by ``WORKER_GAIN`` and the
 caller still waits for data, then one step between the best and the first that did not pay (their geometric mean);
-then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Steps of 4 reach 16 thread workers in three
-trials (1, 4, 16), where doubling takes five: the search for an I/O-bound loader fits in the first 5% of an epoch
-of 1,280 batches, and each step's gain stands out of the noise more. Process workers double (``PROCESS_STEP``):
+then batches ahead, doubled while throughput rises by ``DEPTH_GAIN``. Thread workers start at ``THREAD_START`` (a
+thread costs no start) and steps of 4 reach 16 in two trials (4, 16), where doubling takes three: the search for an
+I/O-bound loader fits in the first 5% of an epoch of 1,280 batches, and each step's gain stands out of the noise
+more. Process workers start at 1 and double (``PROCESS_STEP``):
 they are CPU-bound, their best is near the machine's CPUs, and steps of 4 skip it (1, 4, 16 never tries 2 on a
 2-CPU machine, where 4 processes still beat 1). Every setting it proposes after the first
 trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
 at most the cap.
+
+The search's budget bounds it too: a trial the batches left cannot finish (``trial_batches``) is not started. A step
+up of the workers that does not fit is made smaller (doubling) when that one fits, else the search ends at the best
+measured (a trial cut short by the budget measures nothing). An I/O-bound loader on thread workers thus climbs 4,
+16, 32 within 64 batches (the first 5% of an epoch of 1,280) where 4, 16, 64 ran out of budget at 16.
 
 Like is compared with like: a number of workers that did not pay while the caller waited is judged again against
 the best measured anew, right after it (once per best setting). The two trials then both start from workers
@@ -29,7 +35,8 @@ WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and 
 DEPTH_GAIN = 1.05
 MIN_TRIAL = 8
 MIN_BUDGET = 64  # the fewest batches a search may use (an epoch of unknown length: this many)
-PLANNED_TRIALS = 8  # a search's usual trials: 1, 4, 16 workers, a best measured again, a step between, 3 depths
+PLANNED_TRIALS = 8  # a search's usual trials: 4, 16, 64 threads, a best measured again, a step between, 3 depths
+THREAD_START = WORKER_STEP  # thread workers start here: a thread costs no start, and one is rarely the best
 CONSUMER_BOUND = 0.10  # the caller waited less than this share of the time: more loading cannot help it
 
 
@@ -87,6 +94,7 @@ class HillClimb:
         max_workers: the most workers to try.
         max_depth: the most batches ahead to try.
         tune_workers, tune_depth: which of the two to search.
+        budget: the search's batches (None: no end), which its trials must fit (``observe``'s ``left``).
 
     Attributes:
         current: the setting to run now.
@@ -95,8 +103,8 @@ class HillClimb:
     """
 
     def __init__(self, start: Setting, memory: MemoryModel, max_workers: int, max_depth: int = 16,
-                 tune_workers: bool = True, tune_depth: bool = True) -> None:
-        self.memory, self.max_workers, self.max_depth = memory, max_workers, max_depth
+                 tune_workers: bool = True, tune_depth: bool = True, budget: int | None = None) -> None:
+        self.memory, self.max_workers, self.max_depth, self.budget = memory, max_workers, max_depth, budget
         self._tune_workers, self._tune_depth = tune_workers, tune_depth
         self.current = self.best = self._fit(start)
         self._best_rate = 0.0
@@ -107,9 +115,12 @@ class HillClimb:
         self._challenger: tuple[Setting, Trial] | None = None  # judged again once the best is measured anew
         self.done = self._phase == "done"
         self.history: list[tuple[Setting, Trial]] = []
+        self._left: int | None = None
 
-    def observe(self, trial: Trial) -> Setting:
-        """The trial of ``current`` ended: the next setting to run (``best`` once the search settles)."""
+    def observe(self, trial: Trial, left: int | None = None) -> Setting:
+        """The trial of ``current`` ended: the next setting to run (``best`` once the search settles); ``left``:
+        the batches left in the budget (None: no end), which the next trial must fit."""
+        self._left = left
         self.memory.learn(trial)
         self.history.append((self.current, trial))
         if self._challenger is not None:  # ``trial`` measured the best anew: the challenger is judged against it
@@ -117,7 +128,7 @@ class HillClimb:
             (self.current, trial), self._challenger = self._challenger, None
         gain = WORKER_GAIN if self._phase == "workers" else DEPTH_GAIN
         improved = trial.throughput >= self._best_rate * gain
-        if not improved and self._recheck(trial):
+        if not improved and self._recheck(trial) and self._affordable(self._fit(self.best)):
             self._rechecked.add(self.best)
             self.best = self._fit(self.best)  # (what was learnt of the memory may rule it out now)
             self._challenger, self.current = (self.current, trial), self.best
@@ -129,7 +140,7 @@ class HillClimb:
         self.best = self._fit(self.best)  # what was learnt of the memory may rule it out now
         tried = {setting for setting, _ in self.history}
         proposal = self._next(trial, improved)
-        while proposal is None or proposal in tried or not self.memory.fits(proposal):
+        while proposal is None or proposal in tried or not self.memory.fits(proposal) or not self._affordable(proposal):
             if self._phase == "done":
                 proposal = None
                 break
@@ -158,7 +169,9 @@ class HillClimb:
                 return None
             if improved and waits and best.workers < self.max_workers and self._failed is None:
                 step = PROCESS_STEP if self.memory.processes else WORKER_STEP
-                return self._fit(Setting(min(self.max_workers, step * best.workers), best.depth))
+                up = self._fit(Setting(min(self.max_workers, step * best.workers), best.depth))
+                smaller = self._fit(Setting(min(self.max_workers, PROCESS_STEP * best.workers), best.depth))
+                return up if self._affordable(up) or not self._affordable(smaller) else smaller
             if self._failed is not None and self._failed - best.workers > 1:
                 self._refined = True  # one step between the best and the first that did not pay
                 return self._fit(Setting(round(math.sqrt(best.workers * self._failed)), best.depth))
@@ -174,6 +187,12 @@ class HillClimb:
             return self._fit(Setting(self.best.workers, min(self.max_depth, 2 * self.best.depth)))
         self._phase = "done"
         return None
+
+    def _affordable(self, setting: Setting) -> bool:
+        """Whether a trial of ``setting`` fits the batches left in the budget (always, with no budget)."""
+        if self._left is None or self.budget is None:
+            return True
+        return sum(trial_batches(setting, self.budget, threads=not self.memory.processes)) <= self._left
 
     def _fit(self, setting: Setting) -> Setting:
         """``setting``, shrunk until it fits the cap (never below one worker and one batch ahead, nor a fixed value)."""
@@ -192,10 +211,12 @@ class HillClimb:
         return Setting(workers, depth)
 
 
-def trial_batches(setting: Setting, budget: int | None) -> tuple[int, int]:
+def trial_batches(setting: Setting, budget: int | None, threads: bool = False) -> tuple[int, int]:
     """A trial of ``setting`` in a search of ``budget`` batches (None: an epoch of unknown length, ``MIN_BUDGET``):
-    its warm-up (``in_flight`` batches: each worker's first carries its start) and the batches it measures
-    (``budget // PLANNED_TRIALS``, at least a round of the pipeline, ``in_flight``, and ``MIN_TRIAL``)."""
+    its warm-up and the batches it measures (``budget // PLANNED_TRIALS``, at least a round of the pipeline,
+    ``in_flight``, and ``MIN_TRIAL``). The warm-up of process workers is ``in_flight`` batches (each worker's first
+    carries its start); thread workers (``threads``) start at once and a new setting's pipeline starts empty: their
+    warm-up is its first batch (the pipeline's fill), from which ``in_flight`` batches span a round of it."""
     in_flight = setting.workers + setting.depth
     share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
-    return in_flight, max(MIN_TRIAL, in_flight, share)
+    return 1 if threads else in_flight, max(MIN_TRIAL, in_flight, share)

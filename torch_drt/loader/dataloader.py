@@ -154,7 +154,8 @@ class StatefulDataLoader(SplitLoader):
         autotune_memory_cap: int | None = None,
     ) -> None:
         check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
-        tune = AutotuneRequest.of(dataset, num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats)
+        tune = AutotuneRequest.of(dataset, num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats,
+                                  threads=worker_method == "thread")
         num_workers, prefetch_depth = tune.initial(num_workers, prefetch_depth)
         check_workers(num_workers)
         check_worker_arguments(
