@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from record_flips import flip_record_bit
 
 import torch_drt as drt
-from torch_drt.cache import open_cache
-from torch_drt.cache.validate import load_index
 from torch_drt.checksums import first_mismatch, record_checksums
 
 WIDTH = 4096
@@ -45,18 +44,7 @@ def _copy(written: Path, to: Path) -> Path:
 
 
 def _flip(cache: Path, sample: int) -> Path:
-    """Flip one bit in the middle of ``sample``'s record, in place (same file, same size); return its shard."""
-    layout = open_cache(cache)
-    index_file, index = load_index(layout)
-    shard, offset, length = (int(index[sample][k]) for k in ("shard", "offset", "length"))
-    index_file.close()
-    path = cache / layout.shard_path(shard)
-    with open(path, "r+b") as f:
-        f.seek(offset + length // 2)
-        byte = f.read(1)[0]
-        f.seek(offset + length // 2)
-        f.write(bytes([byte ^ 0x04]))
-    return path
+    return flip_record_bit(cache, sample)
 
 
 def _loader(ds, workers: int):

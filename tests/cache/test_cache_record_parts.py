@@ -11,10 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from record_flips import flip_record_bit
 
 import torch_drt as drt
-from torch_drt.cache import open_cache
-from torch_drt.cache.validate import load_index
 from torch_drt.checksums import copied_checksums, record_checksums
 
 WIDTH = 8192
@@ -45,18 +44,7 @@ def written(request, tmp_path_factory) -> Path:
 
 
 def _flip(cache: Path, sample: int) -> Path:
-    """Flip one bit of ``sample``'s last byte, in place; return its shard."""
-    layout = open_cache(cache)
-    index_file, index = load_index(layout)
-    shard, offset, length = (int(index[sample][k]) for k in ("shard", "offset", "length"))
-    index_file.close()
-    path = cache / layout.shard_path(shard)
-    with open(path, "r+b") as f:
-        f.seek(offset + length - 1)
-        byte = f.read(1)[0]
-        f.seek(offset + length - 1)
-        f.write(bytes([byte ^ 0x80]))
-    return path
+    return flip_record_bit(cache, sample, at="last", mask=0x80)
 
 
 def _dataset(runtime, cache: Path, shuffle: bool):
