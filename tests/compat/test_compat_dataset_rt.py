@@ -198,7 +198,9 @@ BAD_READER = [{}, {"seed": 1.5}, {"seed": None}, {"seed": 0, "prefetch_size": 0}
 
 
 def _without_level(dump: dict) -> dict:
-    dump["shard_compression"].pop("level")  # torch_drt's zstd level: the one field dataset-rt has not
+    """``dump`` without torch_drt's two fields that dataset-rt has not: the zstd level and ``durable``."""
+    dump["shard_compression"].pop("level")
+    assert dump.pop("durable") is True  # every value here leaves it at its default: sync before publishing
     return dump
 
 
