@@ -154,8 +154,9 @@ class StatefulDataLoader(SplitLoader):
         autotune_memory_cap: int | None = None,
     ) -> None:
         check_batching(dataset, batch_size, shuffle, sampler, batch_sampler, drop_last)
+        self.worker_method = worker_method_for(worker_method, multiprocessing_context)
         tune = AutotuneRequest.of(dataset, num_workers, prefetch_depth, prefetch_factor, autotune_memory_cap, stats,
-                                  threads=worker_method == "thread")
+                                  threads=self.worker_method == "thread")
         num_workers, prefetch_depth = tune.initial(num_workers, prefetch_depth)
         check_workers(num_workers)
         check_worker_arguments(
@@ -171,7 +172,6 @@ class StatefulDataLoader(SplitLoader):
             raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64):
             raise ValueError(f"{seed=} must be an int in [0, 2**64)")
-        self.worker_method = worker_method_for(worker_method, multiprocessing_context)
         node_mode, iterable = isinstance(dataset, BaseNode), is_iterable_dataset(dataset)
         check_thread_workers(self.worker_method, num_workers, iterable, worker_init_fn)
         if not (node_mode or iterable) and (not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__")):
@@ -190,7 +190,7 @@ class StatefulDataLoader(SplitLoader):
         self.split_by_rank = self._split.enabled
         self._topology = self._split.resolve()
         self._user_sampler = sampler
-        seed_given = seed is not None
+        self._seed_given = seed is not None
         if seed is None:
             seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
         self.dataset, self.shuffle, self.seed, self.generator = dataset, bool(shuffle), seed, generator
@@ -210,7 +210,6 @@ class StatefulDataLoader(SplitLoader):
         self.pin_memory = resolve_pin_memory(pin_memory)
         self._device, self.device = resolve_device(device), device
         self._restart_workers = num_workers > 0 and not persistent_workers
-        self._seed_given = seed_given
         self.__dict__["seed"] = seed  # the constructor's value where Lightning re-creates a loader from vars()
         mode = self._build_mode()
         if self.worker_method == "process" and num_workers > 0 and not self._forks():
