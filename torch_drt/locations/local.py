@@ -167,9 +167,7 @@ class LocalBackend(CacheBackend):
         self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
     ) -> list[bytes]:
         """Slice the maps directly, one check per file touched (no regrouping: maps are random access)."""
-        for number in set(numbers):
-            files[number].check()
-        return [files[s]._map[a:b] for s, a, b in zip(numbers, starts, ends)]
+        return self.gather_parts(files, numbers, starts, ends)(0, len(starts))
 
     def gather_parts(
         self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
