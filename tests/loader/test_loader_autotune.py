@@ -8,6 +8,7 @@ state only.
 
 from __future__ import annotations
 
+import heapq
 import os
 
 import pytest
@@ -20,6 +21,7 @@ from torch_drt.loader._tuner import (
     PLANNED_TRIALS,
     THREAD_START,
     HillClimb,
+    InFlightClock,
     MemoryModel,
     Setting,
     Trial,
@@ -387,3 +389,51 @@ def test_process_workers_are_searched_by_doubling_so_two_cpus_get_two_processes(
     search = climb(cpu_bound_on_two_cpus, processes=True)
     assert search.best.workers == 2, search.history
     assert [s.workers for s, _ in search.history][:3] == [1, 2, 4], search.history
+
+
+def pipeline_deliveries(workers: int, depth: int, cost_ms, n: int) -> list[float]:
+    """When each of ``n`` batches reaches a caller that takes it at once (ms from the pipeline's start): batch ``i``
+    takes ``cost_ms(i)`` on the first worker free, once requested; the first ``workers + depth`` are requested at the
+    start, each later one when the batch ``workers + depth`` before it is delivered; delivery is in order."""
+    in_flight, free, delivered = workers + depth, [0.0] * workers, []
+    for i in range(n):
+        requested = 0.0 if i < in_flight else delivered[i - in_flight]
+        start = max(requested, heapq.heappop(free))
+        heapq.heappush(free, start + cost_ms(i))
+        delivered.append(max(start + cost_ms(i), delivered[-1] if delivered else 0.0))
+    return delivered
+
+
+def test_a_trial_is_not_measured_high_by_the_batches_that_arrive_with_its_first(monkeypatch):
+    # 4 thread workers, 40 ms a batch: 100 batches/s in steady state. The first batch takes 80 ms (a connection's
+    # first request): the other workers' batches are ready when it comes and reach the caller with it, at once
+    loader = auto_loader(n=1280 * BATCH)
+    tune = loader._autotune
+    warmup, measured = trial_batches(tune.setting, tune.budget, threads=True)
+    times = [0.0, *pipeline_deliveries(4, 1, lambda i: 80.0 if i == 0 else 40.0, warmup + measured)]
+    steady = 4 / 0.040
+    trials = []
+
+    def measure(_loader, batch, setting, batches, elapsed_ns):
+        trials.append(batches * 1e9 / elapsed_ns)
+        return Trial(trials[-1], 0.9)
+
+    tune.measure = measure
+    # a synthetic clock: the k-th batch is delivered at times[k] (times[0]: the start)
+    monkeypatch.setattr("torch_drt.loader._autotune.perf_counter_ns", lambda: int(times[tune.batches] * 1e6))
+    it = iter(loader)
+    for _ in range(warmup + measured):
+        next(it)
+    assert len(trials) == 1, trials
+    assert 0.7 * steady <= trials[0] <= 1.1 * steady, (trials, steady)  # the rate from the first batch: 2x
+
+
+@pytest.mark.parametrize(("workers", "depth"), [(1, 1), (4, 1), (4, 2), (16, 1), (32, 2)])
+def test_the_in_flight_clock_reads_a_steady_pipelines_rate(workers, depth):
+    times = pipeline_deliveries(workers, depth, lambda i: 30.0 + 20.0 * (i % 3 == 0), 3000)  # 30 or 50 ms a batch
+    clock = InFlightClock(workers + depth, 0)
+    for k, t in enumerate(times):
+        clock.delivered(int(t * 1e6), measured=k >= 1000)  # the first 1000: the pipeline settles
+    steady = 2000 / ((times[-1] - times[999]) / 1e3)  # over many rounds: a part of one at its ends hardly counts
+    assert clock.measured == 2000
+    assert clock.measured * 1e9 / clock.elapsed_ns == pytest.approx(steady, rel=0.01), steady

@@ -33,7 +33,16 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
-from torch_drt.loader._tuner import MIN_BUDGET, THREAD_START, HillClimb, MemoryModel, Setting, Trial, trial_batches
+from torch_drt.loader._tuner import (
+    MIN_BUDGET,
+    THREAD_START,
+    HillClimb,
+    InFlightClock,
+    MemoryModel,
+    Setting,
+    Trial,
+    trial_batches,
+)
 
 AUTO = "auto"
 STATE_KEY = "autotune"
@@ -184,23 +193,29 @@ class LoaderAutotune:
     def _begin(self) -> None:
         """A new trial of ``setting``: warm-up first, then the measured batches."""
         self._warmup, self._length = trial_batches(self.setting, self.budget, threads=not self.processes)
-        self._count, self._t0, self._mark = 0, 0, (0, 0)
+        self._count, self._mark = 0, (0, 0)
+        self._clock = InFlightClock(self.setting.workers + self.setting.depth, perf_counter_ns())
+
+    def started(self) -> None:
+        """The loader's pipeline starts afresh (a new iterator): the batches in flight are requested now."""
+        self._clock.restart(perf_counter_ns())
 
     def delivered(self, loader: Any, batch: Any) -> None:
         """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply
         the next setting (the best one measured, when the search ends)."""
         self.batches += 1
         self._count += 1
+        self._clock.delivered(perf_counter_ns(), measured=self._count > self._warmup)
         before, ends = self.setting, self._count == self._warmup + self._length
         if self.budget is not None and self.batches >= self.budget and not ends:
             self.settle()  # the trial running is cut short: its setting was not measured to pay
         elif self._count == self._warmup:
-            self._t0, self._mark = perf_counter_ns(), self._recorded(loader)
+            self._mark = self._recorded(loader)
             return
         elif not ends:
             return
         else:
-            trial = self.measure(loader, batch, self.setting, self._length, perf_counter_ns() - self._t0)
+            trial = self.measure(loader, batch, self.setting, self._length, self._clock.elapsed_ns)
             self.climb.observe(trial, None if self.budget is None else self.budget - self.batches)
         if self.setting != before:
             apply_setting(loader, self.setting)

@@ -22,10 +22,19 @@ the best measured anew, right after it (once per best setting). The two trials t
 started afresh, under the same load, where the best's first trial may have run under other conditions (the first
 trial of an epoch starts from workers that read ahead while the loader started; the machine's load drifts): one
 trial measured high, or low, does not end the search for workers.
+
+A trial measures a setting's steady throughput by Little's law (``InFlightClock``): the batches in flight divided
+by the mean time a measured batch spent in flight, from its request to its delivery. The loader keeps ``in_flight``
+batches requested: a new setting's first round is requested when it starts, each later batch when the one
+``in_flight`` before it is delivered. Each measured batch counts its whole time in flight, so batches that were
+nearly done when the trial's clock started count at their full time: a rate from the first batch's arrival to the
+last's counted the rest of the first round as if it came for free (a first round that arrives at once, or with a
+slow first batch, read up to twice the steady rate), and more so the more workers.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -82,6 +91,39 @@ class MemoryModel:
         """Keep the largest batch and worker seen."""
         self.batch_bytes = max(self.batch_bytes, trial.batch_bytes)
         self.worker_bytes = max(self.worker_bytes, trial.worker_bytes)
+
+
+class InFlightClock:
+    """A trial's time by Little's law (see the module docstring): a pipeline keeping ``in_flight`` batches
+    requested, started at ``start_ns``.
+
+    Attributes:
+        spent_ns: the measured batches' time in flight, summed.
+        measured: how many were measured.
+    """
+
+    def __init__(self, in_flight: int, start_ns: int) -> None:
+        self.in_flight = in_flight
+        self.restart(start_ns)
+
+    def restart(self, start_ns: int) -> None:
+        """The pipeline starts (again) at ``start_ns``: its first round of batches is requested then."""
+        self._requested = collections.deque([start_ns] * self.in_flight)  # of the next batches, in order
+        self.spent_ns = self.measured = 0
+
+    def delivered(self, now_ns: int, measured: bool = True) -> None:
+        """A batch was delivered at ``now_ns`` (the batch ``in_flight`` after it is requested then); ``measured``:
+        its time in flight counts."""
+        requested = self._requested.popleft()
+        self._requested.append(now_ns)
+        if measured:
+            self.spent_ns += now_ns - requested
+            self.measured += 1
+
+    @property
+    def elapsed_ns(self) -> int:
+        """The time the measured batches take at the steady rate measured (``measured / elapsed_ns`` is it)."""
+        return max(1, self.spent_ns // max(1, self.in_flight))
 
 
 class HillClimb:
