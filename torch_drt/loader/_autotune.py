@@ -1,10 +1,11 @@
 """LoaderAutotune: ``num_workers="auto"`` and ``prefetch_depth="auto"`` on a ``StatefulDataLoader``.
 
 The loader starts with one batch ahead and one process worker, or ``THREAD_START`` thread workers. Each batch
-delivered is counted here (``delivered``): after a warm-up (new workers filling the pipeline), a trial
-(``trial_batches``) measures the batches per second the caller received over ``1 / PLANNED_TRIALS`` of the search's
-budget, at least a round of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer
-each trial and the less a moment of load sways it. It measures too the share of its time the caller waited
+delivered is counted and timed here (``delivered``): after a warm-up (a first round that carries a start), a trial
+(``trial_batches``) measures the setting's steady batches per second (``InFlightClock``: the batches in flight over
+the mean time a measured batch spent in flight) over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round
+of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less
+a moment of load sways it. It measures too the share of its time the caller waited
 (``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
@@ -190,15 +191,17 @@ class LoaderAutotune:
         """Whether the search settled."""
         return self.climb.done
 
-    def _begin(self) -> None:
-        """A new trial of ``setting``: warm-up first, then the measured batches."""
-        self._warmup, self._length = trial_batches(self.setting, self.budget, threads=not self.processes)
-        self._count, self._mark = 0, (0, 0)
+    def _begin(self, loader: Any = None, started: bool = False) -> None:
+        """A new trial of ``setting``, its pipeline started now (``started``: with the loader's): warm-up first
+        (``trial_batches``; none: ``loader``'s statistics are marked now), then the measured batches."""
+        self._warmup, self._length = trial_batches(self.setting, self.budget, not self.processes, started)
+        self._count = 0
         self._clock = InFlightClock(self.setting.workers + self.setting.depth, perf_counter_ns())
+        self._mark = self._recorded(loader) if loader is not None and not self._warmup else (0, 0)
 
-    def started(self) -> None:
-        """The loader's pipeline starts afresh (a new iterator): the batches in flight are requested now."""
-        self._clock.restart(perf_counter_ns())
+    def started(self, loader: Any) -> None:
+        """The loader's pipeline starts afresh (a new iterator): the trial running starts again with it."""
+        self._begin(loader, started=True)
 
     def delivered(self, loader: Any, batch: Any) -> None:
         """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply
@@ -219,7 +222,7 @@ class LoaderAutotune:
             self.climb.observe(trial, None if self.budget is None else self.budget - self.batches)
         if self.setting != before:
             apply_setting(loader, self.setting)
-        self._begin()
+        self._begin(loader)
 
     def settle(self) -> None:
         """End the search at the best setting measured."""

@@ -57,7 +57,7 @@ class LoaderIterator:
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
         self._tune = tune if tune is not None and not tune.done else None
         if self._tune is not None:
-            self._tune.started()  # the pipeline starts afresh: its batches in flight are requested now
+            self._tune.started(loader)  # the pipeline starts afresh: the trial running starts with it
         if self._stats is not None:
             self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
             self._stats.live = weakref.ref(self)
