@@ -21,10 +21,10 @@ from torch_drt.loader._tuner import (
     PLANNED_TRIALS,
     THREAD_START,
     HillClimb,
-    InFlightClock,
     MemoryModel,
     Setting,
     Trial,
+    TrialClock,
     trial_batches,
 )
 
@@ -428,18 +428,14 @@ def test_a_trial_is_not_measured_high_by_the_batches_that_arrive_with_its_first(
         return Trial(trials[-1][1], 0.9)
 
     tune.measure = measure
-    runs = {}  # a synthetic clock: the k-th batch of a trial is delivered at deliveries[k - 1] after its start
-
-    def clock() -> int:
-        setting = tune.setting
-        if setting not in runs:
-            runs[setting] = [0.0, *pipeline_deliveries(setting.workers, setting.depth, unequal, 200)]
-        return int(runs[setting][tune._count] * 1e6)
-
-    monkeypatch.setattr("torch_drt.loader._autotune.perf_counter_ns", clock)
-    it = iter(loader)
+    now = [0.0]  # a synthetic clock (ms): each setting's batches come as pipeline_deliveries says, from its start
+    monkeypatch.setattr("torch_drt.loader._autotune.perf_counter_ns", lambda: int(now[0] * 1e6))
+    it = iter(loader)  # the loader's pipeline starts at 0
+    setting, start, k = tune.setting, 0.0, 0
     while len(trials) < 2:
-        next(it)
+        now[0] = start + pipeline_deliveries(setting.workers, setting.depth, unequal, k + 1)[k]
+        next(it)  # its last batch delivered, a trial applies the next setting: the new pipeline starts then
+        setting, start, k = (tune.setting, now[0], 0) if tune.setting != setting else (setting, start, k + 1)
     assert [s for s, _ in trials] == [Setting(THREAD_START, 1), Setting(16, 1)], trials
     for setting, rate in trials:
         steady = steady_rate(setting.workers, setting.depth)
@@ -447,9 +443,10 @@ def test_a_trial_is_not_measured_high_by_the_batches_that_arrive_with_its_first(
 
 
 @pytest.mark.parametrize(("workers", "depth"), [(1, 1), (4, 1), (4, 2), (16, 1), (32, 2)])
-def test_the_in_flight_clock_reads_a_steady_pipelines_rate(workers, depth):
-    clock = InFlightClock(workers + depth, 0)
-    for k, t in enumerate(pipeline_deliveries(workers, depth, unequal, 3000)):
-        clock.delivered(int(t * 1e6), measured=k >= 1000)  # the first 1000: the pipeline settles
-    assert clock.measured == 2000
-    assert clock.measured * 1e9 / clock.elapsed_ns == pytest.approx(steady_rate(workers, depth), rel=0.01)
+def test_a_trial_clock_reads_a_steady_pipelines_rate(workers, depth):
+    clock = TrialClock(Setting(workers, depth), 0)
+    clock.warmup, clock.length = 1000, 2000  # the first 1000: the pipeline settles
+    for t in pipeline_deliveries(workers, depth, unequal, 3000):
+        clock.delivered(int(t * 1e6))
+    assert clock.ends
+    assert clock.length * 1e9 / clock.elapsed_ns == pytest.approx(steady_rate(workers, depth), rel=0.01)

@@ -2,7 +2,7 @@
 
 The loader starts with one batch ahead and one process worker, or ``THREAD_START`` thread workers. Each batch
 delivered is counted and timed here (``delivered``): after a warm-up (a first round that carries a start), a trial
-(``trial_batches``) measures the setting's steady batches per second (``InFlightClock``: the batches in flight over
+(``trial_batches``) measures the setting's steady batches per second (``TrialClock``: the batches in flight over
 the mean time a measured batch spent in flight) over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round
 of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less
 a moment of load sways it. It measures too the share of its time the caller waited
@@ -34,16 +34,7 @@ from torchdata.nodes import BaseNode
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
-from torch_drt.loader._tuner import (
-    MIN_BUDGET,
-    THREAD_START,
-    HillClimb,
-    InFlightClock,
-    MemoryModel,
-    Setting,
-    Trial,
-    trial_batches,
-)
+from torch_drt.loader._tuner import MIN_BUDGET, THREAD_START, HillClimb, MemoryModel, Setting, Trial, TrialClock
 
 AUTO = "auto"
 STATE_KEY = "autotune"
@@ -193,11 +184,9 @@ class LoaderAutotune:
 
     def _begin(self, loader: Any = None, started: bool = False) -> None:
         """A new trial of ``setting``, its pipeline started now (``started``: with the loader's): warm-up first
-        (``trial_batches``; none: ``loader``'s statistics are marked now), then the measured batches."""
-        self._warmup, self._length = trial_batches(self.setting, self.budget, not self.processes, started)
-        self._count = 0
-        self._clock = InFlightClock(self.setting.workers + self.setting.depth, perf_counter_ns())
-        self._mark = self._recorded(loader) if loader is not None and not self._warmup else (0, 0)
+        (none: ``loader``'s statistics are marked now), then the measured batches."""
+        self._trial = TrialClock(self.setting, perf_counter_ns(), self.budget, not self.processes, started)
+        self._mark = self._recorded(loader) if loader is not None and not self._trial.warmup else (0, 0)
 
     def started(self, loader: Any) -> None:
         """The loader's pipeline starts afresh (a new iterator): the trial running starts again with it."""
@@ -207,19 +196,19 @@ class LoaderAutotune:
         """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply
         the next setting (the best one measured, when the search ends)."""
         self.batches += 1
-        self._count += 1
-        self._clock.delivered(perf_counter_ns(), measured=self._count > self._warmup)
-        before, ends = self.setting, self._count == self._warmup + self._length
+        trial = self._trial
+        trial.delivered(perf_counter_ns())
+        before, ends = self.setting, trial.ends
         if self.budget is not None and self.batches >= self.budget and not ends:
             self.settle()  # the trial running is cut short: its setting was not measured to pay
-        elif self._count == self._warmup:
+        elif trial.count == trial.warmup:
             self._mark = self._recorded(loader)
             return
         elif not ends:
             return
         else:
-            trial = self.measure(loader, batch, self.setting, self._length, self._clock.elapsed_ns)
-            self.climb.observe(trial, None if self.budget is None else self.budget - self.batches)
+            measured = self.measure(loader, batch, self.setting, trial.length, trial.elapsed_ns)
+            self.climb.observe(measured, None if self.budget is None else self.budget - self.batches)
         if self.setting != before:
             apply_setting(loader, self.setting)
         self._begin(loader)

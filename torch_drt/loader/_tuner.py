@@ -23,7 +23,7 @@ started afresh, under the same load, where the best's first trial may have run u
 trial of an epoch starts from workers that read ahead while the loader started; the machine's load drifts): one
 trial measured high, or low, does not end the search for workers.
 
-A trial measures a setting's steady throughput by Little's law (``InFlightClock``): the batches in flight divided
+A trial measures a setting's steady throughput by Little's law (``TrialClock``): the batches in flight divided
 by the mean time a measured batch spent in flight, from its request to its delivery. The loader keeps ``in_flight``
 batches requested: a new setting's first round is requested when it starts, each later batch when the one
 ``in_flight`` before it is delivered. Each measured batch counts its whole time in flight, so none counts as free: a
@@ -95,33 +95,41 @@ class MemoryModel:
         self.worker_bytes = max(self.worker_bytes, trial.worker_bytes)
 
 
-class InFlightClock:
-    """A trial's time by Little's law (see the module docstring): a pipeline keeping ``in_flight`` batches
-    requested, started at ``start_ns``.
+class TrialClock:
+    """A trial of ``setting``, counted and timed: ``warmup`` batches, then ``length`` measured by Little's law (see
+    the module docstring); its pipeline's first round was requested at ``start_ns``. ``budget``, ``threads``,
+    ``started``: as ``trial_batches`` takes them.
 
     Attributes:
+        warmup, length: the batches not measured, then measured.
+        count: the batches delivered so far.
         spent_ns: the measured batches' time in flight, summed.
-        measured: how many were measured.
     """
 
-    def __init__(self, in_flight: int, start_ns: int) -> None:
-        self.in_flight = in_flight
-        self._requested = collections.deque([start_ns] * in_flight)  # of the next batches, in order
-        self.spent_ns = self.measured = 0
+    def __init__(self, setting: Setting, start_ns: int, budget: int | None = None, threads: bool = False,
+                 started: bool = False) -> None:
+        self.in_flight = setting.workers + setting.depth
+        self.warmup, self.length = trial_batches(setting, budget, threads, started)
+        self.count = self.spent_ns = 0
+        self._requested = collections.deque([start_ns] * self.in_flight)  # of the next batches, in order
 
-    def delivered(self, now_ns: int, measured: bool = True) -> None:
-        """A batch was delivered at ``now_ns`` (the batch ``in_flight`` after it is requested then); ``measured``:
-        its time in flight counts."""
+    def delivered(self, now_ns: int) -> None:
+        """A batch was delivered at ``now_ns`` (the batch ``in_flight`` after it is requested then)."""
+        self.count += 1
         requested = self._requested.popleft()
         self._requested.append(now_ns)
-        if measured:
+        if self.count > self.warmup:
             self.spent_ns += now_ns - requested
-            self.measured += 1
+
+    @property
+    def ends(self) -> bool:
+        """Whether the trial's last batch was delivered."""
+        return self.count == self.warmup + self.length
 
     @property
     def elapsed_ns(self) -> int:
-        """The time the measured batches take at the steady rate measured (``measured / elapsed_ns`` is it)."""
-        return max(1, self.spent_ns // max(1, self.in_flight))
+        """The measured batches' time at the steady rate measured (``length / elapsed_ns`` is that rate)."""
+        return max(1, self.spent_ns // self.in_flight)
 
 
 class HillClimb:
@@ -258,7 +266,7 @@ def trial_batches(setting: Setting, budget: int | None, threads: bool = False,
     ``in_flight``, and ``MIN_TRIAL``). The warm-up is a round, ``in_flight`` batches, for process workers (each
     worker's first batch carries its start) and when the loader's pipeline starts with the trial (``started``: its
     first round carries the loader's start). Thread workers (``threads``) changed mid-epoch start at once, from a
-    pipeline requested anew: no warm-up, each batch's whole time in flight is measured (``InFlightClock``)."""
+    pipeline requested anew: no warm-up, each batch's whole time in flight is measured (``TrialClock``)."""
     in_flight = setting.workers + setting.depth
     share = (MIN_BUDGET if budget is None else budget) // PLANNED_TRIALS
     return 0 if threads and not started else in_flight, max(MIN_TRIAL, in_flight, share)
