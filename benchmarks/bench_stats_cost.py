@@ -3,8 +3,10 @@
 The 100,000-ints overhead benchmark of bench_loader.py (batch 64, identity collate), 0 workers and 2 persistent
 worker threads, measured two ways in one run:
 
-- **A/B**: two loaders in this process, statistics on and off, whole epochs alternating (on, off, off, on, ...);
-  each epoch's CPU time (``process_time``: the worker threads' too). Printed: the median of the paired relative
+- **A/B**: loaders in one process, statistics on and off, whole epochs alternating (on, off, off, on, ...), two
+  pairs taking turns (one built statistics-on first, one off first: the first built runs slower); each epoch's CPU
+  time (``process_time``: the worker threads' too), in ``--processes`` fresh interpreters (one interpreter's figure
+  moves by up to ~1.5% from the next's). Printed: the median of the paired relative
   differences and its 95% interval (binomial order statistics). On a loaded machine an epoch's CPU time moves by
   tens of percent, so this interval is the check on the next figure, not the figure.
 - **Accounting**: the statistics code the loader runs, timed in tight loops on the loader's own classes (minimum
@@ -17,17 +19,21 @@ worker threads, measured two ways in one run:
 
 The verdict is the accounting's; the A/B agrees when its interval holds the accounting's figure or lies under 1%.
 
-    python benchmarks/bench_stats_cost.py [--pairs 100] [--repeats 200]
+    python benchmarks/bench_stats_cost.py [--pairs 100] [--repeats 200] [--processes 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from types import GeneratorType
 from typing import Any
 
 from torchdata.nodes import BaseNode
@@ -99,14 +105,20 @@ def per_call(fn: Callable[[], Any], calls: int = CALLS) -> Callable[[], float]:
 
 
 def untimed_iterator(loader: StatefulDataLoader) -> Callable[[], float]:
-    """``LoaderIterator.__next__`` over a constant batch, never a timed call: its statistics lines only."""
+    """``LoaderIterator.__next__`` over a constant batch, never a timed call: its statistics lines only. The batch
+    comes from a generator where the loader's does (its 0-worker path), else from a function."""
     it = iter(loader)
     batch = Fetched(list(range(BATCH)), list(range(BATCH)), False)
-    it._next = lambda: batch
-    if getattr(it, "_ticks", None) is not None:  # statistics on: the next timed call never comes
+
+    def constant() -> Any:
+        while True:
+            yield batch
+    generator = isinstance(getattr(it._next, "__self__", None), GeneratorType)
+    it._next = constant().__next__ if generator else lambda: batch
+    if hasattr(it, "_arm"):  # statistics on: the next timed call never comes
+        it._arm(1 << 62)
+    elif it._stats is not None:  # (the tree before the countdown wrapped the 0-worker generator, to compare)
         it._ticks = itertools.repeat(False, 1 << 62)
-    elif it._stats is not None:
-        it._countdown = 1 << 62  # (the same before the countdown moved to C, to compare the trees)
     return per_call(it.__next__)
 
 
@@ -159,28 +171,59 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), ordered[k], ordered[min(n - 1, n - 1 - k)]
 
 
-def ab(workers: int, pairs: int) -> tuple[list[float], float, float]:
+def ab(workers: int, pairs: int) -> tuple[list[float], float, float, dict[str, float]]:
     """Paired relative CPU differences (on / off - 1) of whole epochs; the timed batches per epoch with
-    statistics on; the median CPU seconds per batch with statistics off."""
-    on, off = make_loader(workers, True), make_loader(workers, False)
-    recorder, timed = on._stats, [0]
-    real_timed = recorder.timed
+    statistics on; the median CPU seconds per batch with statistics off; where the difference lies (medians of the
+    paired differences: ``iter()`` and the first batch in seconds, the other batches relative). Two pairs of
+    loaders, one built on first, the other off first, take turns (of two identical loaders, the one built first
+    runs up to ~0.5% slower here: the order cancels out)."""
+    sets = [(make_loader(workers, True), make_loader(workers, False))]
+    sets.append(tuple(reversed((make_loader(workers, False), make_loader(workers, True)))))
+    timed = [0]
+    for on, _ in sets:
+        real_timed = on._stats.timed
 
-    def counting(*args: Any) -> None:
-        timed[0] += 1
-        real_timed(*args)
-    recorder.timed = counting
-    diffs, offs = [], []
+        def counting(*args: Any, real: Callable[..., None] = real_timed) -> None:
+            timed[0] += 1
+            real(*args)
+        on._stats.timed = counting
+    diffs, offs, parts = [], [], {"iter": [], "first": [], "rest": []}
     for p in range(pairs):
+        on, off = sets[p // 2 % 2]
         cpu = {}
         for name, loader in (("on", on), ("off", off)) if p % 2 == 0 else (("off", off), ("on", on)):
-            t0 = time.process_time()
-            for _ in loader:
+            t0 = time.process_time_ns()
+            it = iter(loader)
+            t1 = time.process_time_ns()
+            next(it)
+            t2 = time.process_time_ns()
+            for _ in it:
                 pass
-            cpu[name] = time.process_time() - t0
-        diffs.append(cpu["on"] / cpu["off"] - 1)
-        offs.append(cpu["off"])
-    return diffs, timed[0] / pairs, statistics.median(offs) / -(-ITEMS // BATCH)
+            cpu[name] = (t1 - t0, t2 - t1, time.process_time_ns() - t2)
+            del it  # (its flush counts, as a loop's dropped iterator)
+        diffs.append(sum(cpu["on"]) / sum(cpu["off"]) - 1)
+        offs.append(sum(cpu["off"]) / 1e9)
+        parts["iter"].append((cpu["on"][0] - cpu["off"][0]) / 1e9)
+        parts["first"].append((cpu["on"][1] - cpu["off"][1]) / 1e9)
+        parts["rest"].append(cpu["on"][2] / cpu["off"][2] - 1)
+    where = {name: statistics.median(values) for name, values in parts.items()}
+    return diffs, timed[0] / pairs, statistics.median(offs) / -(-ITEMS // BATCH), where
+
+
+def ab_processes(workers: int, pairs: int, processes: int) -> tuple[list[float], float, float, dict[str, float],
+                                                                    list[float]]:
+    """``ab`` in ``processes`` fresh interpreters, pooled (the medians of ``where`` and of the CPU per batch off
+    are the processes' medians'), and each process's median difference. One process's figure moves by up to ~1.5%
+    from one interpreter to the next (where the loaders land in memory): its interval says nothing of that."""
+    runs = []
+    for _ in range(processes):
+        out = subprocess.run([sys.executable, __file__, "--ab-only", str(workers), "--pairs", str(pairs)],
+                             check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(out.splitlines()[-1]))
+    diffs = [d for run in runs for d in run["diffs"]]
+    where = {name: statistics.median(run["where"][name] for run in runs) for name in runs[0]["where"]}
+    return (diffs, statistics.mean(run["timed"] for run in runs), statistics.median(run["cpu_off"] for run in runs),
+            where, [statistics.median(run["diffs"]) for run in runs])
 
 
 def accounting(workers: int, repeats: int) -> dict[str, Any]:
@@ -207,14 +250,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=100, help="A/B: epoch pairs per configuration")
     parser.add_argument("--repeats", type=int, default=200, help="accounting: rounds of each tight loop")
+    parser.add_argument("--processes", type=int, default=3, help="A/B: fresh interpreters, their pairs pooled")
+    parser.add_argument("--ab-only", type=int, default=None, help=argparse.SUPPRESS)  # one process's A/B, as JSON
     args = parser.parse_args()
+    if args.ab_only is not None:
+        diffs, timed, cpu_off, where = ab(args.ab_only, args.pairs)
+        print(json.dumps({"diffs": diffs, "timed": timed, "cpu_off": cpu_off, "where": where}))
+        return
     batches = -(-ITEMS // BATCH)
     print(f"# statistics on vs off: {ITEMS:,} ints, batch {BATCH}, identity collate; goal <= {GOAL:.0%}")
     verdicts = []
     for workers in (0, 2):
         label = "0 workers" if workers == 0 else "2 threads"
         acc = accounting(workers, args.repeats)
-        diffs, timed, cpu_off = ab(workers, args.pairs)
+        diffs, timed, cpu_off, where, medians = ab_processes(workers, args.pairs, args.processes)
         untimed = max(0.0, acc["consumer"]) + max(0.0, acc["mapper"])
         cost = untimed + acc["timed"] * timed / batches + acc["epoch"] / batches
         share = cost / acc["batch_off"]
@@ -224,8 +273,11 @@ def main() -> None:
               f"{acc['mapper'] * 1e9:+.0f}), timed batch +{acc['timed'] * 1e6:.1f} us "
               f"x {timed:.1f} of {batches} per epoch, epoch +{acc['epoch'] * 1e6:.1f} us; per batch "
               f"+{cost * 1e9:.0f} ns of {acc['batch_off'] * 1e6:.2f} us (off, min) = {share:+.2%}")
-        print(f"  A/B: {args.pairs} epoch pairs, CPU per batch off {cpu_off * 1e6:.2f} us (median); on/off - 1: "
-              f"median {mid:+.2%}, 95% interval [{low:+.2%}, {high:+.2%}]")
+        print(f"  A/B: {args.processes} processes x {args.pairs} epoch pairs, CPU per batch off {cpu_off * 1e6:.2f} us "
+              f"(median); on/off - 1: median {mid:+.2%}, 95% interval [{low:+.2%}, {high:+.2%}]; per process "
+              + ", ".join(f"{m:+.2%}" for m in medians))
+        print(f"    of which (medians): iter() {where['iter'] * 1e6:+.1f} us, first batch "
+              f"{where['first'] * 1e6:+.1f} us, the other batches {where['rest']:+.2%}")
         holds = share <= GOAL
         agrees = low <= share <= high or high <= GOAL
         verdicts.append(holds)

@@ -7,7 +7,9 @@ dominates and on counts, never on absolute times.
 from __future__ import annotations
 
 import os
+import sys
 import time
+from collections import Counter
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
@@ -292,3 +294,53 @@ def test_sampled_counts_stay_exact_with_failed_calls_and_reads_midway(kwargs, mo
     assert stats.batches == len(delivered) == 2 * (201 - len(bad))
     assert stats.items == sum(len(b) for b in delivered)
     assert stats.every >= 16  # sampling was on
+
+
+def calls_per_epoch(loader) -> Counter:
+    """The Python functions and builtins a whole epoch of ``loader`` calls, counted (``sys.setprofile``)."""
+    calls: Counter = Counter()
+
+    def profile(frame, event, arg):
+        if event == "call":
+            calls[frame.f_code.co_qualname] += 1
+        elif event == "c_call":
+            calls[getattr(arg, "__qualname__", repr(arg))] += 1
+
+    sys.setprofile(profile)
+    try:
+        for _ in loader:
+            pass
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_an_untimed_inline_batch_calls_nothing_more_than_statistics_off(monkeypatch):
+    """The 0-worker path's untimed batches run the statistics-off code: the countdown to the next timed batch runs in
+    C, so statistics on call no more functions per epoch than a timed batch and the epoch's ends do (old: one
+    ``next()`` per batch)."""
+    monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)  # one timed batch in MAX_EVERY
+    monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
+    on, off = (StatefulDataLoader(Ints(4000), batch_size=4, collate_fn=list, stats=s) for s in (True, False))
+    for loader in (on, off):
+        for _ in range(12):  # `every` grows to MAX_EVERY (it at most doubles at each timed batch)
+            drain(loader)
+    assert on.stats().every >= 1000  # 1000 batches per epoch: at most one or two of them timed
+    extra = calls_per_epoch(on) - calls_per_epoch(off)
+    assert sum(extra.values()) < 150, extra.most_common(5)
+    assert on.stats().batches == 13 * 1000 and on.stats().items == 13 * 4000
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_counts_stay_exact_when_an_epoch_ends_on_any_call_of_the_countdown(in_order, monkeypatch):
+    """Epochs of 1 to 16 batches end on every position of a short sampling period (timed calls 1, 3, 7, 11, ...):
+    an epoch's end on the countdown's last untimed call is told from the countdown's own end."""
+    monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)
+    monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
+    monkeypatch.setattr(StatsRecorder, "MAX_EVERY", 4)
+    for n in range(1, 17):
+        loader = StatefulDataLoader(Ints(2 * n), batch_size=2, collate_fn=list, in_order=in_order)
+        delivered = drain(loader)
+        assert (loader.stats().batches, loader.stats().items) == (n, 2 * n), n
+        delivered += drain(loader)
+        assert (loader.stats().batches, loader.stats().items) == (len(delivered), 4 * n), n

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from itertools import repeat
+from itertools import repeat, starmap
 from operator import length_hint
 from time import perf_counter_ns
+from types import GeneratorType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch_drt.loader._stats_recorder import count_items
@@ -44,14 +45,19 @@ class LoaderIterator:
         self._generation = generation
         self._lock = threading.Lock()
         self._done = False
-        self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
         self._device, self._with_indices = loader._device, loader.return_indices
         self._in_order = loader.in_order  # out of order, the batch marked last may come before others
         self._stats = loader._stats  # a StatsRecorder, or None; it times one call in `_period` (see _timed_next)
         self._period = 1
-        # (statistics on) one False per untimed call left before the next timed one; then next(_ticks, True) is
-        # True. A countdown in C: an attribute decremented in Python costs ~1% of a 100k-ints batch.
-        self._ticks = None if self._stats is None else repeat(False, 0)
+        # (statistics on) the countdown to the next timed call runs in C (Python code per batch costs ~1% of a
+        # 100k-ints batch): `_ticks` holds one () per untimed call left (`_arm`). A generator's batches (the 0-worker
+        # path) come through starmap(its __next__, _ticks), so an untimed call runs the statistics-off code and the
+        # countdown's end is a StopIteration (`_stretch_ended`); a Python method, which starmap would call from C
+        # (dearer), is preceded by next(_ticks, True) in __next__ (`_check`).
+        self._ticks: repeat | None = None
+        self._check = False
+        self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
+        self._arm(0)
         self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
         self._started = False
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
@@ -82,23 +88,21 @@ class LoaderIterator:
                 raise StopIteration
             if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
-            if self._ticks is not None and next(self._ticks, True):
-                out = self._timed_next()
-                if self._tune is not None:
-                    self._tuned(out)
-                return out
+            if self._check and next(self._ticks, True):
+                return self._timed_tuned()
             try:
-                batch, indices, last = self._next()
+                batch, indices, last = self._pull()
             except StopIteration:
+                if self._ticks is not None and self._stretch_ended():
+                    return self._timed_tuned()
                 self._finish()
                 if self._ticks is not None:
                     self._undo_tick()
                     self.flush_stats(perf_counter_ns())
                 raise
             except BaseException:
-                if self._ticks is not None:
-                    self._undo_tick()
                 self._next = self._loader._mode.next_fn()  # (a generator ends at its first exception)
+                self._undo_tick()  # (statistics off: it sets _pull)
                 raise
             if last and self._in_order:  # roll over now, so a checkpoint taken after this batch starts the next epoch
                 self._finish()
@@ -113,6 +117,13 @@ class LoaderIterator:
             return (batch, indices) if self._with_indices else batch
         finally:
             self._lock.release()
+
+    def _timed_tuned(self) -> Any:
+        """``_timed_next``, told to the autotune."""
+        out = self._timed_next()
+        if self._tune is not None:
+            self._tuned(out)
+        return out
 
     def _tuned(self, batch: Any) -> None:
         """Tell the loader's autotune a batch was delivered (it may change the workers for the next ones)."""
@@ -154,12 +165,26 @@ class LoaderIterator:
             if items is not None and not last:  # an epoch's last batch may be short: not the usual size
                 self._size = items
             self._period = stats.every
-            self._ticks = repeat(False, self._period - 1)
+            self._arm(self._period - 1)
             self._exact = 0
+
+    def _arm(self, untimed: int) -> None:
+        """Set ``_pull`` for ``untimed`` calls before the next timed one (statistics off: ``_next`` itself)."""
+        if self._stats is None:
+            self._pull = self._next
+            return
+        self._ticks = repeat((), untimed)
+        self._check = not isinstance(getattr(self._next, "__self__", None), GeneratorType)
+        self._pull = self._next if self._check else starmap(self._next, self._ticks).__next__
+
+    def _stretch_ended(self) -> bool:
+        """Whether a StopIteration from ``_pull`` is the end of the untimed calls, not of the epoch: the countdown
+        ran out and the generator is still running (one that ended on the last tick has no frame)."""
+        return not self._check and not length_hint(self._ticks) and self._next.__self__.gi_frame is not None
 
     def _undo_tick(self) -> None:
         """An untimed call delivered nothing: it does not count towards the period."""
-        self._ticks = repeat(False, length_hint(self._ticks) + 1)
+        self._arm(0 if self._ticks is None else length_hint(self._ticks) + 1)
 
     def flush_stats(self, end_ns: int | None = None) -> None:
         """Count the batches delivered since the last timed call (``loader.stats()`` calls it); at an epoch's end
