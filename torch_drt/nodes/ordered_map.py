@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
@@ -260,6 +260,39 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             seconds, result = result
             self._observe(seconds, False)
         return result
+
+    def inline_batches(self) -> Iterator[R]:
+        """``next()``'s results as a generator (one resume per item, no call per stage), for a caller at 0 workers.
+
+        The items the source has planned (its ``planned()`` iterator: ``BatchPlanner``) are mapped in a loop, the
+        state after each as ``next()`` leaves it; everything else (an item to plan, a timed one, an interrupted
+        one, workers started by a ``resize()``) goes through ``next()``. It ends at the source's end or at the first
+        exception, as a generator does: ask for a new one then.
+        """
+        planned = getattr(self.source, "planned", None)
+        while True:
+            run = None
+            if not self.num_workers and self._held is _NOTHING and not self.record_next and planned is not None:
+                run = planned()  # ends with its chunk, or at a reset (workers started mid-epoch)
+            if run is None:
+                try:
+                    out = self.next()
+                except StopIteration:
+                    return
+                yield out
+                continue
+            map_fn, self._flight.delivered = self.map_fn, None  # (nothing in flight: the source's state is delivered)
+            for item in run:
+                self._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
+                if self.record_next:  # to be timed: next() maps it with its clock
+                    break
+                try:
+                    out = map_fn(item)
+                except Exception:
+                    self._held = _NOTHING  # a failed item counts as delivered
+                    raise
+                self._held = _NOTHING
+                yield out
 
     def get_state(self) -> dict[str, Any]:
         skipped = self._flight.skipped()
