@@ -127,8 +127,9 @@ class BatchPlanner(BaseNode[BatchPlan]):
         lists = self.source.index_lists(self.epoch, ranks)
         if lists is None:
             lists = self._index_lists(offset, count)
-        epoch, new = self.epoch, tuple.__new__  # plans built here, a chunk at a time: next() only hands them out
-        self._chunk = [new(BatchPlan, (epoch, o, idx, r, False)) for o, idx, r in zip(offsets, lists, ranks)]
+        # the plans, built a chunk at a time and in C (a NamedTuple's own __new__ is a Python call)
+        fields = zip(itertools.repeat(self.epoch), offsets, lists, ranks, itertools.repeat(False))
+        self._chunk = list(map(tuple.__new__, itertools.repeat(BatchPlan), fields))
         if self._chunk and part.is_last(offsets[-1]):  # the offsets are the epoch's: only the newest can be its last
             self._chunk[-1] = self._chunk[-1]._replace(last=True)
         self._chunk_end = offsets.stop
