@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
+from types import FunctionType
 from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
@@ -23,6 +24,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _NOTHING = object()
+
+
+def _direct(fn: Callable[[T], R]) -> Callable[[T], R]:
+    """``fn``, or its bound ``__call__`` where that is a Python function: the interpreter then runs it in the
+    caller's loop (calling the object goes through C and a new interpreter frame, ~0.1 us)."""
+    return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn
 
 
 class OrderedMapper(BaseNode[R], Generic[T, R]):
@@ -271,17 +278,15 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         """
         planned = getattr(self.source, "planned", None)
         while True:
-            run = None
-            if not self.num_workers and self._held is _NOTHING and not self.record_next and planned is not None:
-                run = planned()  # ends with its chunk, or at a reset (workers started mid-epoch)
+            quick = not self.num_workers and self._held is _NOTHING and not self.record_next and planned is not None
+            run = planned() if quick else None  # it ends with its chunk, or at a reset (workers started mid-epoch)
             if run is None:
                 try:
-                    out = self.next()
+                    yield self.next()
                 except StopIteration:
                     return
-                yield out
                 continue
-            map_fn, self._flight.delivered = self.map_fn, None  # (nothing in flight: the source's state is delivered)
+            map_fn, self._flight.delivered = _direct(self.map_fn), None  # (none in flight: the source's state is it)
             for item in run:
                 self._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
                 if self.record_next:  # to be timed: next() maps it with its clock
