@@ -230,7 +230,7 @@ def test_break_returns_at_once_and_second_thread_gets_runtime_error():
     waiter = threading.Thread(target=lambda: errors.append(next(it)))
     next(it)  # [2, 3] is ready
     waiter.start()
-    wait_until(lambda: it._lock.locked())  # the waiter is inside next(), blocked on the gated batch
+    wait_until(lambda: not it._baton)  # the waiter is inside next(), blocked on the gated batch
     with pytest.raises(RuntimeError, match="another thread is advancing"):
         next(it)
     ds.event.set()

@@ -38,6 +38,22 @@ def test_only_the_epochs_last_batch_is_marked_last(n, batch_size, world_size, ra
     assert [p.indices for p in got] == [list(p.positions) for p in got]  # sequential: index = position
 
 
+@pytest.mark.parametrize("kept", [True, False])
+def test_sequential_index_lists_are_fresh_lists_whether_the_ints_are_kept_or_not(kept, monkeypatch):
+    """A sequential epoch's index lists are slices of ints kept across epochs (small epochs) or made per chunk."""
+    import torch_drt.sampling.samplers as samplers
+
+    monkeypatch.setattr(samplers, "_KEPT_INTS", 10_000 if kept else 9_999)
+    sampler = SequentialSampler(10_000)
+    planner = BatchPlanner(sampler, 16, 3, 2)
+    first = plans(planner)
+    assert (sampler._ints is not None) == kept
+    for plan in first:
+        plan.indices.append(-1)  # a caller's change to a batch's indices stays in that batch
+    expected = [list(range(o + 2, min(10_000, o + 48), 3)) for o in range(0, 10_000, 48)]
+    assert [p.indices for p in plans(planner)] == expected
+
+
 def test_a_checkpoint_after_the_last_batch_starts_the_next_epoch():
     loader = StatefulDataLoader(list(range(10_000)), batch_size=64, collate_fn=list)
     it = iter(loader)

@@ -148,6 +148,12 @@ class BatchFetcher:
         self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
         self._getitem = getattr(self.dataset, "__getitem__", None)
 
+    @property
+    def plain(self) -> bool:
+        """Whether a batch is the collated items of one ``__getitem__`` each, nothing more (sync, one item at a time,
+        no ``__getitems__``, transform or pinning)."""
+        return self._plain and not self.pin
+
     def __repr__(self) -> str:
         return described(self, self.dataset, transform=self.transform, collate_fn=self.collate_fn,
                          item_concurrency=self.item_concurrency if self.item_concurrency > 1 else None)

@@ -7,8 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
-from torch_drt.loader._fetch import fetch_stage, map_fetcher
-from torch_drt.loader._inline_epoch import inline_batches, runs_inline
+from torch_drt.loader._fetch import BatchFetcher, fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.batch_plan import BatchPlanner
@@ -16,6 +15,12 @@ from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
 from torch_drt.sampling.stride import world_total
+
+
+def runs_inline(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetcher) -> bool:
+    """Whether batches load through ``mapper.inline_batches()``: 0 workers, a plain dataset (``fetcher.plain``),
+    nothing told per batch (``plan_reads``)."""
+    return mapper.num_workers == 0 and planner.plan_reads is None and fetcher.plain
 
 
 class MapMode(LoaderMode):
@@ -59,7 +64,7 @@ class MapMode(LoaderMode):
 
     def next_fn(self) -> Any:
         if runs_inline(self.mapper, self.planner, self.fetcher):
-            return inline_batches(self.mapper, self.planner, self.fetcher).__next__
+            return self.mapper.inline_batches().__next__
         return self.mapper.next
 
     def _partition(self) -> Partition:

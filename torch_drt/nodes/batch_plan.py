@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from operator import length_hint
 from typing import Any, NamedTuple
 
 from torchdata.nodes import BaseNode
@@ -76,9 +78,9 @@ class BatchPlanner(BaseNode[BatchPlan]):
             _UNBOUNDED if source.n is None else source.n, batch_size, world_size, rank, drop_last
         )
         self.epoch = 0
-        self.offset = 0
         self._chunk: list[BatchPlan] = []
-        self._chunk_pos = 0
+        self._plans: Iterator[BatchPlan] = iter(self._chunk)  # the chunk's batches not handed out yet
+        self._chunk_end = 0  # the offset after the chunk's last batch
         self._skip: frozenset[int] = frozenset()
 
     def __repr__(self) -> str:
@@ -86,15 +88,23 @@ class BatchPlanner(BaseNode[BatchPlan]):
         return described(self, type(self.source).__name__, batch_size=part.batch_size, world_size=part.world_size,
                          rank=part.rank, drop_last=part.drop_last)
 
+    @property
+    def offset(self) -> int:
+        """The global offset of the next global batch (the batches handed out are counted by the chunk's iterator,
+        in C, so taking a batch costs no bookkeeping in Python)."""
+        return self._chunk_end - length_hint(self._plans) * self.partition.global_batch_size
+
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         state = initial_state or {}
         self.epoch = int(state.get(self.EPOCH_KEY, 0))
-        self.offset = int(state.get(self.OFFSET_KEY, 0))
+        offset = int(state.get(self.OFFSET_KEY, 0))
         self._skip = frozenset(state.get(self.AHEAD_KEY, ()))
-        self.source.start_epoch(self.epoch, self.offset)
+        self.source.start_epoch(self.epoch, offset)
         self._sync_length()
-        self._chunk, self._chunk_pos = [], 0
+        deque(self._plans, maxlen=0)  # a loop over ``planned()`` ends here
+        self._chunk, self._chunk_end = [], offset
+        self._plans = iter(self._chunk)
         self._planned_first = False
 
     def _sync_length(self) -> None:
@@ -103,46 +113,61 @@ class BatchPlanner(BaseNode[BatchPlan]):
             self.partition = dataclasses.replace(self.partition, n=n)
 
     def _plan_chunk(self) -> None:
-        """Compute the index lists of the next batches at once (one numpy pass, one ``tolist``)."""
-        part = self.partition
-        count = min(part.num_batches(self.offset), self._CHUNK)
-        self.source.available(self.offset + count * part.global_batch_size)  # a user sampler is read this far
+        """Plan the next batches at once: their offsets, positions and index lists (the sampler's ``index_lists``,
+        else one numpy pass)."""
+        part, offset = self.partition, self._chunk_end  # (called once the chunk before is handed out)
+        count = min(part.num_batches(offset), self._CHUNK)
+        self.source.available(offset + count * part.global_batch_size)  # a user sampler is read this far
         self._sync_length()
         part = self.partition
-        count = min(part.num_batches(self.offset), self._CHUNK)
-        positions = part.positions(self.offset, count)
-        if not count or positions[-1, -1] < part.n:  # rows ascend: none is padding (the common case, no mask)
-            lists = self.source.indices(self.epoch, positions.reshape(-1)).reshape(count, part.batch_size).tolist()
-        else:
-            valid = positions < part.n
-            values = self.source.indices(self.epoch, positions[valid]).tolist()
-            ends = valid.sum(axis=1).cumsum().tolist()
-            lists = [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
-        offsets = range(self.offset, self.offset + count * part.global_batch_size, part.global_batch_size)
-        epoch, new = self.epoch, tuple.__new__  # plans built here, a chunk at a time: next() only hands them out
-        self._chunk = [
-            new(BatchPlan, (epoch, o, idx, ranks, False))
-            for o, idx, ranks in zip(offsets, lists, part.rank_positions_of(offsets))
-        ]
+        count = min(part.num_batches(offset), self._CHUNK)
+        size = part.global_batch_size
+        offsets = range(offset, offset + count * size, size)
+        ranks = part.rank_positions_of(offsets)
+        lists = self.source.index_lists(self.epoch, ranks)
+        if lists is None:
+            lists = self._index_lists(offset, count)
+        # the plans, built a chunk at a time and in C (a NamedTuple's own __new__ is a Python call)
+        fields = zip(itertools.repeat(self.epoch), offsets, lists, ranks, itertools.repeat(False))
+        self._chunk = list(map(tuple.__new__, itertools.repeat(BatchPlan), fields))
         if self._chunk and part.is_last(offsets[-1]):  # the offsets are the epoch's: only the newest can be its last
             self._chunk[-1] = self._chunk[-1]._replace(last=True)
-        self._chunk_pos = 0
+        self._chunk_end = offsets.stop
+        self._plans = iter(self._chunk)
+
+    def _index_lists(self, offset: int, count: int) -> list[list[int]]:
+        """The index lists of ``count`` batches from ``offset`` through the sampler's ``indices`` (one numpy pass)."""
+        part = self.partition
+        positions = part.positions(offset, count)
+        if not count or positions[-1, -1] < part.n:  # rows ascend: none is padding (the common case, no mask)
+            return self.source.indices(self.epoch, positions.reshape(-1)).reshape(count, part.batch_size).tolist()
+        valid = positions < part.n
+        values = self.source.indices(self.epoch, positions[valid]).tolist()
+        ends = valid.sum(axis=1).cumsum().tolist()
+        return [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
+
+    def planned(self) -> Iterator[BatchPlan] | None:
+        """The batches planned and not handed out yet, for a caller that takes them in a loop: taking one is a
+        ``next()`` (the state moves past it). The iterator ends with the planned chunk or at a ``reset()``. None
+        when ``next()`` has work to do per batch (``plan_reads``, batches to skip) or none is planned yet: call
+        ``next()`` then."""
+        if self._skip or self.plan_reads is not None or not length_hint(self._plans):
+            return None
+        return self._plans
 
     def next(self) -> BatchPlan:
-        pos = self._chunk_pos
-        if pos >= len(self._chunk):  # chunks are dropped by reset(), so they always follow on
+        plan = next(self._plans, None)
+        if plan is None:  # chunks are dropped by reset(), so they always follow on
             if self.offset >= self.partition.end_offset:
                 raise StopIteration
             self._plan_chunk()
-            if not self._chunk:
+            plan = next(self._plans, None)
+            if plan is None:
                 raise StopIteration
-            pos = 0
-        self._chunk_pos = pos + 1
-        self.offset += self.partition.global_batch_size
-        plan = self._chunk[pos]
         if self._skip and plan.offset in self._skip:
             return self.next()
         if self.plan_reads is not None:
+            pos = len(self._chunk) - length_hint(self._plans) - 1
             skip = self._skip
             view = [p.indices for p in self._chunk[pos : pos + _READ_AHEAD] if not skip or p.offset not in skip]
             first = 0 if self._planned_first else len(plan.indices)
@@ -151,9 +176,10 @@ class BatchPlanner(BaseNode[BatchPlan]):
         return plan
 
     def get_state(self) -> dict[str, Any]:
-        state = {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: self.offset}
+        offset = self.offset
+        state = {self.EPOCH_KEY: self.epoch, self.OFFSET_KEY: offset}
         if self._skip:
-            skip = sorted(o for o in self._skip if o >= self.offset)
+            skip = sorted(o for o in self._skip if o >= offset)
             return state | {self.AHEAD_KEY: skip} if skip else state
         return state
 
