@@ -79,3 +79,40 @@ def test_invalid_worker_settings(tmp_path):
             build_cache_set(parts, tmp_path, "s", writer_config=QUIET, num_workers=bad)
     with pytest.raises(ValueError, match="multiprocessing_context"):
         build_cache_set(parts, tmp_path, "s", writer_config=QUIET, num_workers=2, multiprocessing_context="nope")
+
+
+_FIRST_USE = """
+import json, sys, tempfile
+from pathlib import Path
+import torch_drt as drt
+from torch_drt.build import build_cache_set, split_rows
+
+out, workers = Path(sys.argv[1]), int(sys.argv[2])
+
+def note_modules(row):  # in a worker: the modules it was forked with
+    if workers and not (out / "child.json").exists():
+        (out / "child.json").write_text(json.dumps(sorted(sys.modules)))
+    return drt.CacheInput(bytes([row % 256]), {"label": row})
+
+before = set(sys.modules)
+build_cache_set(split_rows(range(8), note_modules, num_parts=2), tempfile.mkdtemp(), "w",
+                writer_config=drt.WriterConfig(show_progress=False), num_workers=workers)
+if not workers:  # in this process: what a first build imports
+    (out / "writer.json").write_text(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_forked_workers_inherit_the_writers_first_use_imports(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for workers in (0, 1):
+        proc = subprocess.run([sys.executable, "-c", _FIRST_USE, str(tmp_path), str(workers)], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    child = set(json.loads((tmp_path / "child.json").read_text()))
+    missing = sorted(m for m in json.loads((tmp_path / "writer.json").read_text()) if m not in child)
+    assert not missing, missing  # each worker would import them on its first part (pandas alone: ~0.3 s of CPU)

@@ -3,9 +3,9 @@
 Worker processes are the project's process pool (``torch_drt._processes``): each worker holds at most one part at a
 time (the next part goes to the first worker that is free), a worker that dies is replaced and its part is written
 again from the start by the replacement, and a part whose worker died twice fails (the rerun writes it). A part
-killed mid-write publishes nothing (``write_part``). With fork the workers report their rows as they go through a
-shared array, one slot per part (no lock a killed worker could leave taken); with spawn or forkserver the plan is
-pickled to each worker and the bar moves once per part.
+killed mid-write publishes nothing (``write_part``). With fork the workers inherit the writer's first-use imports
+(``warm_up``) and report their rows as they go through a shared array, one slot per part (no lock a killed worker
+could leave taken); with spawn or forkserver the plan is pickled to each worker and the bar moves once per part.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch_drt.build.part import write_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
 from torch_drt.cache import WriterConfig
+from torch_drt.cache.writer import warm_up
 
 _POLL_SECONDS = 0.25
 
@@ -85,6 +86,8 @@ def write_parts(
 
     method = multiprocessing_context or ("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     ctx = multiprocessing.get_context(method)
+    if ctx.get_start_method() == "fork":
+        warm_up()  # forked workers inherit the writer's first-use imports instead of each paying them
     counts = ctx.RawArray("q", len(plan)) if ctx.get_start_method() == "fork" else None  # inherited, never pickled
     workers = min(num_workers, len(plan))
     pool = ProcessPool(_WritePart(plan, set_dir, config, remote, counts), workers, method, torch_threads=None)
