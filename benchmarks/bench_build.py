@@ -1,23 +1,31 @@
-"""Building a cache from images with 2 worker processes: torch_drt on Ray against LitData and MosaicML Streaming.
+"""Building a cache from images with 2 worker processes: torch_drt (on Ray, and in local worker processes) against
+LitData and MosaicML Streaming.
 
 Workload (issue 15): N generated JPEGs (256-400 px) are each decoded, resized to 224 x 224 and re-encoded
 (quality 90, ``_build_work.convert``), with an int label, on two cores:
 
-- torch_drt: ``torch_drt.ray.build_cache_set`` on a local Ray cluster of 2 CPUs (started once, not timed: a Ray
-  user has a cluster), one task per part;
+- torch_drt (Ray): ``torch_drt.ray.build_cache_set`` on a local Ray cluster of 2 CPUs (started once, not timed: a
+  Ray user has a cluster), one task per part;
+- torch_drt (processes): ``torch_drt.build.build_cache_set(split_rows(...), num_workers=2)``, the build without
+  Ray on one machine (``_build_local.py``, in a process of its own: its workers are forked at the build's start,
+  timed, and never from a Ray driver);
 - LitData: ``optimize(fn, inputs, num_workers=2)``;
 - MosaicML Streaming: ``MDSWriter`` in 2 processes, each over half the inputs, then ``merge_index``.
 
-The three run interleaved, ``--repeats`` times, each round also timing the ideal: the same conversion
+The four run interleaved, ``--repeats`` times, each round also timing the ideal: the same conversion
 (``ToInput``) in one process over ``--ideal-images`` of the images, one after another, times the worker count (the
-goal: a build at >= 95% of it, issue 26); figures are medians. Then the resume: a torch_drt build is killed
+goal: a build at >= 95% of it, issue 26); figures are medians. Both torch_drt builds are in ``--parts`` parts
+(default: one per 250 images, at least 2 per worker: each part pays a writer's open, fsync and publish). The CPU
+each torch_drt build used in all (its driver, Ray's daemons and workers; or the process and its workers) is
+reported beside the conversion's own CPU for the same images: their ratio is the build's share of the ideal in
+CPU, which a loaded machine changes far less than the wall-clock share. Then the resume: a torch_drt build is killed
 once half of its rows are converted (every worker process SIGKILLs itself from then on), and the rerun that
 finishes it is timed against a full build. torch_drt runs on warm workers (started and importing their
 modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the peers side
 environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are reported as skipped with the reason when it
 is absent.
 
-    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts 80] [--ideal-images 1000]
+    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts N] [--ideal-images 1000]
         [--json FILE] [--skip-peers] [--skip-resume]
 """
 
@@ -103,6 +111,20 @@ def warm_workers() -> None:
     ray.get([task.remote() for _ in range(WORKERS * 2)])
 
 
+def _ray_cpu() -> dict[int, float]:
+    """CPU seconds so far of this process and its descendants (Ray's daemons and workers), by pid."""
+    import psutil  # Ray's own dependency
+
+    out = {}
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = times.user + times.system
+    return out
+
+
 def torch_drt_build(paths: list[str], root: Path, name: str, parts: int, fn: ToInput, **kw) -> tuple[float, object]:
     import ray
 
@@ -112,6 +134,30 @@ def torch_drt_build(paths: list[str], root: Path, name: str, parts: int, fn: ToI
     dataset = ray.data.from_items([{"path": p} for p in paths])
     report = build_cache_set(dataset, root, name, fn=fn, num_parts=parts, **kw)
     return time.perf_counter() - t0, report
+
+
+def ray_build(paths: list[str], root: Path, name: str, parts: int) -> tuple[float, float]:
+    """Seconds and CPU seconds (driver, daemons, workers) of one full torch_drt build on Ray."""
+    from torch_drt import WriterConfig
+
+    before = _ray_cpu()
+    quiet = WriterConfig(show_progress=False)
+    seconds, report = torch_drt_build(paths, root, name, parts, ToInput(), writer_config=quiet)
+    after = _ray_cpu()
+    assert report.ok, report.summary()
+    shutil.rmtree(root / name)
+    return seconds, sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def local_build(list_file: Path, out: Path, parts: int) -> tuple[float, float]:
+    """Seconds and CPU seconds (the process and its workers) of one torch_drt build in local worker processes."""
+    proc = subprocess.run([sys.executable, str(BENCH / "_build_local.py"), str(list_file), str(out), str(parts),
+                           str(WORKERS)], capture_output=True, text=True, timeout=7200)
+    shutil.rmtree(out, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the local build failed: {proc.stderr.strip()[-2000:]}")
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    return figures["seconds"], figures["cpu"]
 
 
 def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
@@ -128,14 +174,16 @@ def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
     return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
 
 
-def ideal_seconds(paths: list[str], n: int) -> float:
+def ideal_seconds(paths: list[str], n: int) -> tuple[float, float]:
     """Seconds the build would take at the ideal rate: ``ToInput`` over ``n`` images in this process, one after
-    another, scaled to every image and divided among the workers."""
+    another, scaled to every image and divided among the workers; and the CPU seconds of converting every image."""
     fn, sample = ToInput(), paths[: max(1, min(n, len(paths)))]
-    t0 = time.perf_counter()
+    fn({"path": paths[-1]})  # its modules imported, untimed (as the workers' are)
+    t0, c0 = time.perf_counter(), time.process_time()
     for path in sample:
         fn({"path": path})
-    return (time.perf_counter() - t0) / len(sample) * len(paths) / WORKERS
+    scale = len(paths) / len(sample)
+    return (time.perf_counter() - t0) * scale / WORKERS, (time.process_time() - c0) * scale
 
 
 def resume(paths: list[str], work: Path, parts: int) -> dict:
@@ -172,12 +220,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--parts", type=int, default=80, help="parts of the torch_drt build")
+    parser.add_argument("--parts", type=int, help="parts of the torch_drt builds (default: samples / 250, >= 4)")
     parser.add_argument("--ideal-images", type=int, default=1000, help="images the single-process rate is timed on")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-resume", action="store_true", help="leave out the kill-and-rerun measurement")
     args = parser.parse_args()
+    args.parts = args.parts or max(2 * WORKERS, args.samples // 250)
     work = Path(tempfile.mkdtemp(prefix="bench_build_"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(BENCH.parent), os.environ.get("PYTHONPATH", "")])
     import ray
@@ -190,16 +239,16 @@ def main() -> None:
         ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         init_s = time.perf_counter() - t0
         warm_workers()
-        from torch_drt import WriterConfig
-
-        times: dict[str, list] = {"torch_drt": [], **{p: [] for p in PEERS}, "ideal": []}
+        times: dict[str, list] = {"torch_drt": [], "processes": [], **{p: [] for p in PEERS}, "ideal": []}
+        cpu: dict[str, list[float]] = {"torch_drt": [], "processes": [], "ideal": []}
         for r in range(args.repeats):
-            times["ideal"].append(ideal_seconds(paths, args.ideal_images))
-            seconds, report = torch_drt_build(paths, work, f"full{r}", args.parts, ToInput(),
-                                              writer_config=WriterConfig(show_progress=False))
-            assert report.ok, report.summary()
-            times["torch_drt"].append(seconds)
-            shutil.rmtree(work / f"full{r}")
+            for key, (seconds, cpu_s) in (
+                ("ideal", ideal_seconds(paths, args.ideal_images)),
+                ("torch_drt", ray_build(paths, work, f"full{r}", args.parts)),
+                ("processes", local_build(list_file, work / f"local{r}", args.parts)),
+            ):
+                times[key].append(seconds)
+                cpu[key].append(cpu_s)
             for peer in () if args.skip_peers else PEERS:
                 times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
         rerun = None if args.skip_resume else resume(paths, work / "resume_root", args.parts)
@@ -207,6 +256,8 @@ def main() -> None:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
     figures = summarize(times, args.samples, args.skip_peers)
+    for key, runs in cpu.items():
+        figures[key]["cpu"] = statistics.median(runs)
     full = figures["torch_drt"]["seconds"]
     if rerun is not None:
         figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
@@ -234,6 +285,9 @@ def print_table(f: dict) -> None:
     print(f"{'library':<22} {'seconds':>9} {'samples/s':>10} {'torch_drt ratio':>16}")
     ours = f["torch_drt"]["rate"]
     print(f"{'torch_drt (Ray)':<22} {f['torch_drt']['seconds']:>9.2f} {ours:>10,.0f}")
+    local = f["processes"]["rate"]
+    print(f"{'torch_drt (processes)':<22} {f['processes']['seconds']:>9.2f} {local:>10,.0f} {local / ours:>15.2f}x "
+          "(of the Ray row)")
     rates = []
     for peer in PEERS:
         if "error" in f[peer]:
@@ -241,13 +295,18 @@ def print_table(f: dict) -> None:
         else:
             rates.append(f[peer]["rate"])
             print(f"{peer:<22} {f[peer]['seconds']:>9.2f} {f[peer]['rate']:>10,.0f} {ours / f[peer]['rate']:>15.2f}x")
-    if rates:
-        print(f"torch_drt / faster peer: {ours / max(rates):.2f}x, / slower peer: {ours / min(rates):.2f}x "
-              "(goal >= 1.1x both)")
+    for label, rate in (("torch_drt (Ray)", ours), ("torch_drt (processes)", local)):
+        if rates:
+            print(f"{label} / faster peer: {rate / max(rates):.2f}x, / slower peer: {rate / min(rates):.2f}x "
+                  "(goal >= 1.1x both)")
     ideal = f["ideal"]["rate"]
     print(f"ideal ({WORKERS} x the conversion's single-process rate, same run): {ideal:,.0f} samples/s; torch_drt "
-          f"at {ours / ideal:.0%} of it (goal >= 95%)" + "".join(
+          f"at {ours / ideal:.0%} of it on Ray, {local / ideal:.0%} in processes (goal >= 95%)" + "".join(
               f", {peer} at {f[peer]['rate'] / ideal:.0%}" for peer in PEERS if "error" not in f[peer]))
+    conversion = f["ideal"]["cpu"]
+    print(f"CPU: the conversion alone {conversion:.2f} s; the Ray build {f['torch_drt']['cpu']:.2f} s in all "
+          f"({conversion / f['torch_drt']['cpu']:.0%} of it converting), the processes build "
+          f"{f['processes']['cpu']:.2f} s ({conversion / f['processes']['cpu']:.0%})")
     if "resume" not in f:
         return
     r = f["resume"]

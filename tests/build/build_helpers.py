@@ -24,16 +24,29 @@ def make_rows(n: int) -> list[dict]:
 
 
 class KillAt:
-    """Kill the process (SIGKILL) the first time it converts row ``row`` (a marker file remembers it)."""
+    """Kill the process (SIGKILL) the first time it converts row ``row`` (a marker file remembers it), or every
+    time without a marker."""
 
-    def __init__(self, row: int, marker: str | Path) -> None:
+    def __init__(self, row: int, marker: str | Path | None) -> None:
         self.row = row
-        self.marker = str(marker)
+        self.marker = None if marker is None else str(marker)
 
     def __call__(self, row: dict) -> drt.CacheInput:
-        if row["label"] == self.row and not os.path.exists(self.marker):
-            Path(self.marker).touch()
+        if row["label"] == self.row and (self.marker is None or not os.path.exists(self.marker)):
+            if self.marker is not None:
+                Path(self.marker).touch()
             os.kill(os.getpid(), signal.SIGKILL)
+        return ColumnsToInput()(row)
+
+
+class PidTag:
+    """Rows as usual; each converting process leaves a file named for its pid in ``directory``."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = str(directory)
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        Path(self.directory, str(os.getpid())).touch()
         return ColumnsToInput()(row)
 
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import torch.distributed as dist
-from build_helpers import QUIET, BadAt, DropRange, ExtraKeyFrom, KillAt, make_rows
+from build_helpers import QUIET, BadAt, DropRange, ExtraKeyFrom, KillAt, PidTag, make_rows
 
 import torch_drt as drt
 from torch_drt.build import BuildReport, build_cache_set, split_rows
@@ -42,9 +42,13 @@ def scenarios(rank: int, world: int, port: int, root: str) -> None:
     out = {}
     try:
         rows = make_rows(40)
+        (Path(root) / f"pids-{rank}").mkdir()
         with open(Path(root) / f"stderr-{rank}", "w") as err, contextlib.redirect_stderr(err):
             report = build_cache_set(split_rows(rows, rows_per_part=10), root, "same", writer_config=drt.WriterConfig())
         out["same"] = _brief(report)
+        out["workers"] = _brief(build_cache_set(split_rows(rows, PidTag(Path(root) / f"pids-{rank}"),
+                                                           rows_per_part=10), root, "workers", writer_config=QUIET,
+                                                num_workers=2))
         out["bad"] = _brief(build_cache_set(split_rows(rows, BadAt(17), rows_per_part=10), root, "bad",
                                             writer_config=QUIET))
         out["empty"] = _brief(build_cache_set(split_rows(rows, DropRange(10, 20), rows_per_part=10), root, "empty",

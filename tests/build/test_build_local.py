@@ -162,7 +162,8 @@ def test_invalid_inputs(tmp_path):
     assert "pw" not in str(err.value)
 
 
-def test_one_progress_bar_for_the_whole_build_on_a_terminal(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_one_progress_bar_for_the_whole_build_on_a_terminal(tmp_path, capsys, monkeypatch, num_workers):
     import os
     import pty
     import sys
@@ -185,7 +186,7 @@ def test_one_progress_bar_for_the_whole_build_on_a_terminal(tmp_path, capsys, mo
     reader.start()
     with open(slave, "w") as terminal:
         monkeypatch.setattr(sys, "stderr", terminal)
-        build_cache_set(split_rows(make_rows(300), rows_per_part=50), tmp_path / "a", "s")
+        build_cache_set(split_rows(make_rows(300), rows_per_part=50), tmp_path / "a", "s", num_workers=num_workers)
         monkeypatch.undo()
     reader.join(timeout=20)
     os.close(master)

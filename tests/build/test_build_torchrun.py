@@ -42,6 +42,11 @@ def test_ranks_build_the_same_set_as_one_process(two_ranks, tmp_path):
     assert set_parts(root / "same") == set_parts(local.path)  # same cache ids, counts, schemas and manifests
     assert read_all(root / "same") == read_all(local.path)
     assert tree_bytes(root / "same") == tree_bytes(local.path)  # byte for byte, every file of every part
+    # num_workers under torchrun: each rank writes its two parts in two worker processes, the same bytes
+    alone = build_cache_set(split_rows(make_rows(40), rows_per_part=10), tmp_path, "workers", writer_config=QUIET)
+    assert ranks[0]["workers"]["ok"] and tree_bytes(root / "workers") == tree_bytes(alone.path)
+    pids = {rank: {int(p.name) for p in (root / f"pids-{rank}").iterdir()} for rank in range(2)}
+    assert all(len(pids[rank]) == 2 for rank in range(2)), pids
 
 
 def test_only_rank_zero_shows_the_one_bar(two_ranks):

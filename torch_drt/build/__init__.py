@@ -1,7 +1,9 @@
-"""Building cache sets at scale: one part per input, written in parallel (torchrun ranks, Ray tasks), resumable.
+"""Building cache sets at scale: one part per input, written in parallel (torchrun ranks, Ray tasks, local worker
+processes), resumable.
 
 ``torch_drt.ray.build_cache_set`` builds from a ``ray.data.Dataset``; ``build_cache_set`` here builds from
-sources or row ranges in this process or across the ranks of a torchrun job.
+sources or row ranges in this process, in local worker processes (``num_workers``) or across the ranks of a
+torchrun job.
 """
 
 from torch_drt.build.builder import build_cache_set

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torch_drt.build._workers import write_parts
 from torch_drt.build.lifecycle import finish_build, start_build
-from torch_drt.build.part import write_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
@@ -97,8 +97,10 @@ def build_on_ranks(
     exist_ok: bool,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
+    workers: Mapping[str, Any] | None = None,
 ) -> BuildReport:
-    """Build the set across the job's ranks; every rank returns the same report.
+    """Build the set across the job's ranks (each writing its parts with ``workers``: ``write_parts``' worker
+    settings); every rank returns the same report.
 
     Raises:
         ValueError: when the ranks planned different parts, or as ``start_build``.
@@ -129,11 +131,10 @@ def build_on_ranks(
     heartbeat = _Heartbeat(ranks, lambda rows: bar.set(reused + rows))
     heartbeat.start()
     try:
-        mine = [
-            write_part(p, start.set_dir, config, heartbeat.add, **start.remote)
-            for i, p in enumerate(todo)
-            if owns(i, rank=ranks.rank, world_size=ranks.world)
-        ]
+        mine = write_parts(
+            [p for i, p in enumerate(todo) if owns(i, rank=ranks.rank, world_size=ranks.world)], start.set_dir,
+            config, heartbeat.add, start.remote, **(workers or {}),
+        )
     finally:
         heartbeat.finished.set()
         heartbeat.join()

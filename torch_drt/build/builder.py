@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt.build._workers import check_workers, write_parts
 from torch_drt.build.lifecycle import finish_build, start_build
-from torch_drt.build.part import write_part
 from torch_drt.build.plan import plan_parts
 from torch_drt.build.progress import BuildProgress
 from torch_drt.build.report import BuildReport
@@ -24,13 +24,17 @@ def build_cache_set(
     exist_ok: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
+    num_workers: int = 0,
+    multiprocessing_context: str | None = None,
 ) -> BuildReport:
     """Build the cache set ``root/name``, one part per input, and publish it once every part is written.
 
     In a torchrun job (``torch.distributed`` initialized with several ranks) every rank calls this with the same
     inputs: the parts left to write are dealt to the ranks in turn, rank 0 shows one progress bar for the whole
     build and publishes the set after all ranks finished, and every rank returns the same report. Otherwise the
-    parts are written one after another in this process.
+    parts are written one after another in this process, or by ``num_workers`` local worker processes (a part at a
+    time each; a worker that dies is replaced and its part written again; one that dies twice fails the part).
+    Either way the set is the same, byte for byte.
 
     A rerun of a build that failed (a bad row, a killed rank) reuses every part already published and writes the
     others; it must plan the same parts (same inputs, same split).
@@ -46,15 +50,20 @@ def build_cache_set(
             match the one it was built with).
         storage_options: fsspec options for a URL root.
         remote_config: remote settings for a URL root.
+        num_workers: worker processes writing the parts (0: this process); under torchrun, each rank's.
+        multiprocessing_context: their start method (default fork where there is fork; with spawn or forkserver the
+            inputs and row functions must pickle).
 
     Returns:
         A ``BuildReport``: the set's path when published, each part's outcome (failures name the input row).
 
     Raises:
         FileExistsError: when the set is already published and not ``exist_ok`` (it is never overwritten).
-        ValueError: for an invalid name or split, when an earlier unfinished run planned other parts, or when
-            ranks pass different inputs.
+        ValueError: for an invalid name, split or worker setting, when an earlier unfinished run planned other
+            parts, or when ranks pass different inputs.
     """
+    check_workers(num_workers, multiprocessing_context)
+    workers = {"num_workers": num_workers, "multiprocessing_context": multiprocessing_context}
     config = writer_config or WriterConfig()
     plan = plan_parts(name, inputs)
     if "torch.distributed" in sys.modules:  # else no process group can be initialized (and torch stays unloaded)
@@ -63,7 +72,9 @@ def build_cache_set(
         ranks = Ranks.current()
         if ranks is not None:
             try:
-                return build_on_ranks(ranks, plan, root, name, config, exist_ok, storage_options, remote_config)
+                return build_on_ranks(
+                    ranks, plan, root, name, config, exist_ok, storage_options, remote_config, workers
+                )
             finally:
                 ranks.close()
     start = start_build(
@@ -75,7 +86,6 @@ def build_cache_set(
     known = [p.rows for p in plan]
     with BuildProgress(name, None if None in known else sum(known), enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
-        written = [
-            write_part(p, start.set_dir, config, bar.add, **start.remote) for p in plan if p.index not in start.done
-        ]
+        todo = [p for p in plan if p.index not in start.done]
+        written = write_parts(todo, start.set_dir, config, bar.add, start.remote, **workers)
     return finish_build(start, name, [*start.done.values(), *written])

@@ -155,6 +155,14 @@ class MetadataColumns:
         return uid, sink.getvalue()
 
 
+def warm_up() -> None:
+    """Encode a one-row table, so that this process has imported what a first ``encode`` imports (pyarrow turns
+    Python lists into arrays through its pandas shim, which imports pandas: about 0.3 s of CPU)."""
+    columns = MetadataColumns()
+    columns.payload(0, CacheInput(b"", {"label": 0}))
+    columns.encode(lambda digest: digest)
+
+
 class _Sha256Sink:
     """A write-only file that keeps only the SHA-256 of what is written to it."""
 

@@ -18,6 +18,7 @@ import numpy as np
 import xxhash
 
 from torch_drt.cache._columns import BadInput, MetadataColumns
+from torch_drt.cache._columns import warm_up as columns_warm_up
 from torch_drt.cache._compression import compressor
 from torch_drt.cache._format import (
     FORMAT_NAME,
@@ -67,6 +68,15 @@ def _new_file(path: Path, data: Any) -> dict[str, Any]:
 def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], checksums: list[int]) -> None:
     for data, checksum in zip(records, checksums):
         append(data, checksum)
+
+
+def warm_up() -> None:
+    """Import what a first write imports (its progress bar, the metadata columns' encoder), writing nothing, so that
+    processes forked afterwards inherit it instead of each paying it on its first cache."""
+    from tqdm.auto import tqdm
+
+    tqdm(total=0, disable=True).close()
+    columns_warm_up()
 
 
 def _write_records(

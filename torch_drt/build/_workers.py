@@ -1,0 +1,127 @@
+"""Writing a build's parts: one after another in this process, or in local worker processes (``num_workers``).
+
+Worker processes are the project's process pool (``torch_drt._processes``): each worker holds at most one part at a
+time (the next part goes to the first worker that is free), a worker that dies is replaced and its part is written
+again from the start by the replacement, and a part whose worker died twice fails (the rerun writes it). A part
+killed mid-write publishes nothing (``write_part``). With fork the workers inherit the writer's first-use imports
+(``warm_up``) and report their rows as they go through a shared array, one slot per part (no lock a killed worker
+could leave taken); with spawn or forkserver the plan is pickled to each worker and the bar moves once per part.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch_drt.build.part import write_part
+from torch_drt.build.plan import PartPlan
+from torch_drt.build.report import PartOutcome
+from torch_drt.cache import WriterConfig
+from torch_drt.cache.writer import warm_up
+
+_POLL_SECONDS = 0.25
+
+
+def check_workers(num_workers: int, multiprocessing_context: str | None) -> None:
+    """Validate the worker settings up front.
+
+    Raises:
+        ValueError: for a count that is not an int >= 0 or an unknown start method.
+    """
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise ValueError(f"{num_workers=} must be an int >= 0")
+    if multiprocessing_context is not None and multiprocessing_context not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"{multiprocessing_context=} is not a start method here ({multiprocessing.get_all_start_methods()})"
+        )
+
+
+class _WritePart:
+    """The workers' function: write part ``plan[k]`` (``k`` is the task), counting its rows in ``counts[k]``."""
+
+    def __init__(self, plan: Sequence[PartPlan], set_dir: Path | str, config: WriterConfig, remote: dict,
+                 counts: Any) -> None:
+        self.plan, self.set_dir, self.config, self.remote, self.counts = plan, set_dir, config, remote, counts
+
+    def __call__(self, k: int) -> PartOutcome:
+        progress = None
+        if self.counts is not None:
+            counts = self.counts
+            counts[k] = 0  # a part written again after its worker died counts from the start
+
+            def progress(n: int) -> None:
+                counts[k] += n
+
+        return write_part(self.plan[k], self.set_dir, self.config, progress, **self.remote)
+
+
+def write_parts(
+    plan: Sequence[PartPlan],
+    set_dir: Path | str,
+    config: WriterConfig,
+    progress: Callable[[int], None],
+    remote: dict[str, Any],
+    num_workers: int = 0,
+    multiprocessing_context: str | None = None,
+) -> list[PartOutcome]:
+    """Write every part of ``plan``; one outcome each (never raises for a part: a failure is its outcome).
+
+    Args:
+        plan: the parts to write.
+        set_dir: the set directory (or URL).
+        config: the parts' writer settings.
+        progress: called with the number of input rows done since its last call.
+        remote: ``storage_options`` and ``remote_config`` for a URL set directory.
+        num_workers: worker processes (0: one after another in this process).
+        multiprocessing_context: the workers' start method (None: fork where there is fork).
+    """
+    if num_workers == 0 or not plan:
+        return [write_part(p, set_dir, config, progress, **remote) for p in plan]
+    from concurrent.futures.process import BrokenProcessPool
+
+    from torch_drt._processes.pool import ProcessPool
+
+    method = multiprocessing_context or ("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    ctx = multiprocessing.get_context(method)
+    if ctx.get_start_method() == "fork":
+        warm_up()  # forked workers inherit the writer's first-use imports instead of each paying them
+    counts = ctx.RawArray("q", len(plan)) if ctx.get_start_method() == "fork" else None  # inherited, never pickled
+    workers = min(num_workers, len(plan))
+    pool = ProcessPool(_WritePart(plan, set_dir, config, remote, counts), workers, method, torch_threads=None)
+    outcomes: dict[int, PartOutcome] = {}
+    running: dict[int, Any] = {}
+    shown = 0
+
+    def show() -> None:
+        nonlocal shown
+        done = sum(plan[k].rows or 0 for k in outcomes)
+        if counts is not None:
+            done += sum(counts[k] for k in running)
+        if done > shown:
+            progress(done - shown)
+            shown = done
+
+    try:
+        pending = list(range(len(plan)))
+        while pending or running:
+            while pending and len(running) < workers:
+                k = pending.pop(0)
+                running[k] = pool.submit(k)  # the least busy worker: a free one
+            pool.wait_any(list(running.values()), _POLL_SECONDS)
+            for k, task in list(running.items()):
+                if not pool.done(task):
+                    continue
+                del running[k]
+                try:
+                    outcomes[k] = pool.result(task)
+                except BrokenProcessPool as e:  # its worker died twice while writing it
+                    code = re.search(r"exit code -?\d+", str(e))
+                    why = f"the worker processes writing it died twice ({code.group(0) if code else e})"
+                    outcomes[k] = PartOutcome(plan[k].index, plan[k].name, "failed", message=why)
+            show()
+    finally:
+        pool.close()  # idle workers exit, busy ones (only on an error here) are killed
+    return [outcomes[k] for k in range(len(plan))]
