@@ -79,6 +79,27 @@ def test_a_growing_ring_keeps_earlier_batches_readable():
     assert float(a[-1]) == 4.0
 
 
+def _allocated(packed: SharedTensor) -> int:
+    return os.stat(packed.path).st_blocks * 512  # bytes the file holds in /dev/shm (not its size)
+
+
+def test_a_rings_slots_take_memory_when_first_written():
+    # the first batch of a worker does not wait for the whole ring to be allocated (zeroed): only its slot's
+    w, slot_bytes = writer(slots=4, uid=5), 1 << 20
+    try:
+        first, _ = w.pack(torch.ones(slot_bytes, dtype=torch.uint8), slot=0)
+        assert os.path.getsize(first.path) == 4 * slot_bytes
+        assert _allocated(first) < 2 * slot_bytes
+        third, _ = w.pack(torch.full((slot_bytes,), 3, dtype=torch.uint8), slot=2)
+        assert third.path == first.path and 2 * slot_bytes <= _allocated(third) < 3 * slot_bytes
+        r = RingReader()
+        assert int(r.unpack(first, True, lambda: None).sum()) == slot_bytes
+        assert int(r.unpack(third, True, lambda: None)[-1]) == 3
+        r.close()
+    finally:
+        unlink_rings(ring_prefix(os.getpid(), 905))
+
+
 def test_unlink_rings_removes_a_dead_workers_files():
     w = writer(uid=4)
     w.pack(torch.zeros(4096), slot=0)

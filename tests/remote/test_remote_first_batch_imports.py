@@ -27,3 +27,26 @@ def test_a_remote_caches_first_batch_imports_no_pandas(runtime, tmp_path, moto_e
     """, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["False", "True"], result.stdout  # read through s3fs, without pandas
+
+
+def test_loading_processes_first_batches_import_no_numpy_ma(runtime, tmp_path, moto_endpoint, proxy):
+    """numpy 2's ``np.unique`` imports numpy.ma on its first call (20 ms of CPU in each loading process)."""
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=64, max_shard_bytes=512)
+    config = remote_config(tmp_path)
+    result = run_script(f"""
+        import sys
+        import torch_drt as drt
+
+        def seen(sample):
+            return "numpy.ma" in sys.modules
+
+        for workers in (0, 2):
+            ds = drt.DatasetRuntime(1).cached_dataset({url!r}, reader_config=drt.ReaderConfig(seed=0, shard_window=2),
+                                                      storage_options={options(proxy)!r},
+                                                      remote_config=drt.RemoteConfig(**{config.__dict__!r}))
+            loader = ds.to_torch_dataloader(sample_transform_fn=seen, collate_fn=list, batch_size=16,
+                                            num_workers=workers, multiprocessing_context="fork")
+            print(workers, any(any(batch) for batch in loader), "numpy.ma" in sys.modules)
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["0", "False", "False", "2", "False", "False"], result.stdout

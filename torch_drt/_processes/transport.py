@@ -93,29 +93,48 @@ class RingWriter:
         self._slot_bytes = 0
         self._path: str | None = None
         self._map: mmap.mmap | None = None
+        self._fd: int | None = None  # the ring file (the receiver unlinks it once mapped: slots grow through it)
+        self._allocated: set[int] = set()  # the slots that hold their memory
         self._broken = False
 
-    def _ensure(self, nbytes: int) -> bool:
-        if nbytes <= self._slot_bytes:
+    def _ensure(self, nbytes: int, slot: int) -> bool:
+        """A ring whose slots hold ``nbytes``, with ``slot``'s memory allocated: a slot takes its memory when first
+        written (``posix_fallocate``: ENOSPC now, not SIGBUS on a later write), so that a worker's first batch does
+        not wait for the whole ring to be zeroed."""
+        if nbytes > self._slot_bytes and not self._grow(max(nbytes, 2 * self._slot_bytes)):
+            return False
+        if slot in self._allocated:
             return True
-        size = max(nbytes, 2 * self._slot_bytes)
+        assert self._fd is not None
+        try:
+            os.posix_fallocate(self._fd, slot * self._slot_bytes, self._slot_bytes)
+        except OSError:
+            self._broken = True  # /dev/shm is full: batches travel the ordinary way
+            return False
+        self._allocated.add(slot)
+        return True
+
+    def _grow(self, size: int) -> bool:
+        """A new ring file of slots of ``size`` bytes, none allocated yet."""
         if self._map is not None:
             self._map.close()
             self._map = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         self._files += 1
         path = f"{self.prefix}{self._files}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         Finalize(None, _unlink_quietly, args=(path,), exitpriority=0)  # runs when the worker exits normally
         try:
-            os.posix_fallocate(fd, 0, size * self.transport.slots)  # ENOSPC now, not SIGBUS on a later write
+            os.ftruncate(fd, size * self.transport.slots)
             self._map = mmap.mmap(fd, size * self.transport.slots)
         except OSError:
-            _unlink_quietly(path)
-            self._broken = True  # /dev/shm is full: batches travel the ordinary way
-            return False
-        finally:
             os.close(fd)
-        self._path, self._slot_bytes = path, size
+            _unlink_quietly(path)
+            self._broken = True
+            return False
+        self._fd, self._path, self._slot_bytes, self._allocated = fd, path, size, set()
         return True
 
     def _large(self, obj: Any, out: list[torch.Tensor]) -> None:
@@ -141,7 +160,7 @@ class RingWriter:
             return batch, False
         tensors: list[torch.Tensor] = []
         self._large(batch, tensors)
-        if not tensors or not self._ensure(sum(_aligned(t.numel() * t.element_size()) for t in tensors)):
+        if not tensors or not self._ensure(sum(_aligned(t.numel() * t.element_size()) for t in tensors), slot):
             return batch, False
         assert self._map is not None and self._path is not None
         offset = slot * self._slot_bytes

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from torch_drt._distinct import distinct
 from torch_drt.cache._compression import decompressor
 from torch_drt.cache._legacy import payload_index
 from torch_drt.cache._verified import VerifiedRecords
@@ -69,7 +70,7 @@ class OpenedCache:
         (``StoredFile.recheck``); ``error`` stands when none was."""
         if self.backend.stats_cheaply or not sample_ids.size:  # local files: nothing is a copy
             raise error
-        shards = np.unique(self.index["shard"][sample_ids]).tolist()
+        shards = distinct(self.index["shard"][sample_ids]).tolist()
         if not any([self.shards[s].recheck() for s in shards if 0 <= s < len(self.shards)]):
             raise error
 
@@ -149,7 +150,7 @@ class OpenedCache:
             raise ValueError("read_into needs uncompressed caches")
         if np.any(entries["length"] != width):
             raise ValueError(f"payloads differ from the row width {width}")
-        for shard_no in np.unique(entries["shard"]).tolist():
+        for shard_no in distinct(entries["shard"]).tolist():
             sel = np.nonzero(entries["shard"] == shard_no)[0]
             shard = self.shards[shard_no]
             shard.check()

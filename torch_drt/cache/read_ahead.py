@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from torch_drt._distinct import first_seen
 from torch_drt.cache.reader import CacheReader
 
 BatchRows = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
@@ -70,13 +71,11 @@ class ReadAhead:
         if starting and rows is not None:
             computed, nxt = [self.reader.shard_groups(*rows)], k + 1
         for groups in [*computed, *self._groups(nxt, end - nxt)]:
-            _, first = np.unique(groups, return_index=True)
-            view.append((k + len(view), groups[np.sort(first)]))
+            view.append((k + len(view), first_seen(groups)))
         if not view:
             return
-        planned = np.concatenate([g for _, g in view])
-        _, first = np.unique(planned, return_index=True)
-        self.reader.prefetch(planned[np.sort(first)], first=len(view[0][1]) if starting else 0)
+        planned = first_seen(np.concatenate([g for _, g in view]))
+        self.reader.prefetch(planned, first=len(view[0][1]) if starting else 0)
 
     def stop(self) -> None:
         """Withdraw the plan (the loader is closed): downloads in flight finish, no further one starts."""

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from torch_drt._distinct import distinct
 from torch_drt.cache._opened_cache import OpenedCache
 from torch_drt.cache._verified import RECORD_CHECKS
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import open_cache, open_layout
 from torch_drt.describe import described
+from torch_drt.locations.base import StoredFile
 
 
 class CacheReader:
@@ -81,7 +83,7 @@ class CacheReader:
             return self._caches[0].gather(sample_ids)
         cache_pos = np.asarray(cache_pos)
         out: list[bytes] = [b""] * len(sample_ids)
-        for pos in np.unique(cache_pos).tolist():
+        for pos in distinct(cache_pos).tolist():
             rows = np.nonzero(cache_pos == pos)[0]
             for row, data in zip(rows.tolist(), self._caches[pos].gather(sample_ids[rows])):
                 out[row] = data
@@ -96,7 +98,7 @@ class CacheReader:
         """
         sample_ids = np.asarray(sample_ids, dtype=np.int64)
         cache_pos = np.asarray(cache_pos)
-        for pos in np.unique(cache_pos).tolist() if len(self._caches) > 1 else [0]:
+        for pos in distinct(cache_pos).tolist() if len(self._caches) > 1 else [0]:
             rows = np.nonzero(cache_pos == pos)[0] if len(self._caches) > 1 else np.arange(len(sample_ids))
             self._caches[pos].gather_into(sample_ids[rows], out, rows)
         return out
@@ -123,7 +125,7 @@ class CacheReader:
             return self._caches[0].entries(sample_ids, "shard").astype(np.int64)
         cache_pos = np.asarray(cache_pos)
         out = np.empty(len(sample_ids), dtype=np.int64)
-        for pos in np.unique(cache_pos).tolist():
+        for pos in distinct(cache_pos).tolist():
             rows = np.nonzero(cache_pos == pos)[0]
             out[rows] = self._caches[pos].entries(sample_ids[rows], "shard").astype(np.int64) + self._offsets[pos]
         return out
@@ -137,12 +139,22 @@ class CacheReader:
         ``torch_drt.cache.read_ahead.ReadAhead``). The first remote cache's ``RemoteConfig`` bounds the prefetch.
         """
         remote = [c for c in self._caches if not c.backend.stats_cheaply]
-        if not remote:
-            return
+        if remote:
+            remote[0].backend.prefetch(self._shard_files(groups), first)
+
+    def fetch_first(self, groups: np.ndarray) -> None:
+        """Start downloading the shards numbered ``groups`` in this process now, in this order, for the first reads
+        of the loading processes it starts (``RemoteBackend.fetch_first``); a no-op when every cache is local. The
+        plan of ``prefetch`` stays as it is."""
+        remote = [c for c in self._caches if not c.backend.stats_cheaply]
+        if remote:
+            remote[0].backend.fetch_first(self._shard_files(groups))
+
+    def _shard_files(self, groups: np.ndarray) -> list[StoredFile]:
+        """The shard files numbered ``groups`` (as ``shard_groups`` numbers them), in this order."""
         groups = np.asarray(groups, dtype=np.int64)
         pos = np.searchsorted(self._offsets, groups, side="right") - 1
-        files = [self._caches[p].shards[g - self._offsets[p]] for p, g in zip(pos.tolist(), groups.tolist())]
-        remote[0].backend.prefetch(files, first)
+        return [self._caches[p].shards[g - self._offsets[p]] for p, g in zip(pos.tolist(), groups.tolist())]
 
     def close(self) -> None:
         """Unmap every file (payloads already returned stay valid: they are copies)."""

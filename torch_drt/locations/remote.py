@@ -32,6 +32,7 @@ from torch_drt.locations.errors import CacheCorruptError, MissingFile
 from torch_drt.locations.location import ANY_URL, Location, register_backend
 from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.locations.remote_store import RemoteFileMissing, RemoteStore
+from torch_drt.nodecache import _warm_start
 from torch_drt.nodecache.node_cache import NodeCache
 from torch_drt.nodecache.prefetch import ShardPrefetcher
 
@@ -104,6 +105,14 @@ class RemoteBackend(CacheBackend):
             keep_mapped_only({f.key for f in planned})
             needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
             self.prefetcher.update(planned, first=needed)
+
+    def fetch_first(self, files: Sequence[StoredFile]) -> None:
+        """Start downloading ``files`` in this process now, in order (shards mode only), for the first reads of
+        the loading processes it starts (see ``torch_drt.nodecache._warm_start``: no fork happens while one is in
+        flight); at most ``prefetch_shards`` at once, only what fits under the node cache's limit now."""
+        if self.config.read_mode == "shards":
+            planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
+            _warm_start.fetch_now(planned, self.config.prefetch_shards)
 
     def expect(self, rels: Sequence[str]) -> None:
         self._open_reads.expect(rels)

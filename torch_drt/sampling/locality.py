@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_drt._distinct import distinct
 from torch_drt.sampling._counter import derive_key
 from torch_drt.sampling.permutation import KeyedPermutation
 
@@ -33,7 +34,7 @@ class _Epoch:
         seq = shuffle.sequence if epoch % 2 == 0 else shuffle.sequence[::-1]
         g, w = len(seq), shuffle.window
         shift = derive_key(shuffle.seed, _OFFSET, epoch) % w if g > w else 0
-        cuts = np.unique(np.concatenate([[0], np.arange(w - shift, g, w), [g]])).astype(np.int64)
+        cuts = distinct(np.concatenate([[0], np.arange(w - shift, g, w), [g]])).astype(np.int64)
         self.sequence = seq
         self.rows_before = np.concatenate([[0], np.cumsum(shuffle.counts[seq])]).astype(np.int64)
         self.window_start = self.rows_before[cuts[:-1]]
@@ -89,7 +90,7 @@ class ShardWindowShuffle:
         plan = self._epoch(epoch)
         win = np.searchsorted(plan.window_start, positions, side="right") - 1
         local = positions - plan.window_start[win]
-        for w in np.unique(win).tolist():
+        for w in distinct(win).tolist():
             perm = plan.perms.get(w)
             if perm is None:
                 perm = plan.perms[w] = KeyedPermutation(
@@ -107,7 +108,7 @@ class ShardWindowShuffle:
         """Rows at stream positions ``stream``: stream position ``P`` is position ``P % n`` of epoch ``P // n``."""
         epochs, positions = np.divmod(np.asarray(stream, dtype=np.int64), self.n)
         out = np.empty(len(positions), dtype=np.int64)
-        for e in np.unique(epochs).tolist():
+        for e in distinct(epochs).tolist():
             sel = epochs == e
             out[sel] = self.indices(e, positions[sel])
         return out

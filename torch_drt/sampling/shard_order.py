@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from torch_drt._distinct import distinct
 from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
 
@@ -52,7 +53,7 @@ class EpochPermutations:
         if len(epochs) and epochs[0] == epochs[-1] and (epochs == epochs[0]).all():  # a batch inside one epoch
             return self._epoch(int(epochs[0]))(positions)
         out = np.empty(len(positions), dtype=np.int64)
-        for e in np.unique(epochs).tolist():
+        for e in distinct(epochs).tolist():
             sel = epochs == e
             out[sel] = self._epoch(e)(positions[sel])
         return out

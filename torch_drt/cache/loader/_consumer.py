@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from torch_drt._distinct import first_seen
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache.loader._snapshot import Snapshot
 from torch_drt.cache.read_ahead import ReadAhead
@@ -150,6 +151,18 @@ class RowFetcher:
         for ahead in ahead_of.values():
             ahead.stop()
         ahead_of.clear()
+
+    def fetch_first(self, batches: Sequence[StreamBatch]) -> None:
+        """Start downloading the shards of ``batches`` in this process, in their order (caches at URLs only): the
+        loader's process calls it with its loading processes' first batches once it started them, so that the
+        network works while they start. It reads nothing: the processes read the batches as ever and find their
+        shards in the node cache, downloaded or downloading."""
+        self._open()
+        if not self._remote or not batches:
+            return
+        snap = self._snapshot
+        rows = np.concatenate([self.rows(batch) for batch in batches])
+        self._reader.fetch_first(first_seen(self._reader.shard_groups(snap.cache_pos[rows], snap.sample_ids[rows])))
 
     def reseed(self, seed: int) -> None:
         """Read with ``seed`` from now on (a checkpoint's, adopted by a ``seed="random"`` loader): the streams this

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,6 +115,7 @@ class StreamMode(LoaderMode):
             transport=SharedMemoryTransport(pin=settings["pin_memory"]),
             worker_init=settings["worker_init_fn"],
         )
+        self._fetched_for: list[int] = []  # the loading processes whose first batches' shards this process fetched
 
     def resize(self, num_workers: int, in_flight: int) -> None:
         """Run ``num_workers`` loading processes from the next ``mapper.reset()`` on (``num_workers="tune"``): the
@@ -141,7 +144,24 @@ class StreamMode(LoaderMode):
         self.fetcher.stop_prefetch()
 
     def start_state(self, epoch: int, cursor: Cursor) -> dict[str, Any]:
-        return {OrderedMapper.SOURCE_KEY: cursor or {self.EPOCH_KEY: epoch, self.DONE_KEY: 0}}
+        return {OrderedMapper.SOURCE_KEY: self._start(epoch, cursor)}
+
+    def _start(self, epoch: int, cursor: Cursor) -> dict[str, int]:
+        return cursor or {self.EPOCH_KEY: epoch, self.DONE_KEY: 0}
+
+    def started(self, epoch: int, cursor: Cursor) -> None:
+        """When loading processes were started for this start, this process downloads the shards of their first
+        batches meanwhile (``RowFetcher.fetch_first``; after the fork: no process is forked with one in flight)."""
+        pids = self.mapper.worker_pids()
+        if not pids or pids == self._fetched_for:
+            return  # no processes, or the ones of the last start (they follow their own read-ahead)
+        self._fetched_for = pids
+        planner = copy.copy(self.planner)  # the batches the processes load first, as the pipeline plans them
+        start = self._start(epoch, cursor)
+        planner.reset(start)
+        first = max(0, min(self.mapper.num_workers, self.planner.total - start[self.DONE_KEY]))
+        with contextlib.suppress(Exception):  # a head start only: what fails here fails where the batches are read
+            self.fetcher.fetch_first([planner.next() for _ in range(first)])
 
     def at_end(self, cursor: Cursor) -> bool:
         return cursor is not None and cursor[self.DONE_KEY] >= self.planner.total
