@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -90,12 +91,14 @@ def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str]
 
 class Server:
     """Starts the app on a free port of 127.0.0.1; ``url(path)``; ``hits`` counts requests per path; ``raw_paths``
-    lists the raw request targets (path and query as sent) that reached ``/raw/...``.
+    lists the raw request targets (path and query as sent) that reached ``/raw/...``. ``app`` serves another
+    application instead (made on the server's thread: ``app()``).
     """
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, app: Callable[[], web.Application] | None = None) -> None:
         self.hits: collections.Counter = collections.Counter()
         self.raw_paths: list[str] = []
+        self._app = app
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(delay,), daemon=True, name="test-http-server")
@@ -107,7 +110,8 @@ class Server:
     def _run(self, delay: float) -> None:
         try:
             asyncio.set_event_loop(self._loop)
-            runner = web.AppRunner(make_app(self.hits, delay, self.raw_paths), access_log=None)
+            app = make_app(self.hits, delay, self.raw_paths) if self._app is None else self._app()
+            runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", 0)
             self._loop.run_until_complete(site.start())

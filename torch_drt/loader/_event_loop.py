@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -58,12 +59,16 @@ class EventLoopThread:
         self._thread.start()
         _RUNNING.add(self)
 
-    def run(self, coro: Any) -> Any:
-        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
+    def submit(self, coro: Any) -> concurrent.futures.Future:
+        """Start ``coro`` on the loop (from any other thread); its result comes in the returned future."""
         if self.loop is None or self._pid != os.getpid():
             self.start()
         assert self.loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Any) -> Any:
+        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
+        return self.submit(coro).result()
 
     def stop(self, aclose: Callable[[], Any] | None = None, timeout: float = 5.0) -> None:
         """Await ``aclose()`` once on the loop (errors and time-outs are logged), then stop the loop."""

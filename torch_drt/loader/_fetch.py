@@ -6,7 +6,6 @@ indices and global positions, so ``item_generator`` works in ``__getitem__`` and
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import Callable
@@ -16,7 +15,8 @@ from typing import Any
 from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
-from torch_drt.loader._event_loop import EventLoopThread, is_async_dataset
+from torch_drt.loader._event_loop import is_async_dataset
+from torch_drt.loader._loop_fetch import LoopFetch
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
@@ -30,6 +30,7 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
 
     Cheap batches run in the calling thread (``adaptive``) unless a ``worker_init_fn`` set the workers up.
     """
+    early = getattr(fetch, "starts_early", False)  # its batches run on an event loop, not on the workers
     return OrderedMapper(
         source,
         fetch,
@@ -38,9 +39,11 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
         method=loader.worker_method,
         multiprocessing_context=loader.multiprocessing_context,
         timeout=loader.timeout,
-        adaptive=loader.worker_init_fn is None,
+        adaptive=loader.worker_init_fn is None and not early,
         transport=SharedMemoryTransport(pin=loader.pin_memory),
         in_order=loader.in_order,
+        on_submit=fetch.begin if early else None,
+        on_drop=fetch.dropped if early else None,
     )
 
 
@@ -101,8 +104,9 @@ class BatchFetcher:
 
     Items come from ``__getitems__(indices)`` when the dataset has it and ``item_concurrency == 1``, else one
     ``__getitem__`` per item, ``item_concurrency`` at a time (threads, or coroutines on the loader's event loop
-    for an ``async def __getitem__``/``__getitems__``). ``transform(index, item)`` is applied to each item, then
-    ``collate_fn`` to the list. It pickles without its pools and loop, which a worker process rebuilds.
+    for an ``async def __getitem__``/``__getitems__``: ``LoopFetch``, whose item by item fetches ``starts_early``
+    on thread workers). ``transform(index, item)`` is applied to each item, then ``collate_fn`` to the list. It
+    pickles without its pools and loop, which a worker process rebuilds.
 
     Args:
         dataset: a map-style dataset (sync or async).
@@ -132,7 +136,8 @@ class BatchFetcher:
         self.seed = seed
         self.item_threads = item_threads
         self.is_async = is_async_dataset(dataset)
-        self.event_loop: EventLoopThread | None = EventLoopThread() if self.is_async else None
+        self.loop_fetch = LoopFetch(dataset, item_concurrency) if self.is_async else None
+        self.starts_early = self.loop_fetch is not None and self.loop_fetch.by_item  # begin() as batches are submitted
         self.item_pool: ThreadPool | None = None
         self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
         self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
@@ -140,8 +145,7 @@ class BatchFetcher:
         self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None}
-        return state | {"event_loop": EventLoopThread() if self.is_async else None}
+        return {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -160,8 +164,8 @@ class BatchFetcher:
 
     def start(self, method: str) -> None:
         """Before an epoch: start the event loop of an async dataset (thread workers; processes make their own)."""
-        if self.event_loop is not None and method == "thread":
-            self.event_loop.start(getattr(self.dataset, "aclose", None))
+        if self.loop_fetch is not None and method == "thread":
+            self.loop_fetch.event_loop.start(getattr(self.dataset, "aclose", None))
 
     def close_items(self) -> None:
         """Stop the item threads (the next batch starts new ones)."""
@@ -172,8 +176,18 @@ class BatchFetcher:
     def close(self) -> None:
         """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
         self.close_items()
-        if self.event_loop is not None:
-            self.event_loop.stop(getattr(self.dataset, "aclose", None))
+        if self.loop_fetch is not None:
+            self.loop_fetch.dropped()
+            self.loop_fetch.event_loop.stop(getattr(self.dataset, "aclose", None))
+
+    def begin(self, plan: BatchPlan) -> None:
+        """Start fetching ``plan``'s items on the event loop (``starts_early``: as it is submitted to a worker
+        thread, which then waits for them)."""
+        self.loop_fetch.begin(plan, self.seed, self.item_threads)  # type: ignore[union-attr]
+
+    def dropped(self) -> None:
+        """Cancel the fetches ``begin`` started for batches no worker took (the loader dropped them)."""
+        self.loop_fetch.dropped()  # type: ignore[union-attr]
 
     def _pool(self) -> ThreadPool:
         pool = self.item_pool
@@ -215,35 +229,11 @@ class BatchFetcher:
                 self._checked = bool(items)
         return items, False
 
-    async def _gather(self, plan: BatchPlan) -> list[Any]:
-        token = enter_batch(self.seed, plan.epoch, plan.indices, plan.positions)  # tasks below copy this context
-        try:
-            indices = plan.indices
-            getitems = getattr(self.dataset, "__getitems__", None)
-            get = getattr(self.dataset, "aget", None) or self.dataset.__getitem__
-            if inspect.iscoroutinefunction(getitems) and (self.item_concurrency == 1 or not _awaitable(get)):
-                items = list(await getitems(list(indices)))
-                if len(items) != len(indices):
-                    raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
-                return items
-            semaphore = asyncio.Semaphore(self.item_concurrency)
-
-            async def one(index: int) -> Any:
-                async with semaphore:
-                    return await get(index)
-
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(one(i)) for i in indices]
-            except BaseExceptionGroup as eg:  # surface the first item's error with its own type
-                raise eg.exceptions[0] from None
-            return [t.result() for t in tasks]
-        finally:
-            exit_batch(token)
-
     def _async_items(self, plan: BatchPlan) -> list[Any]:
-        assert self.event_loop is not None
-        return self._transformed(plan, self.event_loop.run(self._gather(plan)))
+        return self._transformed(plan, self._loop_items(plan))
+
+    def _loop_items(self, plan: BatchPlan) -> list[Any]:
+        return self.loop_fetch.items(plan, self.seed, self.item_threads)  # type: ignore[union-attr]
 
     records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt._stage_clock)
 
@@ -279,7 +269,7 @@ class BatchFetcher:
         """``_load``, each stage's time added to ``times``."""
         t0 = perf_counter_ns()
         if self.is_async:
-            items, transformed = self.event_loop.run(self._gather(plan)), False  # type: ignore[union-attr]
+            items, transformed = self._loop_items(plan), False
         else:
             items, transformed = self._raw_items(plan)
         t1 = perf_counter_ns()
@@ -299,7 +289,3 @@ class BatchFetcher:
 
 
 _fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per batch
-
-
-def _awaitable(get: Any) -> bool:
-    return inspect.iscoroutinefunction(get)

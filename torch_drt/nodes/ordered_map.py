@@ -71,6 +71,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         in_order: False delivers whichever item in flight is ready first (torch's ``in_order=False``). The state
             stays exact: the source's state before the oldest undelivered item plus the items delivered ahead of
             it, which a resume skips (``source.state_before(item, ahead)``).
+        on_submit: threads only: ``on_submit(item)`` in the calling thread as each item is submitted, before a
+            worker can take it (work the function starts early, e.g. fetches on an event loop).
+        on_drop: threads only: ``on_drop()`` after the items submitted and not delivered were dropped (``reset``,
+            ``close``), to cancel what ``on_submit`` started for them.
 
     Attributes:
         stats: a ``StatsRecorder`` (``torch_drt.loader._stats_recorder``) or None, set before the first ``reset()``:
@@ -95,6 +99,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         transport: SharedMemoryTransport | None = None,
         worker_init: Callable[[int], None] | None = None,
         in_order: bool = True,
+        on_submit: Callable[[T], None] | None = None,
+        on_drop: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -118,6 +124,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.transport = self._sized(self._given)
         self.worker_init = worker_init
         self.in_order = in_order
+        self.on_submit, self.on_drop = on_submit, on_drop
         self._pool: ThreadPool | ProcessPool | None = None
         self._flight = InFlight()  # submitted, not delivered yet; the delivered state
         self._turn = 0
@@ -181,6 +188,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     def _drop_pending(self) -> None:
         for task in self._flight.clear():
             self._pool.drop(task)  # ones already running finish in the background and are discarded
+        if self.on_drop is not None and self.method == "thread":
+            self.on_drop()
 
     def _observe(self, seconds: float, inline: bool) -> None:
         """One more item's own time, measured in the calling thread (``inline``) or on a worker."""
@@ -206,6 +215,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             except StopIteration:
                 self._exhausted = True
                 return
+            if self.on_submit is not None and self.method == "thread":
+                self.on_submit(item)
             task = self._pool.submit(item if clock is None else (weight, item), self._affinity(item))
             self._flight.add(self.source.state_dict(), task, item)
 
