@@ -42,10 +42,13 @@ class ShardFiles:
     one ``writev`` of its records (no copy), records appended one by one (``append``) gathered in one reused chunk
     buffer first. Nothing waits on a helper thread there, so a thread busy with Python never stalls behind one (a
     helper that needs the GIL back after each of its steps waits up to the interpreter's switch interval, 5 ms, while
-    this thread runs Python; it gets it at once while this thread writes). Two helpers work behind the writes: one
+    this thread runs Python; it gets it at once while this thread writes). Three helpers work behind the writes: one
     hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
-    ``_HASH_BYTES``; the other starts the disk write-back every ``_WRITEBACK_BYTES`` and syncs each full shard while
-    the next one fills. ``seal`` hashes the rest of the last shard itself once the helper's reads are done
+    ``_HASH_BYTES``; one starts the disk write-back every ``_WRITEBACK_BYTES``, through a duplicate of the shard's
+    descriptor that it closes itself after the shard's last start (so no start waits behind a sync, or reaches a
+    descriptor closed and reused meanwhile); one syncs each full shard while the next one fills (the disk is kept
+    busy from the first write to the last). ``seal`` hashes the rest of the last shard itself once the helper's
+    reads are done
     (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
     at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
     every other sync. A failed write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
@@ -67,10 +70,12 @@ class ShardFiles:
         self.unsynced: list[Path] = []  # the last shard, once sealed: written and closed, not synced
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-hash")
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
+        self._writeback = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-writeback")
         self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
         self._synced: list[Future] = []  # each closed shard's sync
         self._read_buffer = bytearray()  # the hasher's, grown on its first reads
         self._fd = -1
+        self._writeback_fd = -1  # the write-back helper's duplicate of ``_fd`` (durable only)
         self._shard_hash: _ShardHash | None = None
         self._pos = 0  # bytes of the current shard, the chunk's included
         self._written = 0  # bytes of the current shard written to its file
@@ -87,7 +92,9 @@ class ShardFiles:
         self._unsynced += size
         if self._unsynced >= self._WRITEBACK_BYTES and self.durable:
             self._unsynced = 0
-            self._syncer.submit(_start_writeback, self._fd)
+            if self._writeback_fd < 0:
+                self._writeback_fd = os.dup(self._fd)
+            self._writeback.submit(_start_writeback, self._writeback_fd)
         if self._written - self._hashed >= self._HASH_BYTES:
             self._hashed = self._written
             self._hashes.append(self._hasher.submit(self._shard_hash.upto, self._written))
@@ -113,9 +120,16 @@ class ShardFiles:
         while the next shard fills."""
         self._flush_chunk()
         fd, self._fd = self._fd, -1
+        self._end_writeback()
         self._hashes.append(self._hasher.submit(self._shard_hash.finish, self._written))
         self._synced.append(self._syncer.submit(_sync_and_close if self.durable else os.close, fd))
         self.sizes[-1] = self._pos
+
+    def _end_writeback(self) -> None:
+        """Queue the close of the write-back helper's descriptor of the current shard, after its starts."""
+        if self._writeback_fd >= 0:
+            fd, self._writeback_fd = self._writeback_fd, -1
+            self._writeback.submit(os.close, fd)
 
     def append(self, data: bytes, checksum: int) -> None:
         """Write one record and add its (shard, offset, length, ``checksum``) to ``index``.
@@ -183,6 +197,7 @@ class ShardFiles:
         fd, self._fd = self._fd, -1
         self.sizes[-1] = self._pos
         os.close(fd)
+        self._end_writeback()
         if self.durable:
             self.unsynced.append(self._shard_hash.path)
         results = [f.result() for f in self._hashes]
@@ -200,6 +215,8 @@ class ShardFiles:
         finally:
             self._hasher.shutdown(wait=True)
             self._syncer.shutdown(wait=True)
+            self._end_writeback()
+            self._writeback.shutdown(wait=True)
             if self._fd >= 0:  # a failure before the current shard's sync was queued
                 os.close(self._fd)
                 self._fd = -1
