@@ -79,3 +79,30 @@ def test_a_full_shards_failed_sync_fails_the_source_and_publishes_nothing(runtim
     (result,) = info.value.results
     assert isinstance(result, drt.CacheWriteError) and "disk gone" in result.message, result
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == []
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_growing_shard_s_data_is_synced_as_it_is_written_not_all_at_the_end(runtime, tmp_path, monkeypatch, durable):
+    # a device's write cache is flushed only by a sync, and the flush of a whole cache at its end is what a durable
+    # create waits for: every ``_DATASYNC_BYTES`` the shard being written has its data synced on a helper thread,
+    # every shard here; a scratch cache (durable=False) syncs nothing
+    monkeypatch.setattr(ShardFiles, "_DATASYNC_BYTES", 1)  # after every write
+    real = os.fdatasync
+    synced: list[tuple[str, str]] = []
+
+    def fdatasync(fd: int) -> None:
+        real(fd)
+        synced.append((os.path.basename(_path_of(fd)), threading.current_thread().name))
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    config = _CONFIG.model_copy(update={"durable": durable})
+    (res,) = runtime.write_cache([ListSource("grow", 40)], tmp_path, writer_config=config)
+    assert isinstance(res, drt.CacheWriteSuccess), res
+    shards = sorted(p.name for p in (res.path / "shards").iterdir())
+    if not durable:
+        assert synced == []
+    else:
+        assert all(thread.startswith("torch_drt-shard") for _, thread in synced), synced
+        counts = {name: sum(1 for s, _ in synced if s == name) for name in shards}
+        assert all(n >= 1 for n in counts.values()), (counts, synced)
+    open_cache(res.path, verify=True)
