@@ -62,18 +62,21 @@ def test_each_write_back_start_targets_its_own_shard_while_a_full_shards_sync_is
     open_cache(res.path, verify=True)
 
 
-def test_a_full_shards_failed_sync_fails_the_source_and_publishes_nothing(runtime, tmp_path, monkeypatch):
-    # the sync of a full shard runs on a helper thread while the next shards fill: its error is the source's
-    # error (never lost), and nothing is published
-    real_fsync = os.fsync
+@pytest.mark.parametrize("failing", ["fsync", "fdatasync"])
+def test_a_shards_failed_sync_on_a_helper_fails_the_source_and_publishes_nothing(
+    runtime, tmp_path, monkeypatch, failing
+):
+    # a full shard's sync (fsync) and a growing one's data syncs (fdatasync) run on helper threads while the next
+    # records are written: an error of either is the source's error (never lost), and nothing is published
+    monkeypatch.setattr(ShardFiles, "_DATASYNC_BYTES", 1 if failing == "fdatasync" else 1 << 30)
+    real_sync = getattr(os, failing)
 
-    def fsync(fd: int) -> None:
+    def sync(fd: int) -> None:
         if _path_of(fd).endswith("/shards/000001.bin"):
             raise OSError(errno.EIO, "disk gone")
-        real_fsync(fd)
+        real_sync(fd)
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "fdatasync", fsync)
+    monkeypatch.setattr(os, failing, sync)
     with pytest.raises(drt.CacheSourcesError) as info:
         runtime.write_cache([ListSource("lost", 40)], tmp_path, writer_config=_CONFIG)
     (result,) = info.value.results
