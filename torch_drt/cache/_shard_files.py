@@ -44,11 +44,11 @@ class ShardFiles:
     helper that needs the GIL back after each of its steps waits up to the interpreter's switch interval, 5 ms, while
     this thread runs Python; it gets it at once while this thread writes). Three helpers work behind the writes: one
     hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
-    ``_HASH_BYTES``; one starts the disk write-back every ``_WRITEBACK_BYTES`` and syncs the data written so far
-    every ``_DATASYNC_BYTES`` (a device's volatile write cache is flushed only by a sync: flushed as the shard grows,
-    the final sync has a few MiB left to wait for, not the whole cache), through a duplicate of the shard's
-    descriptor that it closes itself after the shard's last job (so no job waits behind a full shard's sync, or
-    reaches a descriptor closed and reused meanwhile); one syncs each full shard while the next one fills.
+    ``_HASH_BYTES``; one starts the disk write-back every ``_WRITEBACK_BYTES``, through a duplicate of the shard's
+    descriptor that it closes itself after the shard's last start (so no start waits behind a sync, or reaches a
+    descriptor closed and reused meanwhile); one syncs the data written so far every ``_DATASYNC_BYTES`` (a device's
+    volatile write cache is flushed only by a sync: flushed as the shard grows, the final sync has a few MiB left to
+    wait for, not the whole cache) and each full shard while the next one fills, closing its descriptor after.
     ``seal`` hashes the rest of the last shard itself once the helper's reads are done
     (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
     at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
@@ -84,6 +84,7 @@ class ShardFiles:
         self._hashed = 0  # bytes of the current shard handed to the hasher
         self._unsynced = 0  # bytes written since the shard's write-back was last started
         self._unflushed = 0  # bytes written since the shard's data was last synced
+        self._flushing = False  # a data sync of the current shard was queued (its descriptor is closed after)
         self._chunk: bytearray | None = None
         self._view = memoryview(b"")
         self._used = 0  # bytes in the chunk
@@ -94,15 +95,14 @@ class ShardFiles:
         self._written += size
         self._unsynced += size
         self._unflushed += size
-        if self.durable and (self._unsynced >= self._WRITEBACK_BYTES or self._unflushed >= self._DATASYNC_BYTES):
+        if self._unsynced >= self._WRITEBACK_BYTES and self.durable:
+            self._unsynced = 0
             if self._writeback_fd < 0:
                 self._writeback_fd = os.dup(self._fd)
-            self._unsynced = 0
-            if self._unflushed >= self._DATASYNC_BYTES:  # its failure is the write's (raised by ``close``)
-                self._unflushed = 0
-                self._synced.append(self._writeback.submit(_datasync, self._writeback_fd))
-            else:
-                self._writeback.submit(_start_writeback, self._writeback_fd)
+            self._writeback.submit(_start_writeback, self._writeback_fd)
+        if self._unflushed >= self._DATASYNC_BYTES and self.durable:  # its failure is the write's (``close``)
+            self._unflushed, self._flushing = 0, True
+            self._synced.append(self._syncer.submit(_datasync, self._fd))
         if self._written - self._hashed >= self._HASH_BYTES:
             self._hashed = self._written
             self._hashes.append(self._hasher.submit(self._shard_hash.upto, self._written))
@@ -122,6 +122,7 @@ class ShardFiles:
         self._shard = len(self.sizes)
         self.sizes.append(0)
         self._pos = self._written = self._hashed = self._unsynced = self._unflushed = 0
+        self._flushing = False
 
     def _close_current(self) -> None:
         """Write the shard's last chunk, queue its last read-back (its digest) and its sync on the helpers, which run
@@ -204,7 +205,10 @@ class ShardFiles:
         self._flush_chunk()
         fd, self._fd = self._fd, -1
         self.sizes[-1] = self._pos
-        os.close(fd)
+        if self._flushing:  # after its data syncs
+            self._synced.append(self._syncer.submit(os.close, fd))
+        else:
+            os.close(fd)
         self._end_writeback()
         if self.durable:
             self.unsynced.append(self._shard_hash.path)
