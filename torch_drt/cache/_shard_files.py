@@ -74,7 +74,7 @@ class ShardFiles:
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
         self._writeback = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-writeback")
         self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
-        self._synced: list[Future] = []  # each closed shard's sync
+        self._synced: list[Future] = []  # each closed shard's sync, and each data sync of a growing one
         self._read_buffer = bytearray()  # the hasher's, grown on its first reads
         self._fd = -1
         self._writeback_fd = -1  # the write-back helper's duplicate of ``_fd`` (durable only)
