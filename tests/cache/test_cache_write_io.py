@@ -14,7 +14,8 @@ from conftest import run_isolated
 
 import torch_drt as drt
 from torch_drt.cache import writer
-from torch_drt.cache._shard_files import ShardFiles, _ShardHash
+from torch_drt.cache._shard_files import ShardFiles
+from torch_drt.cache._shard_hash import ShardHash
 from torch_drt.cache.validate import open_cache
 
 
@@ -40,7 +41,7 @@ def test_records_across_chunk_and_shard_boundaries_round_trip_with_valid_checksu
     monkeypatch.setattr(writer, "_BATCH_BYTES", batch_bytes)
     monkeypatch.setattr(writer, "_RECORD_COST", 1)
     monkeypatch.setattr(ShardFiles, "_HASH_BYTES", 90)  # shards hashed (read back) in pieces as they grow,
-    monkeypatch.setattr(_ShardHash, "_READ_BYTES", 50)  # each read back in several reads
+    monkeypatch.setattr(ShardHash, "_READ_BYTES", 50)  # each read back in several reads
     monkeypatch.setattr(ShardFiles, "_WRITEBACK_BYTES", 100)  # the write-back head start, between the writes
     rng = np.random.default_rng(0)
     sizes = [0, 1, 7, 8, 63, 64, 65, 0, 200, 3, 1000, 5, 0, 64, 128] * 3

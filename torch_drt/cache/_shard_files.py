@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import sys
 from array import array
@@ -14,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from torch_drt.cache._format import shard_name
+from torch_drt.cache._shard_hash import ShardHash
 
 _SYNC_FILE_RANGE_WRITE = 2
 _IOV_MAX = 1024  # buffers per writev (Linux's and macOS's limit)
@@ -42,10 +42,14 @@ class ShardFiles:
     one ``writev`` of its records (no copy), records appended one by one (``append``) gathered in one reused chunk
     buffer first. Nothing waits on a helper thread there, so a thread busy with Python never stalls behind one (a
     helper that needs the GIL back after each of its steps waits up to the interpreter's switch interval, 5 ms, while
-    this thread runs Python; it gets it at once while this thread writes). Two helpers work behind the writes: one
+    this thread runs Python; it gets it at once while this thread writes). Three helpers work behind the writes: one
     hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
-    ``_HASH_BYTES``; the other starts the disk write-back every ``_WRITEBACK_BYTES`` and syncs each full shard while
-    the next one fills. ``seal`` hashes the rest of the last shard itself once the helper's reads are done
+    ``_HASH_BYTES``; one starts the disk write-back every ``_WRITEBACK_BYTES``, through a duplicate of the shard's
+    descriptor that it closes itself after the shard's last start (so no start waits behind a sync, or reaches a
+    descriptor closed and reused meanwhile); one syncs the data written so far every ``_DATASYNC_BYTES`` (a device's
+    volatile write cache is flushed only by a sync: flushed as the shard grows, the final sync has a few MiB left to
+    wait for, not the whole cache) and each full shard while the next one fills, closing its descriptor after.
+    ``seal`` hashes the rest of the last shard itself once the helper's reads are done
     (``digests`` are then known) and leaves its sync to the caller (``unsynced``), who syncs it with its other files
     at once (one journal commit instead of two: a small cache starts no helper thread at all); ``close`` waits for
     every other sync. A failed write raises at once; a failed read-back or sync raises from ``seal`` or ``close``.
@@ -56,6 +60,7 @@ class ShardFiles:
     _CHUNK_BYTES = 4 << 20  # records appended one by one are gathered into a buffer of this size
     _HASH_BYTES = 8 << 20  # a shard is hashed (read back) every this many bytes written
     _WRITEBACK_BYTES = 1 << 20  # the disk write-back of a shard is started every this many bytes written
+    _DATASYNC_BYTES = 8 << 20  # and its data synced every this many
 
     def __init__(self, directory: Path, max_bytes: int, durable: bool = True) -> None:
         self.directory = directory
@@ -67,15 +72,19 @@ class ShardFiles:
         self.unsynced: list[Path] = []  # the last shard, once sealed: written and closed, not synced
         self._hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-hash")
         self._syncer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-sync")
+        self._writeback = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-writeback")
         self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
-        self._synced: list[Future] = []  # each closed shard's sync
+        self._synced: list[Future] = []  # each closed shard's sync, and each data sync of a growing one
         self._read_buffer = bytearray()  # the hasher's, grown on its first reads
         self._fd = -1
-        self._shard_hash: _ShardHash | None = None
+        self._writeback_fd = -1  # the write-back helper's duplicate of ``_fd`` (durable only)
+        self._shard_hash: ShardHash | None = None
         self._pos = 0  # bytes of the current shard, the chunk's included
         self._written = 0  # bytes of the current shard written to its file
         self._hashed = 0  # bytes of the current shard handed to the hasher
         self._unsynced = 0  # bytes written since the shard's write-back was last started
+        self._unflushed = 0  # bytes written since the shard's data was last synced
+        self._flushing = False  # a data sync of the current shard was queued (its descriptor is closed after)
         self._chunk: bytearray | None = None
         self._view = memoryview(b"")
         self._used = 0  # bytes in the chunk
@@ -85,9 +94,15 @@ class ShardFiles:
         """Account ``size`` bytes just written: start the write-back and queue the read-back when due."""
         self._written += size
         self._unsynced += size
+        self._unflushed += size
         if self._unsynced >= self._WRITEBACK_BYTES and self.durable:
             self._unsynced = 0
-            self._syncer.submit(_start_writeback, self._fd)
+            if self._writeback_fd < 0:
+                self._writeback_fd = os.dup(self._fd)
+            self._writeback.submit(_start_writeback, self._writeback_fd)
+        if self._unflushed >= self._DATASYNC_BYTES and self.durable:  # its failure is the write's (``close``)
+            self._unflushed, self._flushing = 0, True
+            self._synced.append(self._syncer.submit(_datasync, self._fd))
         if self._written - self._hashed >= self._HASH_BYTES:
             self._hashed = self._written
             self._hashes.append(self._hasher.submit(self._shard_hash.upto, self._written))
@@ -103,19 +118,27 @@ class ShardFiles:
             self._close_current()
         path = self.directory / shard_name(len(self.sizes))
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._shard_hash = _ShardHash(path, self._read_buffer)
+        self._shard_hash = ShardHash(path, self._read_buffer)
         self._shard = len(self.sizes)
         self.sizes.append(0)
-        self._pos = self._written = self._hashed = self._unsynced = 0
+        self._pos = self._written = self._hashed = self._unsynced = self._unflushed = 0
+        self._flushing = False
 
     def _close_current(self) -> None:
         """Write the shard's last chunk, queue its last read-back (its digest) and its sync on the helpers, which run
         while the next shard fills."""
         self._flush_chunk()
         fd, self._fd = self._fd, -1
+        self._end_writeback()
         self._hashes.append(self._hasher.submit(self._shard_hash.finish, self._written))
         self._synced.append(self._syncer.submit(_sync_and_close if self.durable else os.close, fd))
         self.sizes[-1] = self._pos
+
+    def _end_writeback(self) -> None:
+        """Queue the close of the write-back helper's descriptor of the current shard, after its starts."""
+        if self._writeback_fd >= 0:
+            fd, self._writeback_fd = self._writeback_fd, -1
+            self._writeback.submit(os.close, fd)
 
     def append(self, data: bytes, checksum: int) -> None:
         """Write one record and add its (shard, offset, length, ``checksum``) to ``index``.
@@ -182,7 +205,11 @@ class ShardFiles:
         self._flush_chunk()
         fd, self._fd = self._fd, -1
         self.sizes[-1] = self._pos
-        os.close(fd)
+        if self._flushing:  # after its data syncs
+            self._synced.append(self._syncer.submit(os.close, fd))
+        else:
+            os.close(fd)
+        self._end_writeback()
         if self.durable:
             self.unsynced.append(self._shard_hash.path)
         results = [f.result() for f in self._hashes]
@@ -200,56 +227,13 @@ class ShardFiles:
         finally:
             self._hasher.shutdown(wait=True)
             self._syncer.shutdown(wait=True)
+            self._end_writeback()
+            self._writeback.shutdown(wait=True)
             if self._fd >= 0:  # a failure before the current shard's sync was queued
                 os.close(self._fd)
                 self._fd = -1
             if self._shard_hash is not None:
                 self._shard_hash.close()
-
-
-class _ShardHash:
-    """The SHA-256 of one shard file, read back from the page cache as it grows (run on the hasher thread).
-
-    It reads through a descriptor of its own, into ``buffer``, shared by the shards of one writer (the hasher runs
-    one job at a time) and grown once, so no fresh memory is touched per read.
-    """
-
-    _READ_BYTES = 8 << 20
-
-    def __init__(self, path: Path, buffer: bytearray) -> None:
-        self.path, self._buffer = path, buffer
-        self._fd = os.open(path, os.O_RDONLY)
-        self._hash = hashlib.sha256()
-        self._done = 0
-
-    def upto(self, end: int) -> None:
-        """Hash the shard's bytes up to ``end`` (those before it are hashed already)."""
-        buffer = self._buffer
-        if len(buffer) < min(self._READ_BYTES, end - self._done):  # grown once, to what the reads need
-            buffer.extend(bytes(min(self._READ_BYTES, end - self._done) - len(buffer)))
-        view = memoryview(buffer)
-        try:
-            while self._done < end:
-                n = _read_into(self._fd, view[: min(len(view), end - self._done)], self._done)
-                if n == 0:
-                    raise OSError(f"shard {self.path} ends at {self._done} bytes, {end} were written")
-                self._hash.update(view[:n])
-                self._done += n
-        finally:
-            view.release()
-
-    def finish(self, end: int) -> str:
-        """Hash the rest (up to ``end``, the shard's size) and return the hex digest; the descriptor is closed."""
-        try:
-            self.upto(end)
-            return self._hash.hexdigest()
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
 
 
 def _start_writeback(fd: int) -> None:
@@ -260,21 +244,18 @@ def _start_writeback(fd: int) -> None:
         _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
+def _datasync(fd: int) -> None:
+    """Sync the data of a shard being written (``fdatasync``; ``fsync`` where there is none): its error must be
+    raised, as a later sync of the same file may no longer report it."""
+    getattr(os, "fdatasync", os.fsync)(fd)
+
+
 def _sync_and_close(fd: int) -> None:
     """Sync and close a shard whose writes are done (closed even when the sync fails)."""
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _read_into(fd: int, view: memoryview, offset: int) -> int:
-    """Read ``fd`` at ``offset`` into ``view`` (the GIL released); the bytes read."""
-    if hasattr(os, "preadv"):
-        return os.preadv(fd, [view], offset)
-    data = os.pread(fd, len(view), offset)
-    view[: len(data)] = data
-    return len(data)
 
 
 def _write_all(fd: int, buffers: list[Any]) -> None:
