@@ -1,6 +1,6 @@
-"""The 0-worker fast path of a map-style loader (``torch_drt.loader._inline_epoch``): torch's DataLoader is the
-oracle for the batches; the general path (``OrderedMapper.next``, forced by switching the fast path off) is the
-oracle for the states, the item generators, the statistics and the errors."""
+"""The 0-worker fast path of a map-style loader (``OrderedMapper.inline_batches`` in ``torch_drt.nodes``):
+torch's DataLoader is the oracle for the batches; the general path (``OrderedMapper.next``, forced by switching the
+fast path off) is the oracle for the states, the item generators, the statistics and the errors."""
 
 from __future__ import annotations
 
