@@ -58,8 +58,8 @@ class LoaderIterator:
         self._check = False
         self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
         self._arm(0)
-        self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
-        self._started = False
+        self._exact = 0  # untimed batches counted exactly since the last timed call
+        self._started = self._starting = False
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
         self._tune = tune if tune is not None and not tune.done else None
         if self._tune is not None:
@@ -67,6 +67,9 @@ class LoaderIterator:
         if self._stats is not None:
             self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
             self._stats.live = weakref.ref(self)
+            if self._stats.left > 1:  # the countdown carries on: the first call is timed for its wait only
+                self._period, self._starting = self._stats.left, True
+                self._check = True  # (its ticks are spent: the first call goes to _timed_tuned)
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -140,6 +143,8 @@ class LoaderIterator:
 
     def _timed_next(self) -> Any:
         """``__next__``'s body, timed; it stands for the ``_period`` calls since the previous timed one."""
+        if self._starting:
+            return self._startup_next()
         stats, weight, first = self._stats, self._period, not self._started
         mapper = getattr(self._loader._mode, "mapper", None)
         if mapper is not None:
@@ -166,14 +171,46 @@ class LoaderIterator:
         finally:
             t1 = perf_counter_ns()
             untimed = weight - 1 - self._exact  # the batches before this one since the last timed call
-            stats.counted(untimed, untimed * (self._size or items or 0))
+            stats.counted(untimed, untimed * (stats.size or items or 0))
             stats.timed(t0, t1, items, weight, first)
             self._started = True
             if items is not None and not last:  # an epoch's last batch may be short: not the usual size
-                self._size = items
+                stats.size = items
             self._period = stats.every
             self._arm(self._period - 1)
             self._exact = 0
+
+    def _startup_next(self) -> Any:
+        """``__next__``'s body for a first call that the carried countdown does not time: its wait only (start-up),
+        one clock read pair; its batch is counted exactly."""
+        stats, items, last = self._stats, None, False
+        t0 = perf_counter_ns()
+        try:
+            try:
+                batch, indices, last = self._next()
+            except StopIteration:
+                self._finish()
+                raise
+            except BaseException:
+                self._next = self._loader._mode.next_fn()
+                raise
+            if last and self._in_order:
+                self._finish()
+            if self._device is not None:
+                batch = move_to_device(batch, self._device)
+            items = count_items(indices)
+            return (batch, indices) if self._with_indices else batch
+        finally:
+            stats.started(t0, perf_counter_ns(), items is not None)
+            self._started, self._starting = True, False
+            if items is None:  # nothing delivered: not a call of the period
+                self._arm(self._period - 1)
+            else:
+                stats.counted(1, items)
+                self._exact += 1
+                self._arm(self._period - 2)
+                if last and self._in_order:
+                    self.flush_stats(perf_counter_ns())
 
     def _arm(self, untimed: int) -> None:
         """Set ``_pull`` for ``untimed`` calls before the next timed one (statistics off: ``_next`` itself)."""
@@ -198,14 +235,17 @@ class LoaderIterator:
         (``end_ns``), their time too."""
         if self._ticks is None:
             return
-        left = length_hint(self._ticks) + 1  # the calls until the next timed one, that one included
-        calls = self._period - left
+        stats = self._stats
+        left = self._period if self._starting else length_hint(self._ticks) + 1  # calls until the next timed one,
+        calls = self._period - left  # that one included
         untimed = calls - self._exact
         if untimed > 0:
-            self._stats.counted(untimed, untimed * self._size)
+            stats.counted(untimed, untimed * stats.size)
         if end_ns is not None and calls > 0:
-            self._stats.elapsed(end_ns, calls)
+            stats.elapsed(end_ns, calls)
         self._period, self._exact = left, 0
+        if stats.live is not None and stats.live() is self:  # (not a superseded iterator, collected later)
+            stats.left, stats.waited = left, 0
 
     def _finish(self) -> None:
         self._done = True
