@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Iterator
 from itertools import repeat, starmap
 from operator import length_hint
 from time import perf_counter_ns
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, NamedTuple
+from weakref import ref
 
 from torch_drt.loader._stats_recorder import count_items
 from torch_drt.loader.device import move_to_device
 
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
+
+_SPENT: Iterator = iter(())  # a countdown with no untimed call left (shared: an exhausted iterator stays so)
 
 
 class Fetched(NamedTuple):
@@ -54,22 +57,27 @@ class LoaderIterator:
         # path) come through starmap(its __next__, _ticks), so an untimed call runs the statistics-off code and the
         # countdown's end is a StopIteration (`_stretch_ended`); a Python method, which starmap would call from C
         # (dearer), is preceded by next(_ticks, True) in __next__ (`_check`).
-        self._ticks: repeat | None = None
+        self._ticks: Iterator | None = None
         self._check = False
         self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
-        self._arm(0)
         self._exact = 0  # untimed batches counted exactly since the last timed call
         self._started = self._starting = False
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
         self._tune = tune if tune is not None and not tune.done else None
         if self._tune is not None:
             self._tune.started(loader)  # the pipeline starts afresh: the trial running starts with it
-        if self._stats is not None:
-            self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
-            self._stats.live = weakref.ref(self)
-            if self._stats.left > 1:  # the countdown carries on: the first call is timed for its wait only
-                self._period, self._starting = self._stats.left, True
-                self._check = True  # (its ticks are spent: the first call goes to _timed_tuned)
+        stats = self._stats
+        if stats is None:
+            self._pull = self._next
+            return
+        # (run once per epoch, on cold caches: each line here costs ~1 us more there than in a loop)
+        if stats.live is not None:  # a superseded iterator's batches are counted before this one takes over
+            stats.flush()
+        stats.live = ref(self)
+        # the countdown carries on from the last iterator: the first call goes to _timed_tuned (its ticks are spent),
+        # which times it when it is due (`left` 1), else its wait only (start-up); it arms the countdown
+        self._period, self._starting = stats.left, stats.left > 1
+        self._ticks, self._check = _SPENT, True
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -255,6 +263,9 @@ class LoaderIterator:
     def __del__(self) -> None:
         if self.__dict__.get("_ticks") is not None:
             self.flush_stats()
+            live = self._stats.live
+            if live is not None and live() is self:  # (the next iterator has none to flush)
+                self._stats.live = None
 
     def close(self) -> None:
         """End this iterator; batches in flight are discarded and the loader keeps the delivered position."""
