@@ -230,7 +230,7 @@ def accounting(workers: int, repeats: int) -> dict[str, Any]:
     """The statistics' cost per batch, part by part (seconds)."""
     on, off, every1 = make_loader(workers, True), make_loader(workers, False), make_loader(workers, True)
     every1._stats.EXACT_NS = 0  # every batch timed: each one "slower than EXACT_NS"
-    every1._stats.every = 1
+    every1._stats.every = every1._stats.left = 1  # (left: the countdown the next iterator carries on)
     it = untimed_iterator(on), untimed_iterator(off)
     consumer = min_of({"on": it[0], "off": it[1]}, repeats)
     (m_on, inline), (m_off, _) = untimed_mapper(on, True), untimed_mapper(off, False)

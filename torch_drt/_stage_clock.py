@@ -77,6 +77,8 @@ def count_bytes(counter: str, n: int) -> None:
 
 def claim_bytes() -> dict[str, int]:
     """The bytes counted outside any batch in this process so far (taken: counted once)."""
+    if not _unclaimed:  # (none: no lock taken; bytes counted meanwhile are claimed next time)
+        return {}
     with _unclaimed_lock:
         taken = dict(_unclaimed)
         _unclaimed.clear()

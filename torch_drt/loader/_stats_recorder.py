@@ -41,6 +41,10 @@ class StatsRecorder:
         wall_ns: the caller's time with the loader (from its first ``next()`` to its last timed return).
         wait_ns: the caller's time inside ``next()`` (waiting for data, with the device copy).
         startup_ns: the waits for each iterator's first batch (worker start-up included).
+        left: the calls until the next timed one, that one included, when the last iterator stopped (the next
+            iterator carries the countdown on: its first call is timed only when this is 1).
+        size: the usual batch's items (the last timed one's, an epoch's last excepted): untimed batches count it.
+        waited: calls since the last timed one whose waits were recorded exactly (``started``), not estimated.
         waits: the last ``WAITS_KEPT`` timed waits (nanoseconds).
         in_flight, ready, deliveries: sums of the batches in flight and already loaded at each timed delivery from
             the workers, and the number of such deliveries.
@@ -64,6 +68,7 @@ class StatsRecorder:
         self._per_batch: int | None = None
         self.in_flight = self.ready = self.deliveries = 0
         self.live: Any = None
+        self.left, self.size, self.waited = 1, 0, 0
 
     def merge(self, times: BatchTimes) -> None:
         """Add a worker's record of a timed batch."""
@@ -109,7 +114,8 @@ class StatsRecorder:
         interval = wait if self._last_ns is None else end_ns - self._last_ns
         self._last_ns = end_ns
         self.wall_ns += interval
-        self.wait_ns += min(wait * weight, interval)
+        estimated, self.waited = max(1, weight - self.waited), 0
+        self.wait_ns += min(wait * estimated, interval)
         if first:
             self.startup_ns += wait
         if items is not None:
@@ -122,7 +128,7 @@ class StatsRecorder:
                 self._next_wait = (self._next_wait + 1) % WAITS_KEPT
         if first:  # the time since the previous iterator (another loop, a validation) says nothing of the batches
             return
-        per_batch = interval // max(1, weight)  # a smoothed batch time; `every` at most doubles at a time
+        per_batch = interval // estimated  # a smoothed batch time; `every` at most doubles at a time
         self._per_batch = per_batch if self._per_batch is None else (self._per_batch + per_batch) // 2
         if self._per_batch >= self.EXACT_NS:
             self.every = 1
@@ -138,7 +144,18 @@ class StatsRecorder:
         interval = end_ns - self._last_ns
         self._last_ns = end_ns
         self.wall_ns += interval
-        self.wait_ns += min(self._last_wait * calls, interval)
+        self.wait_ns += min(self._last_wait * max(0, calls - self.waited), interval)
+        self.waited = 0
+
+    def started(self, start_ns: int, end_ns: int, delivered: bool) -> None:
+        """An iterator's first call, from ``start_ns`` to ``end_ns``, when it is not a timed one: its wait only, the
+        start-up (``delivered``: it delivered a batch, a call of the sampling period whose wait is not estimated)."""
+        wait = end_ns - start_ns
+        self.wall_ns += wait if self._last_ns is None else end_ns - self._last_ns
+        self._last_ns = end_ns
+        self.wait_ns += wait
+        self.startup_ns += wait
+        self.waited += delivered
 
     def flush(self) -> None:
         """Count the running iterator's batches since its last timed one, and the bytes this process read outside

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import weakref
+from collections.abc import Iterator
 from itertools import repeat, starmap
 from operator import length_hint
 from time import perf_counter_ns
 from types import GeneratorType
 from typing import TYPE_CHECKING, Any, NamedTuple
+from weakref import ref
 
 from torch_drt.loader._stats_recorder import count_items
 from torch_drt.loader.device import move_to_device
 
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
+
+_SPENT: Iterator = iter(())  # a countdown with no untimed call left (shared: an exhausted iterator stays so)
 
 
 class Fetched(NamedTuple):
@@ -54,19 +57,27 @@ class LoaderIterator:
         # path) come through starmap(its __next__, _ticks), so an untimed call runs the statistics-off code and the
         # countdown's end is a StopIteration (`_stretch_ended`); a Python method, which starmap would call from C
         # (dearer), is preceded by next(_ticks, True) in __next__ (`_check`).
-        self._ticks: repeat | None = None
+        self._ticks: Iterator | None = None
         self._check = False
         self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
-        self._arm(0)
-        self._exact = self._size = 0  # untimed batches counted exactly since the last timed call; the usual size
-        self._started = False
+        self._exact = 0  # untimed batches counted exactly since the last timed call
+        self._started = self._starting = False
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
         self._tune = tune if tune is not None and not tune.done else None
         if self._tune is not None:
             self._tune.started(loader)  # the pipeline starts afresh: the trial running starts with it
-        if self._stats is not None:
-            self._stats.flush()  # a superseded iterator's batches are counted before this one takes over
-            self._stats.live = weakref.ref(self)
+        stats = self._stats
+        if stats is None:
+            self._pull = self._next
+            return
+        # (run once per epoch, on cold caches: each line here costs ~1 us more there than in a loop)
+        if stats.live is not None:  # a superseded iterator's batches are counted before this one takes over
+            stats.flush()
+        stats.live = ref(self)
+        # the countdown carries on from the last iterator: the first call goes to _timed_tuned (its ticks are spent),
+        # which times it when it is due (`left` 1), else its wait only (start-up); it arms the countdown
+        self._period, self._starting = stats.left, stats.left > 1
+        self._ticks, self._check = _SPENT, True
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -140,6 +151,8 @@ class LoaderIterator:
 
     def _timed_next(self) -> Any:
         """``__next__``'s body, timed; it stands for the ``_period`` calls since the previous timed one."""
+        if self._starting:
+            return self._startup_next()
         stats, weight, first = self._stats, self._period, not self._started
         mapper = getattr(self._loader._mode, "mapper", None)
         if mapper is not None:
@@ -166,14 +179,46 @@ class LoaderIterator:
         finally:
             t1 = perf_counter_ns()
             untimed = weight - 1 - self._exact  # the batches before this one since the last timed call
-            stats.counted(untimed, untimed * (self._size or items or 0))
+            stats.counted(untimed, untimed * (stats.size or items or 0))
             stats.timed(t0, t1, items, weight, first)
             self._started = True
             if items is not None and not last:  # an epoch's last batch may be short: not the usual size
-                self._size = items
+                stats.size = items
             self._period = stats.every
             self._arm(self._period - 1)
             self._exact = 0
+
+    def _startup_next(self) -> Any:
+        """``__next__``'s body for a first call that the carried countdown does not time: its wait only (start-up),
+        one clock read pair; its batch is counted exactly."""
+        stats, items, last = self._stats, None, False
+        t0 = perf_counter_ns()
+        try:
+            try:
+                batch, indices, last = self._next()
+            except StopIteration:
+                self._finish()
+                raise
+            except BaseException:
+                self._next = self._loader._mode.next_fn()
+                raise
+            if last and self._in_order:
+                self._finish()
+            if self._device is not None:
+                batch = move_to_device(batch, self._device)
+            items = count_items(indices)
+            return (batch, indices) if self._with_indices else batch
+        finally:
+            stats.started(t0, perf_counter_ns(), items is not None)
+            self._started, self._starting = True, False
+            if items is None:  # nothing delivered: not a call of the period
+                self._arm(self._period - 1)
+            else:
+                stats.counted(1, items)
+                self._exact += 1
+                self._arm(self._period - 2)
+                if last and self._in_order:
+                    self.flush_stats(perf_counter_ns())
 
     def _arm(self, untimed: int) -> None:
         """Set ``_pull`` for ``untimed`` calls before the next timed one (statistics off: ``_next`` itself)."""
@@ -198,14 +243,17 @@ class LoaderIterator:
         (``end_ns``), their time too."""
         if self._ticks is None:
             return
-        left = length_hint(self._ticks) + 1  # the calls until the next timed one, that one included
-        calls = self._period - left
+        stats = self._stats
+        left = self._period if self._starting else length_hint(self._ticks) + 1  # calls until the next timed one,
+        calls = self._period - left  # that one included
         untimed = calls - self._exact
         if untimed > 0:
-            self._stats.counted(untimed, untimed * self._size)
+            stats.counted(untimed, untimed * stats.size)
         if end_ns is not None and calls > 0:
-            self._stats.elapsed(end_ns, calls)
+            stats.elapsed(end_ns, calls)
         self._period, self._exact = left, 0
+        if stats.live is not None and stats.live() is self:  # (not a superseded iterator, collected later)
+            stats.left, stats.waited = left, 0
 
     def _finish(self) -> None:
         self._done = True
@@ -215,6 +263,9 @@ class LoaderIterator:
     def __del__(self) -> None:
         if self.__dict__.get("_ticks") is not None:
             self.flush_stats()
+            live = self._stats.live
+            if live is not None and live() is self:  # (the next iterator has none to flush)
+                self._stats.live = None
 
     def close(self) -> None:
         """End this iterator; batches in flight are discarded and the loader keeps the delivered position."""
