@@ -160,22 +160,8 @@ class LoaderIterator:
         items, last = None, False
         t0 = perf_counter_ns()
         try:
-            try:
-                batch, indices, last = self._next()
-            except StopIteration:
-                self._finish()
-                raise
-            except BaseException:
-                self._next = self._loader._mode.next_fn()
-                raise
-            if last and self._in_order:
-                self._finish()
-            if self._device is not None:
-                t1 = perf_counter_ns()
-                batch = move_to_device(batch, self._device)
-                stats.add("device", perf_counter_ns() - t1, 0, weight)
-            items = count_items(indices)
-            return (batch, indices) if self._with_indices else batch
+            out, items, last = self._deliver(weight)
+            return out
         finally:
             t1 = perf_counter_ns()
             untimed = weight - 1 - self._exact  # the batches before this one since the last timed call
@@ -188,26 +174,34 @@ class LoaderIterator:
             self._arm(self._period - 1)
             self._exact = 0
 
+    def _deliver(self, weight: int) -> tuple[Any, int, bool]:
+        """One batch from the mode's next function, for the statistics' calls: what ``__next__`` returns, its
+        items, and whether it is the epoch's last. ``weight`` > 0 times the device copy as that many batches."""
+        try:
+            batch, indices, last = self._next()
+        except StopIteration:
+            self._finish()
+            raise
+        except BaseException:
+            self._next = self._loader._mode.next_fn()
+            raise
+        if last and self._in_order:
+            self._finish()
+        if self._device is not None:
+            t1 = perf_counter_ns()
+            batch = move_to_device(batch, self._device)
+            if weight:
+                self._stats.add("device", perf_counter_ns() - t1, 0, weight)
+        return ((batch, indices) if self._with_indices else batch), count_items(indices), last
+
     def _startup_next(self) -> Any:
         """``__next__``'s body for a first call that the carried countdown does not time: its wait only (start-up),
         one clock read pair; its batch is counted exactly."""
         stats, items, last = self._stats, None, False
         t0 = perf_counter_ns()
         try:
-            try:
-                batch, indices, last = self._next()
-            except StopIteration:
-                self._finish()
-                raise
-            except BaseException:
-                self._next = self._loader._mode.next_fn()
-                raise
-            if last and self._in_order:
-                self._finish()
-            if self._device is not None:
-                batch = move_to_device(batch, self._device)
-            items = count_items(indices)
-            return (batch, indices) if self._with_indices else batch
+            out, items, last = self._deliver(0)
+            return out
         finally:
             stats.started(t0, perf_counter_ns(), items is not None)
             self._started, self._starting = True, False
