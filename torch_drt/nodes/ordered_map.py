@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from types import FunctionType
 from typing import Any, Generic, Literal, TypeVar
 
 from torchdata.nodes import BaseNode
@@ -15,6 +14,8 @@ from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt.describe import described
 from torch_drt.nodes._in_flight import InFlight
 from torch_drt.nodes._inline_cost import InlineCost, Timed, thread_cpu_clock
+from torch_drt.nodes._inline_loop import NOTHING as _NOTHING
+from torch_drt.nodes._inline_loop import inline_batches
 from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes._mapper_pool import make_pool, sized_transport
 from torch_drt.nodes._ready_wait import wait_ready
@@ -22,15 +23,6 @@ from torch_drt.nodes.thread_pool import ThreadPool
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-_NOTHING = object()
-
-
-def _direct(fn: Callable[[T], R]) -> Callable[[T], R]:
-    """``fn``, or its bound ``__call__`` where that is a Python function: the interpreter then runs it in the
-    caller's loop (calling the object goes through C and a new interpreter frame, ~0.1 us)."""
-    return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn
-
 
 class OrderedMapper(BaseNode[R], Generic[T, R]):
     """Maps ``map_fn`` over ``source`` with ``num_workers`` threads or processes, yielding results in order.
@@ -287,28 +279,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         one, workers started by a ``resize()``) goes through ``next()``. It ends at the source's end or at the first
         exception, as a generator does: ask for a new one then.
         """
-        planned = getattr(self.source, "planned", None)
-        while True:
-            quick = not self.num_workers and self._held is _NOTHING and not self.record_next and planned is not None
-            run = planned() if quick else None  # it ends with its chunk, or at a reset (workers started mid-epoch)
-            if run is None:
-                try:
-                    yield self.next()
-                except StopIteration:
-                    return
-                continue
-            map_fn, self._flight.delivered = _direct(self.map_fn), None  # (none in flight: the source's state is it)
-            for item in run:
-                self._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
-                if self.record_next:  # to be timed: next() maps it with its clock
-                    break
-                try:
-                    out = map_fn(item)
-                except Exception:
-                    self._held = _NOTHING  # a failed item counts as delivered
-                    raise
-                self._held = _NOTHING
-                yield out
+        return inline_batches(self)  # (the module function: the loop)
 
     def get_state(self) -> dict[str, Any]:
         skipped = self._flight.skipped()
