@@ -42,37 +42,15 @@ import sys
 import tempfile
 import threading
 import time
-from multiprocessing import get_context
 from pathlib import Path
 
+from _build_inputs import make_images
 from _envs import env_python
 
 BENCH = Path(__file__).resolve().parent
 PEERS_PYTHON = env_python("peers")
 WORKERS = 2
 PEERS = ("litdata", "mosaicml-streaming")
-
-
-def _make_image(job: tuple[str, int]) -> None:
-    import numpy as np
-    from PIL import Image
-
-    directory, i = job
-    rng = np.random.default_rng(i)
-    h, w = (int(x) for x in rng.integers(256, 401, 2))
-    ys, xs = np.mgrid[0:h, 0:w]
-    base = np.stack([(xs * (1 + i % 3)) % 256, (ys * (1 + i % 5)) % 256, (xs + ys + i) % 256], axis=-1)
-    noisy = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.uint8)
-    Image.fromarray(noisy).save(f"{directory}/img_{i:06d}.jpg", quality=90)
-
-
-def make_images(directory: Path, n: int) -> list[str]:
-    """Write ``n`` JPEGs (256-400 px, gradients and noise) once; return their paths in order."""
-    directory.mkdir(parents=True, exist_ok=True)
-    todo = [(str(directory), i) for i in range(n) if not (directory / f"img_{i:06d}.jpg").exists()]
-    with get_context("fork").Pool(WORKERS) as pool:
-        pool.map(_make_image, todo, chunksize=64)
-    return [str(directory / f"img_{i:06d}.jpg") for i in range(n)]
 
 
 class ToInput:
@@ -232,7 +210,7 @@ def main() -> None:
     import ray
 
     try:
-        paths = make_images(work / "images", args.samples)
+        paths = make_images(work / "images", args.samples, WORKERS)
         list_file = work / "inputs.txt"
         list_file.write_text("\n".join(paths))
         t0 = time.perf_counter()
