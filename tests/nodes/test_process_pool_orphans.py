@@ -25,6 +25,18 @@ SCRIPT = textwrap.dedent(
     """
 )
 
+EARLY = textwrap.dedent(  # the pool's process dies before its workers may have started
+    """
+    import os, sys
+    from torch_drt._processes.pool import ProcessPool
+
+    pool = ProcessPool(abs, 2, sys.argv[1], torch_threads=None)
+    with open(sys.argv[2], "w") as f:
+        f.write(" ".join(map(str, pool.pids())))
+    os._exit(0)
+    """
+)
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -34,11 +46,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_workers_exit_when_their_pool_process_dies_without_closing_them(context, tmp_path):
+@pytest.mark.parametrize("context, script", [("fork", SCRIPT), ("spawn", SCRIPT), ("fork", EARLY)],
+                         ids=["fork", "spawn", "fork-before-the-workers-start"])
+def test_workers_exit_when_their_pool_process_dies_without_closing_them(context, script, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     with open(tmp_path / "err", "w") as err:  # a file, not a pipe: orphans holding a pipe would block its reader
-        code = subprocess.call([sys.executable, "-c", SCRIPT, context, str(tmp_path / "pids")],
+        code = subprocess.call([sys.executable, "-c", script, context, str(tmp_path / "pids")],
                                stdout=subprocess.DEVNULL, stderr=err, timeout=120, env=env)
     assert code == 0, (tmp_path / "err").read_text()
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]

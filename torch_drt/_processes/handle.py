@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections import deque
 from time import monotonic
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("torch_drt.loader")
 _UIDS = itertools.count()  # worker ids of every pool of this process (ring file names, torch_drt-worker-<uid>)
+
+
+def _parent_pid(ctx: Any) -> int | None:
+    """The pid a worker's parent has: this process's, but the fork server's with forkserver (None: ask then)."""
+    return None if ctx.get_start_method() == "forkserver" else os.getpid()
 
 
 class WorkerHandle:
@@ -53,7 +59,7 @@ class WorkerHandle:
         ring = None if self.rings is None else (transport, self.rings)
         self.process = ctx.Process(
             target=worker_main,
-            args=(payload, index, tasks_r, results_w, ring, threads),
+            args=(payload, index, tasks_r, results_w, ring, threads, _parent_pid(ctx)),
             name=f"torch_drt-worker-{self.uid}",
             daemon=True,
         )

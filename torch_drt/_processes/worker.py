@@ -82,9 +82,17 @@ def _receive(tasks: Connection, parent: int) -> Any:
 
 
 def worker_main(
-    payload: Any, index: int, tasks: Connection, results: Connection, ring: tuple | None, threads: int | None
+    payload: Any,
+    index: int,
+    tasks: Connection,
+    results: Connection,
+    ring: tuple | None,
+    threads: int | None,
+    parent: int | None = None,
 ) -> None:
-    parent = os.getppid()  # the pool's process (the fork server's with forkserver, which ends with it)
+    # the pool's process, as it gave its pid (a parent that died before this line would read as init's); None: the
+    # fork server's (forkserver), which ends with the pool's process
+    parent = os.getppid() if parent is None else parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if threads is not None:  # 1 as torch's loader workers: a forked OpenMP pool would hang, and workers share CPUs
         import torch  # only then: a spawned worker that does not need torch starts seconds sooner without it
