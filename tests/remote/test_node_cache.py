@@ -113,7 +113,7 @@ def _fetch_after_barrier(url: str, opts: dict, cache_dir: str, barrier) -> None:
 def test_eight_processes_wanting_one_shard_download_it_once(runtime, tmp_path, moto_endpoint, proxy):
     _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=200, max_shard_bytes=1 << 20)
     proxy.latency = 0.3  # every request is slow: the eight overlap
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork")  # forked, not spawned: eight interpreters would cost seconds each
     barrier = ctx.Barrier(8)
     cache_dir = str(tmp_path / "node")
     procs = [ctx.Process(target=_fetch_after_barrier, args=(url, options(proxy), cache_dir, barrier))
