@@ -18,7 +18,9 @@ def free_port() -> int:
 
 def job(tmp_path, world_size, stop_after=None, resume=None, name="out"):
     out = tmp_path / f"{name}.json"
-    mp.spawn(run, args=(world_size, free_port(), str(out), stop_after, resume), nprocs=world_size, join=True)
+    # forked ranks (spawned interpreters cost seconds each to start), real processes with their own gloo group
+    mp.start_processes(run, args=(world_size, free_port(), str(out), stop_after, resume), nprocs=world_size, join=True,
+                       start_method="fork")
     return json.loads(out.read_text())
 
 

@@ -30,7 +30,9 @@ from torch_drt import StatefulDataLoader
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("seams") / "out.json"
-    mp.spawn(run, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    # forked ranks (this process has imported torch already; two spawned interpreters cost seconds each to start):
+    # the ranks are still real processes with their own gloo group
+    mp.start_processes(run, args=(2, free_port(), str(out)), nprocs=2, join=True, start_method="fork")
     return json.loads(out.read_text())
 
 
