@@ -1,6 +1,7 @@
 """Decode on hostile bytes: mutated images never crash the interpreter, deep images are refused.
 
-Every decode of hostile bytes runs in a child process, so a native crash fails the test instead of killing pytest.
+Every decode of hostile bytes runs in a forked child process, so a native crash fails the test instead of killing
+pytest.
 The default suite runs a small deterministic sample (mutations that crashed torchvision's PNG decoder before the
 fix); the full sweep over every format is behind ``-m slow``.
 """
@@ -8,12 +9,9 @@ fix); the full sweep over every format is behind ``-m slow``.
 from __future__ import annotations
 
 import io
-import pickle
+import os
 import struct
-import subprocess
-import sys
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,49 +19,65 @@ from PIL import Image as P
 
 from torch_drt import transforms as T
 
-ROOT = Path(__file__).resolve().parents[2]
 
-_CHILD = r"""
-import pickle, sys
-from torch_drt.transforms import Decode
-cases = pickle.load(open(sys.argv[1], "rb"))
-decode = Decode()
-for i in range(int(sys.argv[2]), len(cases)):
-    print(f"start {i}", flush=True)
-    try:
-        decode(cases[i])
-        print(f"decoded {i}", flush=True)
-    except ValueError:
-        print(f"refused {i}", flush=True)
-    except BaseException as e:
-        print(f"raised {i} {type(e).__name__}: {str(e)[:200]!r}", flush=True)
-"""
+def _decode_from(cases: list[bytes], start: int, out: int) -> None:
+    """The child's work: decode ``cases[start:]`` in turn, a line to the pipe ``out`` before and after each."""
+    from torch_drt.transforms import Decode
+
+    decode = Decode()
+    with os.fdopen(out, "w") as report:
+        for i in range(start, len(cases)):
+            print(f"start {i}", file=report, flush=True)
+            try:
+                decode(cases[i])
+                print(f"decoded {i}", file=report, flush=True)
+            except ValueError:
+                print(f"refused {i}", file=report, flush=True)
+            except BaseException as e:
+                print(f"raised {i} {type(e).__name__}: {str(e)[:200]!r}", file=report, flush=True)
 
 
-def decode_in_children(cases: list[bytes], tmp_path: Path) -> dict[int, str]:
+def _forked(cases: list[bytes], start: int) -> tuple[str, int]:
+    """Run ``_decode_from`` in a forked child (a crash there ends the child, not pytest; a fork costs no interpreter
+    start-up); its report and its return code (negative for a signal, as subprocess gives it)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            os.close(read)
+            _decode_from(cases, start, write)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as report:
+        text = report.read()
+    _, status = os.waitpid(pid, 0)
+    return text, -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def decode_in_children(cases: list[bytes]) -> dict[int, str]:
     """Decode each case in a child process (restarted after a crash); return {case: outcome}.
 
     An outcome is ``decoded``, ``refused`` (ValueError), ``raised <type>: <message>`` or ``crashed <signal>``.
     """
-    path = tmp_path / "cases.pkl"
-    path.write_bytes(pickle.dumps(cases))
     outcomes: dict[int, str] = {}
     start = 0
     while start < len(cases):
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(path), str(start)], capture_output=True, text=True,
-                              cwd=ROOT, timeout=600)
+        stdout, returncode = _forked(cases, start)
         current = None
-        for line in proc.stdout.splitlines():
+        for line in stdout.splitlines():
             kind, rest = line.split(" ", 1)
             index = int(rest.split(" ", 1)[0])
             if kind == "start":
                 current = index
             else:
                 outcomes[index] = kind if kind != "raised" else line
-        if proc.returncode == 0:
+        if returncode == 0:
             break
-        assert current is not None, proc.stderr[-2000:]
-        outcomes[current] = f"crashed {proc.returncode}"
+        assert current is not None, f"the child failed before its first case (exit {returncode})"
+        outcomes[current] = f"crashed {returncode}"
         start = current + 1
     return outcomes
 
@@ -183,9 +197,9 @@ def test_mutated_tiff_sample_gives_typed_errors(sample):
 @pytest.mark.slow
 @pytest.mark.parametrize(("fmt", "n"), [("PNG", 4000), ("JPEG", 4000), ("WEBP", 1000), ("TIFF", 1000),
                                         ("BMP", 1000), ("GIF", 1000)])
-def test_mutation_sweep_never_crashes(tmp_path, fmt, n):
+def test_mutation_sweep_never_crashes(fmt, n):
     cases = mutations(fmt, n, seed=11)
-    assert not typed(decode_in_children(cases, tmp_path), len(cases))
+    assert not typed(decode_in_children(cases), len(cases))
 
 
 # --- deep images: 16-bit and float samples are refused through every decode path ---
@@ -277,12 +291,11 @@ def test_pillow_would_have_cut_16bit_rgb_to_8_bits():
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory) -> dict[str, dict[int, str]]:
-    """The default suite's cases decoded in one child process (restarted after any crash): a child costs seconds
-    to start."""
+def sample() -> dict[str, dict[int, str]]:
+    """The default suite's cases decoded in one child process (restarted after any crash)."""
     groups = {"faults": list(structural_png_faults().values()), "png": mutations("PNG", 60, seed=1),
               "tiff": mutations("TIFF", 400, seed=11)[360:], "deep": list(DEEP.values())}
-    outcomes = decode_in_children([c for cases in groups.values() for c in cases], tmp_path_factory.mktemp("decode"))
+    outcomes = decode_in_children([c for cases in groups.values() for c in cases])
     out, start = {}, 0
     for name, cases in groups.items():
         out[name] = {i: outcomes[start + i] for i in range(len(cases)) if start + i in outcomes}
