@@ -189,7 +189,7 @@ for pos in json.loads(Path(todo).read_text()):
 def flip_outcomes(
     clean: Path, rel: str, positions: list[int], work: Path, *, verify: bool = False, rehash: bool = False
 ) -> dict[int, str]:
-    """Flip each bit position of ``clean/rel`` in turn, read the whole cache in a child interpreter, and return
+    """Flip each bit position of ``clean/rel`` in turn, read the whole cache in a forked child, and return
     the outcome per position: ``CacheCorruptError``, ``ok`` (the clean contents), ``wrong`` (other contents),
     another exception, or ``crash (exit N)``. A child that dies is restarted after the flip that killed it.
 
@@ -210,7 +210,10 @@ def flip_outcomes(
     while todo:
         (work / "todo.json").write_text(json.dumps(todo))
         args = [clean, work / "scratch", rel, work / "expected.json", work / "todo.json", int(verify), int(rehash)]
-        proc = run_isolated(f"sys.argv[1:] = {[str(a) for a in args]!r}\n" + _FLIP_WORKER, timeout=900)
+        from forked_runner import run_forked
+
+        code = f"import sys; sys.argv[1:] = {[str(a) for a in args]!r}\n" + _FLIP_WORKER
+        proc = run_forked(code, timeout=900)
         started = None
         for line in proc.stdout.splitlines():
             record = json.loads(line)

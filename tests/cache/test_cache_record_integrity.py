@@ -1,6 +1,6 @@
 """Per-record integrity (issue 10): a damaged record is an error on every read path, never wrong bytes.
 
-Flips run in child interpreters: a native decoder or a memory map that faults fails the test, not pytest.
+Flips run in forked child processes: a native decoder or a memory map that faults fails the test, not pytest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Damage one file of a foreign dataset many ways and read the whole dataset in a child interpreter after each:
+"""Damage one file of a foreign dataset many ways and read the whole dataset in a forked child after each:
 the outcomes (``FormatError``, another ``CacheCorruptError`` by its class name, ``ok``, ``wrong``, another
 exception, ``crash (exit N)``) per damage.
 
@@ -12,7 +12,7 @@ import json
 import random
 from pathlib import Path
 
-from conftest import run_isolated
+from forked_runner import run_forked
 
 _WORKER = """HERE = __HERE__
 import json, shutil, sys
@@ -104,8 +104,8 @@ def outcomes(
         (work / "todo.json").write_text(json.dumps(todo))
         args = [clean, work / "scratch", rel, opener, work / "expected.json", work / "todo.json"]
         code = _WORKER.replace("# PRELUDE\n", prelude).replace("__HERE__", repr(str(Path(__file__).parent)))
-        proc = run_isolated(f"sys.argv[1:] = {[str(a) for a in args]!r}\n" + code, timeout=600,
-                            memory_bytes=6 << 30)
+        proc = run_forked(f"import sys; sys.argv[1:] = {[str(a) for a in args]!r}\n" + code, timeout=600,
+                          memory_bytes=6 << 30)
         started = None
         for line in proc.stdout.splitlines():
             record = json.loads(line)
