@@ -117,7 +117,7 @@ def run_isolated(code: str, *, timeout: float = 120, memory_bytes: int | None = 
 
 def read_after_truncation(cache: Path, rel: str, size: int, record_checks: str | None = None,
                           read_first: bool = False):
-    """Open ``cache`` in a fresh interpreter (``read_first``: read it whole once), truncate its file ``rel`` to
+    """Open ``cache`` in a forked child (``read_first``: read it whole once), truncate its file ``rel`` to
     ``size`` bytes, read it again and print the ``CacheCorruptError`` that gives; the ``CompletedProcess``
     (a SIGBUS shows as returncode -7, not as a failed pytest)."""
     code = f"""
@@ -133,7 +133,9 @@ def read_after_truncation(cache: Path, rel: str, size: int, record_checks: str |
         except drt.CacheCorruptError as e:
             print("CacheCorruptError", e)
     """
-    return run_isolated(code)
+    from forked_runner import run_forked
+
+    return run_forked(code)
 
 
 def downgrade_to_v1(path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import QUIET, ListSource, rehash_manifest, run_isolated
+from conftest import QUIET, ListSource, rehash_manifest
+from forked_runner import run_forked
 
 import torch_drt as drt
 from torch_drt.cache import open_cache
@@ -99,7 +100,7 @@ def test_a_manifest_that_is_no_regular_file_is_refused_without_waiting_or_readin
         os.mkfifo(path / "manifest.json")
     else:
         (path / "manifest.json").symlink_to("/dev/zero")
-    proc = run_isolated(
+    proc = run_forked(
         f"""
         from torch_drt.cache import open_cache, CacheCorruptError
         try:

@@ -185,10 +185,10 @@ def test_damaged_files_are_format_errors_never_crashes(tmp_path, kind, rel):
 
 def test_a_parquet_file_truncated_under_a_reader_is_an_error_not_sigbus(tmp_path):
     """The file is mapped: reading a row group past a truncation would kill the process (SIGBUS)."""
-    from conftest import run_isolated
+    from forked_runner import run_forked
 
     write_parquet(tmp_path / "a.parquet", 2000, row_group=500)
-    proc = run_isolated(f"""
+    proc = run_forked(f"""
         import os
         from torch_drt.cache.errors import CacheCorruptError
         from torch_drt.formats import ParquetDataset
