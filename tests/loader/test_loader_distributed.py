@@ -53,7 +53,8 @@ def test_cache_loader_budget_on_three_ranks(tmp_path, runtime, drop_last, batche
 
     (res,) = runtime.write_cache([ListSource("d", 50)], tmp_path, writer_config=QUIET)
     out = tmp_path / "budget.json"
-    mp.spawn(cache_budget, args=(3, free_port(), str(out), str(res.path), drop_last), nprocs=3, join=True)
+    mp.start_processes(cache_budget, args=(3, free_port(), str(out), str(res.path), drop_last), nprocs=3, join=True,
+                       start_method="fork")
     ranks = json.loads(out.read_text())
     assert all(len(r["sizes"]) == batches and sum(r["sizes"]) == samples for r in ranks)
     assert len(ranks[0]["warned"]) == 1 and ranks[1]["warned"] == ranks[2]["warned"] == []
