@@ -3,7 +3,8 @@ pytest, and the child starts in milliseconds with what this process has imported
 costs seconds: torch_drt, pyarrow, numpy, and torch where they are imported).
 
 For code that reads hostile bytes and may crash; not for code whose subject is a fresh interpreter (its imports,
-its start-up or its exit): use ``conftest.run_isolated`` or ``script_runner.run_script`` for those.
+its start-up or its exit): use ``conftest.run_isolated`` or ``script_runner.run_script`` for those. The child runs
+torch on one thread (OpenMP's threads do not survive a fork: a parallel region in the child would wait forever).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def run_forked(code: str, *, timeout: float = 120, memory_bytes: int | None = No
                 os.dup2(err.fileno(), 2)
                 sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - left for os._exit
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+                if "torch" in sys.modules:  # as torch's loader does in a forked worker: a parallel region would
+                    sys.modules["torch"].set_num_threads(1)  # wait forever for the parent's OpenMP threads
                 if memory_bytes is not None:
                     limit = _vm_size() + memory_bytes
                     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

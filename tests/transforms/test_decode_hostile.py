@@ -22,8 +22,11 @@ from torch_drt import transforms as T
 
 def _decode_from(cases: list[bytes], start: int, out: int) -> None:
     """The child's work: decode ``cases[start:]`` in turn, a line to the pipe ``out`` before and after each."""
+    import torch
+
     from torch_drt.transforms import Decode
 
+    torch.set_num_threads(1)  # OpenMP's threads do not survive a fork: a parallel region would wait for them forever
     decode = Decode()
     with os.fdopen(out, "w") as report:
         for i in range(start, len(cases)):
