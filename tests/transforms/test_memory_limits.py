@@ -1,6 +1,6 @@
 """Memory limits cover every stage of a pipeline: each transform refuses, before allocating, work over its limit.
 
-Peak memory is measured in a child process (the high-water mark of its resident memory, reset before each case),
+Peak memory is measured in a forked child process (the high-water mark of its resident memory, reset before each case),
 which also runs under a data-size limit so that a regression fails the test instead of exhausting the machine.
 """
 
@@ -10,25 +10,25 @@ import io
 import json
 import pickle
 import struct
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from forked_runner import run_forked
 from PIL import Image as P
 
 from torch_drt import ImageCollator
 from torch_drt import transforms as T
 
-ROOT = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 
 _CHILD = r"""
-import json, pickle, re, resource, sys
+import ctypes, json, pickle, re, resource, sys
 from torch_drt import transforms as T
+
+ctypes.CDLL("libc.so.6").malloc_trim(0)  # the heap's free pages inherited from pytest go: reused, they would not count
 
 def kb(key):
     return int(re.search(key + r":\s+(\d+)", open("/proc/self/status").read()).group(1))
@@ -57,11 +57,11 @@ for _, data, pipeline in cases:
 
 
 def measure(cases: list[tuple[object, object, object]], tmp_path: Path) -> list[tuple[str, int]]:
-    """Run each (warm-up input, input, pipeline) in a child process; return (outcome, peak bytes) for each."""
+    """Run each (warm-up input, input, pipeline) in a forked child process (a fresh interpreter costs seconds to
+    import torch); return (outcome, peak bytes) for each."""
     path = tmp_path / "cases.pkl"
     path.write_bytes(pickle.dumps(cases))
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
+    proc = run_forked(f"import sys; sys.argv[1:] = [{str(path)!r}]\n" + _CHILD, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [tuple(json.loads(line)) for line in proc.stdout.splitlines()]
 
