@@ -119,11 +119,12 @@ def content_uid(manifest: Mapping[str, Any], metadata_digest: str) -> str:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        dup = next(k for k in keys if keys.count(k) > 1)
+    obj = dict(pairs)  # a repeated key leaves fewer entries than pairs (the key is looked for only then)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
         raise ValueError(f"duplicated key {dup!r}")
-    return dict(pairs)
+    return obj
 
 
 def loads_strict(raw: bytes) -> Any:

@@ -59,12 +59,14 @@ class OpenReads:
 
     def _fetch(self, store: RemoteStore, also: Sequence[str], node: NodeCache | None) -> None:
         got = store.read_at_once(also, [GUESS_BYTES] * len(also))
+        kept = []
         for rel, data in zip(also, got):
             if isinstance(data, bytes) and len(data) <= GUESS_BYTES:
                 with self._lock:
                     self._copies[rel] = data
-                if node is not None:
-                    _keep(node, data, store.join(rel))
+                kept.append((data, store.join(rel)))
+        if node is not None:
+            _keep_all(node, kept)
 
 
     def take(self, rel: str, checksum: tuple[str, str], where: str) -> bytes | None:
@@ -81,6 +83,21 @@ class OpenReads:
         except CacheCorruptError:
             return None
         return data
+
+
+def _keep_all(node: NodeCache, files: Sequence[tuple[bytes, str]]) -> None:
+    """``_keep`` each of ``files`` (bytes, URL), at once: each write waits for its disk (a sync), not for the others';
+    returns when all are done."""
+    threads = [threading.Thread(target=_keep, args=(node, *f), name="torch_drt-open-keep", daemon=True)
+               for f in files[1:]]
+    for thread in threads:
+        thread.start()
+    try:
+        if files:
+            _keep(node, *files[0])
+    finally:
+        for thread in threads:
+            thread.join()
 
 
 def _keep(node: NodeCache, data: bytes, where: str) -> None:
