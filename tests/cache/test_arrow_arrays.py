@@ -74,26 +74,3 @@ def test_column_array_refuses_what_pyarrow_refuses_with_its_error():
     with pytest.raises(UnicodeEncodeError):
         column_array(["a\udc80"], "string")
 
-
-def test_a_cache_write_never_imports_pandas(tmp_path):
-    """pyarrow's ``pa.array`` imports pandas (0.3 s of CPU) to ask whether a list is a pandas object: the metadata
-    columns' encoder must not pay it on a process's first write (a set build's driver paid it before its workers
-    could start)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from torch_drt.cache import CacheInput, WriterConfig\n"
-        "from torch_drt.cache.writer import write_source\n"
-        "class S:\n"
-        "    name = 's'\n"
-        "    def __iter__(self):\n"
-        "        return iter([CacheInput(b'x', {'b': True, 'f': 0.5, 'i': 1, 's': 'a'})] * 3)\n"
-        f"r = write_source(S(), {str(tmp_path)!r}, WriterConfig(show_progress=False))\n"
-        "assert type(r).__name__ == 'CacheWriteSuccess', r\n"
-        "print('pandas' in sys.modules)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
