@@ -56,6 +56,18 @@ def accounting(fn: Accounted, start: float, end: float) -> dict:
     return {"convert_cpu": sum(fn.cpu), "workers": workers}
 
 
+def print_accounting(a: dict, conversion: float) -> None:
+    """Where the processes build's CPU and its workers' wall time went (its median round by seconds)."""
+    workers_cpu = a["cpu"] - a["driver_cpu"]
+    print(f"  processes build accounting (median round, {a['seconds']:.2f} s): {a['cpu']:.2f} s of CPU = driver "
+          f"{a['driver_cpu']:.2f} + workers {workers_cpu:.2f} (converting {a['convert_cpu']:.2f}, writer and the rest "
+          f"{workers_cpu - a['convert_cpu']:.2f}); converting is {a['convert_cpu'] / a['cpu']:.1%} of the build's CPU "
+          f"(the same images converted in one process: {conversion:.2f} s)")
+    for k, w in enumerate(a["workers"]):
+        print(f"  worker {k}: {w['rows']} rows, first row {w['start']:.3f} s after the start, {w['between']:.3f} s "
+              f"between rows (writer, part ends, waits for a CPU), idle tail {w['tail']:.3f} s")
+
+
 def main() -> None:
     list_file, out, parts, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     with open(list_file) as f:

@@ -267,18 +267,6 @@ def measure(paths: list[str], work: Path, args: argparse.Namespace, resume_too: 
     return figures
 
 
-def print_accounting(a: dict, conversion: float) -> None:
-    """Where the processes build's CPU and its workers' wall time went (its median round by seconds)."""
-    workers_cpu = a["cpu"] - a["driver_cpu"]
-    print(f"  processes build accounting (median round, {a['seconds']:.2f} s): {a['cpu']:.2f} s of CPU = driver "
-          f"{a['driver_cpu']:.2f} + workers {workers_cpu:.2f} (converting {a['convert_cpu']:.2f}, writer and the rest "
-          f"{workers_cpu - a['convert_cpu']:.2f}); converting is {a['convert_cpu'] / a['cpu']:.1%} of the build's CPU "
-          f"(the same images converted in one process: {conversion:.2f} s)")
-    for k, w in enumerate(a["workers"]):
-        print(f"  worker {k}: {w['rows']} rows, first row {w['start']:.3f} s after the start, {w['between']:.3f} s "
-              f"between rows (writer, part ends, waits for a CPU), idle tail {w['tail']:.3f} s")
-
-
 def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
     out = {}
     for name, runs in times.items():
@@ -319,6 +307,8 @@ def print_table(f: dict) -> None:
     print(f"CPU: the conversion alone {conversion:.2f} s; the Ray build {f['torch_drt']['cpu']:.2f} s in all "
           f"({conversion / f['torch_drt']['cpu']:.0%} of it converting), the processes build "
           f"{f['processes']['cpu']:.2f} s ({conversion / f['processes']['cpu']:.0%})")
+    from _build_local import print_accounting  # (it imports this module)
+
     print_accounting(f["processes"]["accounting"], conversion)
     if "resume" not in f:
         return
