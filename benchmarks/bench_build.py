@@ -18,14 +18,17 @@ goal: a build at >= 95% of it, issue 26); figures are medians. Both torch_drt bu
 (default: one per 250 images, at least 2 per worker: each part pays a writer's open, fsync and publish). The CPU
 each torch_drt build used in all (its driver, Ray's daemons and workers; or the process and its workers) is
 reported beside the conversion's own CPU for the same images: their ratio is the build's share of the ideal in
-CPU, which a loaded machine changes far less than the wall-clock share. Then the resume: a torch_drt build is killed
+CPU, which a loaded machine changes far less than the wall-clock share; the processes build also reports its
+accounting (``_build_local.py``): its driver's CPU, the conversion's CPU in its workers and the rest (the writer),
+and per worker the wall time before its first row, between its rows and idle at the end. Each ``--samples`` count
+(default 2,000 and 20,000) gets its own table. Then the resume: a torch_drt build is killed
 once half of its rows are converted (every worker process SIGKILLs itself from then on), and the rerun that
 finishes it is timed against a full build. torch_drt runs on warm workers (started and importing their
 modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the peers side
 environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are reported as skipped with the reason when it
 is absent.
 
-    python benchmarks/bench_build.py [--samples 20000] [--repeats 3] [--parts N] [--ideal-images 1000]
+    python benchmarks/bench_build.py [--samples 2000 20000] [--repeats 3] [--parts N] [--ideal-images 1000]
         [--json FILE] [--skip-peers] [--skip-resume]
 """
 
@@ -127,15 +130,15 @@ def ray_build(paths: list[str], root: Path, name: str, parts: int) -> tuple[floa
     return seconds, sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
-def local_build(list_file: Path, out: Path, parts: int) -> tuple[float, float]:
-    """Seconds and CPU seconds (the process and its workers) of one torch_drt build in local worker processes."""
+def local_build(list_file: Path, out: Path, parts: int) -> dict:
+    """Seconds, CPU seconds (the process and its workers) and the CPU accounting of one torch_drt build in local
+    worker processes (``_build_local.py``)."""
     proc = subprocess.run([sys.executable, str(BENCH / "_build_local.py"), str(list_file), str(out), str(parts),
                            str(WORKERS)], capture_output=True, text=True, timeout=7200)
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the local build failed: {proc.stderr.strip()[-2000:]}")
-    figures = json.loads(proc.stdout.strip().splitlines()[-1])
-    return figures["seconds"], figures["cpu"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
@@ -196,53 +199,72 @@ def resume(paths: list[str], work: Path, parts: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=20_000)
+    parser.add_argument("--samples", type=int, nargs="+", default=[2_000, 20_000],
+                        help="image counts: a table each (the images are made once, for the largest)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parts", type=int, help="parts of the torch_drt builds (default: samples / 250, >= 4)")
     parser.add_argument("--ideal-images", type=int, default=1000, help="images the single-process rate is timed on")
-    parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--json", help="also write the figures to this JSON file (the largest count's at the top)")
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-resume", action="store_true", help="leave out the kill-and-rerun measurement")
     args = parser.parse_args()
-    args.parts = args.parts or max(2 * WORKERS, args.samples // 250)
     work = Path(tempfile.mkdtemp(prefix="bench_build_"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(BENCH.parent), os.environ.get("PYTHONPATH", "")])
     import ray
 
+    by_samples = {}
     try:
-        paths = make_images(work / "images", args.samples, WORKERS)
-        list_file = work / "inputs.txt"
-        list_file.write_text("\n".join(paths))
+        images = make_images(work / "images", max(args.samples), WORKERS)
         t0 = time.perf_counter()
         ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         init_s = time.perf_counter() - t0
         warm_workers()
-        times: dict[str, list] = {"torch_drt": [], "processes": [], **{p: [] for p in PEERS}, "ideal": []}
-        cpu: dict[str, list[float]] = {"torch_drt": [], "processes": [], "ideal": []}
-        for r in range(args.repeats):
-            for key, (seconds, cpu_s) in (
-                ("ideal", ideal_seconds(paths, args.ideal_images)),
-                ("torch_drt", ray_build(paths, work, f"full{r}", args.parts)),
-                ("processes", local_build(list_file, work / f"local{r}", args.parts)),
-            ):
-                times[key].append(seconds)
-                cpu[key].append(cpu_s)
-            for peer in () if args.skip_peers else PEERS:
-                times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
-        rerun = None if args.skip_resume else resume(paths, work / "resume_root", args.parts)
+        for n in args.samples:
+            resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
+            by_samples[n] = measure(images[:n], work / f"n{n}", args, resume_too)
+            by_samples[n]["ray_init"] = init_s
+            print_table(by_samples[n])
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
-    figures = summarize(times, args.samples, args.skip_peers)
+    if args.json:
+        largest = by_samples[max(args.samples)]  # with the resume
+        Path(args.json).write_text(json.dumps({**largest, "by_samples": by_samples}, indent=2))
+
+
+def measure(paths: list[str], work: Path, args: argparse.Namespace, resume_too: bool) -> dict:
+    """The figures of one image count: every build and the ideal, interleaved, ``args.repeats`` rounds."""
+    parts = args.parts or max(2 * WORKERS, len(paths) // 250)
+    work.mkdir(parents=True)
+    list_file = work / "inputs.txt"
+    list_file.write_text("\n".join(paths))
+    times: dict[str, list] = {"torch_drt": [], "processes": [], **{p: [] for p in PEERS}, "ideal": []}
+    cpu: dict[str, list[float]] = {"torch_drt": [], "processes": [], "ideal": []}
+    accounts = []
+    for r in range(args.repeats):
+        for key, run, *call in (
+            ("ideal", ideal_seconds, paths, args.ideal_images),
+            ("torch_drt", ray_build, paths, work, f"full{r}", parts),
+            ("processes", local_build, list_file, work / f"local{r}", parts),
+        ):
+            result = run(*call)
+            if key == "processes":
+                accounts.append(result)
+                result = (result["seconds"], result["cpu"])
+            times[key].append(result[0])
+            cpu[key].append(result[1])
+        for peer in () if args.skip_peers else PEERS:
+            times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
+    rerun = resume(paths, work / "resume_root", parts) if resume_too else None
+    figures = summarize(times, len(paths), args.skip_peers)
     for key, runs in cpu.items():
         figures[key]["cpu"] = statistics.median(runs)
-    full = figures["torch_drt"]["seconds"]
+    figures["processes"]["accounting"] = sorted(accounts, key=lambda a: a["seconds"])[len(accounts) // 2]
     if rerun is not None:
+        full = figures["torch_drt"]["seconds"]
         figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
-    figures.update(samples=args.samples, parts=args.parts, ray_init=init_s, repeats=args.repeats)
-    print_table(figures)
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    figures.update(samples=len(paths), parts=parts, repeats=args.repeats)
+    return figures
 
 
 def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
@@ -258,7 +280,7 @@ def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
 
 
 def print_table(f: dict) -> None:
-    print(f"# build: {f['samples']} JPEGs -> 224 px JPEG + int label, {WORKERS} worker processes, median of "
+    print(f"\n# build: {f['samples']} JPEGs -> 224 px JPEG + int label, {WORKERS} worker processes, median of "
           f"{f['repeats']} (Ray cluster start {f['ray_init']:.1f} s, not timed; torch_drt in {f['parts']} parts)")
     print(f"{'library':<22} {'seconds':>9} {'samples/s':>10} {'torch_drt ratio':>16}")
     ours = f["torch_drt"]["rate"]
@@ -285,6 +307,9 @@ def print_table(f: dict) -> None:
     print(f"CPU: the conversion alone {conversion:.2f} s; the Ray build {f['torch_drt']['cpu']:.2f} s in all "
           f"({conversion / f['torch_drt']['cpu']:.0%} of it converting), the processes build "
           f"{f['processes']['cpu']:.2f} s ({conversion / f['processes']['cpu']:.0%})")
+    from _build_local import print_accounting  # (it imports this module)
+
+    print_accounting(f["processes"]["accounting"], conversion)
     if "resume" not in f:
         return
     r = f["resume"]

@@ -29,10 +29,17 @@ def _join_ranks() -> bool:
 
 
 def build_set(
-    source: Any, root: str, name: str, parts: int | None, config: WriterConfig, options: dict[str, Any] | None = None
+    source: Any,
+    root: str,
+    name: str,
+    parts: int | None,
+    config: WriterConfig,
+    options: dict[str, Any] | None = None,
+    num_workers: int = 0,
 ) -> int:
     """Build set ``root/name`` (a directory or URL) from a random-access source, split into ``parts`` (default: one
-    per rank)."""
+    per rank), the parts written by ``num_workers`` local worker processes (0: this process; under torchrun: each
+    rank's)."""
     import torch.distributed as dist
 
     from torch_drt.build import build_cache_set, split_rows
@@ -43,7 +50,9 @@ def build_set(
     try:
         try:
             inputs = split_rows(source, num_parts=parts or world)
-            report = build_cache_set(inputs, root, name, writer_config=config, storage_options=options)
+            report = build_cache_set(
+                inputs, root, name, writer_config=config, storage_options=options, num_workers=num_workers
+            )
         except (TypeError, ValueError, FileExistsError) as e:
             if rank == 0:
                 print(f"error: {e}", file=sys.stderr)

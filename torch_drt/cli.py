@@ -56,9 +56,11 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
         show_progress=not args.quiet and enabled(),
         validate_cache=args.verify,
     )
+    if args.num_workers and not (args.parts or under_torchrun()):
+        raise CliError("--num-workers writes the parts of a cache set: give --parts N too", 2)
     source = inputs.build_source(args)
     if args.parts or under_torchrun():
-        return build_set(source, args.root, source.name, args.parts, config, options)
+        return build_set(source, args.root, source.name, args.parts, config, options, args.num_workers)
     plain = Path(str(source.name)).name == str(source.name)  # else the writer refuses the name itself
     if remote:
         target: Path | str = f"{root}/{source.name}"
@@ -209,6 +211,10 @@ def _add_cache(sub: Any) -> None:
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.add_argument(
         "--parts", type=positive_int, help="build a cache set of this many parts (under torchrun: default one per rank)"
+    )
+    build.add_argument(
+        "--num-workers", type=non_negative_int, default=0,
+        help="write a set's parts in this many local worker processes (under torchrun: per rank; 0: in the process)",
     )
     build.set_defaults(func=cmd_cache_build)
     info = cache.add_parser("info", help="print a cache's manifest summary, counts, schema and sizes")

@@ -116,3 +116,48 @@ def test_forked_workers_inherit_the_writers_first_use_imports(tmp_path):
     child = set(json.loads((tmp_path / "child.json").read_text()))
     missing = sorted(m for m in json.loads((tmp_path / "writer.json").read_text()) if m not in child)
     assert not missing, missing  # each worker would import them on its first part (pandas alone: ~0.3 s of CPU)
+
+
+_PID_SOURCE = '''
+import os
+from pathlib import Path
+
+import torch_drt as drt
+
+
+class Rows:
+    """Ten rows; each process that reads one leaves a file named for its pid in PIDS."""
+
+    name = "rows"
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, i):
+        if not 0 <= i < 10:
+            raise IndexError(i)
+        Path(os.environ["PIDS"], str(os.getpid())).touch()
+        return drt.CacheInput(f"row {i}".encode() * (i + 1), {"label": i})
+
+    def __iter__(self):
+        return (self[i] for i in range(10))
+'''
+
+
+def test_cli_num_workers_builds_the_same_set_in_worker_processes(tmp_path, monkeypatch, capsys):
+    from torch_drt.cli import main
+
+    (tmp_path / "pid_rows.py").write_text(_PID_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    monkeypatch.setenv("PIDS", str(pids))
+    spec = ["--source-spec", "pid_rows:Rows", "--parts", "4", "--quiet"]
+    assert main(["cache", "build", str(tmp_path / "w"), *spec, "--num-workers", "2"]) == 0
+    workers = {int(p.name) for p in pids.iterdir()}
+    assert workers and os.getpid() not in workers  # the rows were read in worker processes
+    assert main(["cache", "build", str(tmp_path / "one"), *spec]) == 0
+    assert tree_bytes(tmp_path / "w" / "rows") == tree_bytes(tmp_path / "one" / "rows")
+    capsys.readouterr()
+    assert main(["cache", "build", str(tmp_path / "x"), "--source-spec", "pid_rows:Rows", "--num-workers", "2"]) == 2
+    assert "--num-workers" in capsys.readouterr().err and not (tmp_path / "x" / "rows").exists()

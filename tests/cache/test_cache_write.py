@@ -318,3 +318,26 @@ def test_a_cache_written_with_a_random_uid_still_opens_and_a_foreign_metadata_fi
     rehash_manifest(path)
     with pytest.raises(CacheCorruptError, match="metadata is of cache"):
         open_cache(path)
+
+
+def test_a_quiet_cache_write_imports_neither_pandas_nor_tqdm(tmp_path):
+    """pyarrow's ``pa.array`` imports pandas (0.3 s of CPU) to ask whether a list is a pandas object, and a bar that
+    is never shown needs no tqdm (0.03-0.06 s): a process's first write without a bar pays neither (a set build's
+    driver paid both before forking its workers, which waited for it)."""
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from torch_drt.cache import CacheInput, WriterConfig\n"
+        "from torch_drt.cache.writer import write_source\n"
+        "class S:\n"
+        "    name = 's'\n"
+        "    def __iter__(self):\n"
+        "        return iter([CacheInput(b'x', {'b': True, 'f': 0.5, 'i': 1, 's': 'a'})] * 3)\n"
+        f"r = write_source(S(), {str(tmp_path)!r}, WriterConfig(show_progress=False))\n"
+        "assert type(r).__name__ == 'CacheWriteSuccess', r\n"
+        "print(sorted({'pandas', 'tqdm'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

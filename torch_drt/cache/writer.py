@@ -71,12 +71,27 @@ def _one_by_one(append: Callable[[bytes, int], None], records: list[bytes], chec
 
 
 def warm_up() -> None:
-    """Import what a first write imports (its progress bar, the metadata columns' encoder), writing nothing, so that
-    processes forked afterwards inherit it instead of each paying it on its first cache."""
+    """Import what a first write without a progress bar imports (the metadata columns' encoder), writing nothing, so
+    that processes forked afterwards inherit it instead of each paying it on its first cache."""
+    columns_warm_up()
+
+
+class _NoBar:
+    """The progress bar of a write that shows none (tqdm is imported only for a bar that is shown)."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _bar(config: WriterConfig, total: int | None, name: str, position: int) -> Any:
+    if not config.show_progress:
+        return _NoBar()
     from tqdm.auto import tqdm
 
-    tqdm(total=0, disable=True).close()
-    columns_warm_up()
+    return tqdm(total=total, desc=name, unit=" samples", position=position)
 
 
 def _write_records(
@@ -85,8 +100,6 @@ def _write_records(
     """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
     unless ``config.durable`` is False (the full shards' syncs start while the next ones are written; the last
     shard's, the small files' and the directories' run together at the end)."""
-    from tqdm.auto import tqdm
-
     comp = config.shard_compression
     compress = compressor(comp.algo, comp.level)
     checksum = xxhash.xxh3_64_intdigest
@@ -95,7 +108,7 @@ def _write_records(
     columns = MetadataColumns()
     raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
-    bar = tqdm(total=total, desc=source.name, unit=" samples", disable=not config.show_progress, position=position)
+    bar = _bar(config, total, source.name, position)
     batch: list[bytes] = []
     items, payload, write, add_raw = iter(source), columns.payload, shards.extend, raw_lengths.append
     batch_bytes = _BATCH_BYTES
