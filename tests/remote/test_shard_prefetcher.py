@@ -7,6 +7,7 @@ prefetcher sees them through its ``Fetchable`` protocol, the one the remote back
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -145,6 +146,22 @@ def test_files_read_from_the_front_of_the_plan_are_demoted_the_others_not(tmp_pa
     assert [f.demoted for f in files] == [True, False, False, False, False]
     prefetcher.update([files[4]])  # another loader's plan: the files ahead (f1, f2) go, f3 is merely unplanned
     assert [f.demoted for f in files] == [True, True, True, False, False]
+
+
+def test_only_the_files_coming_within_the_bytes_ahead_are_marked_recently_used(tmp_path):
+    """A file the plan needs epochs from now (a loading process's plan holds every shard of its next batches) is
+    not recently used: marked so, it would be kept over the shards read just now, which the next epoch (walking the
+    shards backward) reads first. Files are marked as they come within the bytes ahead, the latest-needed first."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(6)]
+    for f in files:
+        f.fetch()
+        os.utime(f.path, (100, 100))
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=20)  # two 10-byte files ahead
+    prefetcher.update(files, first=1)
+    assert [f.path.stat().st_mtime > 100 for f in files] == [True, True, False, False, False, False]
+    assert files[0].path.stat().st_mtime_ns >= files[1].path.stat().st_mtime_ns  # the first needed: most recent
+    prefetcher.update(files[1:])  # f0 read: f2 comes within the bytes ahead
+    assert [f.path.stat().st_mtime > 100 for f in files] == [True, True, True, False, False, False]
 
 
 def test_a_start_or_resume_demotes_nothing(tmp_path):
