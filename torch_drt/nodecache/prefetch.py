@@ -84,6 +84,7 @@ class ShardPrefetcher:
         self._deferred: set[str] = set()  # not fetched for want of room under the node cache's limit (this plan)
         self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
+        self._bound = bytes_ahead  # the bytes ahead of the current plan (``update``)
         self._window: set[str] = set()  # the plan's files within the bytes ahead at the last update (touched)
         self._looked: set[str] = set()  # a running plan's files found not local when they came into view
         self._threads: list[threading.Thread] = []
@@ -102,7 +103,7 @@ class ShardPrefetcher:
                 _SHARED[key] = cls(concurrency, bytes_ahead)
             return _SHARED[key]
 
-    def update(self, upcoming: Sequence[Fetchable], first: int = 0) -> None:
+    def update(self, upcoming: Sequence[Fetchable], first: int = 0, bytes_ahead: int | None = None) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
         Files that came within the bytes ahead are marked recently used, latest-needed first, and files that left
@@ -118,6 +119,8 @@ class ShardPrefetcher:
             first: after a start or a resume, how many of the plan's first (distinct) files the next read needs:
                 until they are all local, only they download (the first batch does not share the network with
                 the whole lookahead). 0 in a running pipeline.
+            bytes_ahead: this plan's bound (None: the prefetcher's ``bytes_ahead``), e.g. a node cache's quarter
+                split among a loader's loading processes (``RemoteConfig.bytes_ahead``).
         """
         planned: dict[str, Fetchable] = {}
         plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
@@ -129,6 +132,7 @@ class ShardPrefetcher:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan, self._first = plan, plan[:first]
+            self._bound = self.bytes_ahead if bytes_ahead is None else max(1, bytes_ahead)
             if first:
                 self._looked.clear()  # a start or a resume: every file is looked at again
             self._deferred.clear()  # reads moved on: files they read may be evicted now
@@ -154,7 +158,7 @@ class ShardPrefetcher:
         out, ahead = [], 0
         for file in self._plan:
             ahead += file.size
-            if ahead > self.bytes_ahead and out:
+            if ahead > self._bound and out:
                 break
             out.append(file)
         return out
