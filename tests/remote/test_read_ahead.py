@@ -20,8 +20,9 @@ class RecordingReader:
     def shard_groups(self, cache_pos: np.ndarray, sample_ids: np.ndarray) -> np.ndarray:
         return np.asarray(sample_ids) // 2
 
-    def prefetch(self, groups: np.ndarray, first: int = 0) -> None:
+    def prefetch(self, groups: np.ndarray, first: int = 0, share: int = 1) -> None:
         self.plans.append((np.asarray(groups).tolist(), first))
+        self.share = share
 
 
 def _rows(k: int):
@@ -72,3 +73,10 @@ def test_a_start_given_the_batchs_rows_does_not_compute_them_again_and_plans_the
             ahead.before(k, rows(k))
     assert given.plans == computed.plans
     assert asked[: asked.index(0)] == [1, 2, 3, 4, 11, 12, 13]  # batches 0 and 10 came with their rows
+
+
+def test_the_loaders_loading_processes_are_handed_to_the_reader_with_each_plan():
+    """A loading process of a loader with several plans its share of the node cache's prefetch bytes."""
+    reader = RecordingReader()
+    ReadAhead(reader, _rows, share=3).before(0)  # type: ignore[arg-type]
+    assert reader.share == 3

@@ -7,10 +7,12 @@ prefetcher sees them through its ``Fetchable`` protocol, the one the remote back
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
 
+import torch_drt as drt
 from torch_drt.nodecache.prefetch import ShardPrefetcher
 
 
@@ -66,6 +68,26 @@ def test_planned_files_within_the_bytes_ahead_are_fetched_once_in_order(tmp_path
     prefetcher.update(files[2:])  # two read: two more come into view
     _wait(lambda: prefetcher.fetched == 6)
     assert [f.fetches for f in files] == [1] * 6
+
+
+def test_a_plan_given_its_own_bytes_ahead_is_followed_that_far(tmp_path):
+    """A loading process of a loader with several gets a share of the node cache's quarter
+    (``RemoteConfig.bytes_ahead(share)``): its windows and its neighbours' add up in the node cache."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(6)]
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=1 << 20)
+    prefetcher.update(files, bytes_ahead=20)  # two 10-byte files ahead
+    _wait(lambda: prefetcher.fetched == 2)
+    time.sleep(0.1)
+    assert [f.fetches for f in files] == [1, 1, 0, 0, 0, 0]
+    prefetcher.update(files[1:])  # without a bound of its own: the prefetcher's
+    _wait(lambda: prefetcher.fetched == 6)
+    assert [f.fetches for f in files] == [1] * 6
+
+
+def test_the_node_caches_quarter_is_split_among_a_loaders_processes_not_prefetch_bytes():
+    config = drt.RemoteConfig(cache_limit=8000, prefetch_bytes=1500)
+    assert [config.bytes_ahead(), config.bytes_ahead(2), config.bytes_ahead(4)] == [1500, 1000, 500]
+    assert drt.RemoteConfig(cache_limit=8000, prefetch_bytes=100).bytes_ahead(4) == 100
 
 
 def test_a_warm_plan_costs_no_presence_checks_and_wakes_no_downloads(tmp_path):
@@ -145,6 +167,22 @@ def test_files_read_from_the_front_of_the_plan_are_demoted_the_others_not(tmp_pa
     assert [f.demoted for f in files] == [True, False, False, False, False]
     prefetcher.update([files[4]])  # another loader's plan: the files ahead (f1, f2) go, f3 is merely unplanned
     assert [f.demoted for f in files] == [True, True, True, False, False]
+
+
+def test_only_the_files_coming_within_the_bytes_ahead_are_marked_recently_used(tmp_path):
+    """A file the plan needs epochs from now (a loading process's plan holds every shard of its next batches) is
+    not recently used: marked so, it would be kept over the shards read just now, which the next epoch (walking the
+    shards backward) reads first. Files are marked as they come within the bytes ahead, the latest-needed first."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(6)]
+    for f in files:
+        f.fetch()
+        os.utime(f.path, (100, 100))
+    prefetcher = ShardPrefetcher(concurrency=1, bytes_ahead=20)  # two 10-byte files ahead
+    prefetcher.update(files, first=1)
+    assert [f.path.stat().st_mtime > 100 for f in files] == [True, True, False, False, False, False]
+    assert files[0].path.stat().st_mtime_ns >= files[1].path.stat().st_mtime_ns  # the first needed: most recent
+    prefetcher.update(files[1:])  # f0 read: f2 comes within the bytes ahead
+    assert [f.path.stat().st_mtime > 100 for f in files] == [True, True, True, False, False, False]
 
 
 def test_a_start_or_resume_demotes_nothing(tmp_path):

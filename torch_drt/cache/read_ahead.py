@@ -32,6 +32,7 @@ class ReadAhead:
         depth: batches in view (default: the reader's ``RemoteConfig.lookahead_batches``).
         many_rows: ``(k, n)`` -> the rows of batches ``k .. k+n-1`` (fewer past the last batch), computed at once
             (optional: one call instead of ``n``).
+        share: the loading processes of the loader (their prefetch windows split the node cache's quarter).
     """
 
     def __init__(
@@ -40,8 +41,10 @@ class ReadAhead:
         batch_rows: BatchRows,
         depth: int | None = None,
         many_rows: ManyBatchRows | None = None,
+        share: int = 1,
     ) -> None:
         self.reader = reader
+        self.share = share
         self.batch_rows = batch_rows
         self.many_rows = many_rows
         self.active = reader.remote
@@ -75,7 +78,7 @@ class ReadAhead:
         if not view:
             return
         planned = first_seen(np.concatenate([g for _, g in view]))
-        self.reader.prefetch(planned, first=len(view[0][1]) if starting else 0)
+        self.reader.prefetch(planned, first=len(view[0][1]) if starting else 0, share=self.share)
 
     def stop(self) -> None:
         """Withdraw the plan (the loader is closed): downloads in flight finish, no further one starts."""

@@ -130,17 +130,18 @@ class CacheReader:
             out[rows] = self._caches[pos].entries(sample_ids[rows], "shard").astype(np.int64) + self._offsets[pos]
         return out
 
-    def prefetch(self, groups: np.ndarray, first: int = 0) -> None:
+    def prefetch(self, groups: np.ndarray, first: int = 0, share: int = 1) -> None:
         """Fetch the shards numbered ``groups`` (as ``shard_groups`` numbers them) ahead of the reads that need
         them, in this order; it replaces the previous call's plan. A no-op when every cache is local. After a start
         or a resume, ``first`` says how many of ``groups`` (distinct) the next read needs: they download first.
+        ``share``: the loading processes of the loader (their prefetch windows split the node cache's quarter).
 
         This is the loader's hook: give it the shards of the next batches before reading each batch (see
         ``torch_drt.cache.read_ahead.ReadAhead``). The first remote cache's ``RemoteConfig`` bounds the prefetch.
         """
         remote = [c for c in self._caches if not c.backend.stats_cheaply]
         if remote:
-            remote[0].backend.prefetch(self._shard_files(groups), first)
+            remote[0].backend.prefetch(self._shard_files(groups), first, share)
 
     def fetch_first(self, groups: np.ndarray) -> None:
         """Start downloading the shards numbered ``groups`` in this process now, in this order, for the first reads

@@ -144,9 +144,10 @@ class RowStream:
             return np.split(self.rows(spans[0][0], sum(counts)), np.cumsum(counts)[:-1])
         return [self.rows(start, count) for start, count in spans]
 
-    def read_ahead(self, reader: CacheReader, span: Span, depth: int | None = None) -> ReadAhead:
+    def read_ahead(self, reader: CacheReader, span: Span, depth: int | None = None, share: int = 1) -> ReadAhead:
         """The read-ahead of a reader of this stream whose batch ``k`` is positions ``span(k) = (start, count)``
-        (None past the last batch): ``before(k)`` hands ``reader`` the shards of the next batches."""
+        (None past the last batch): ``before(k)`` hands ``reader`` the shards of the next batches (``share``: the
+        loader's loading processes, see ``ReadAhead``)."""
 
         def many(k: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
             spans = list(itertools.takewhile(lambda s: s is not None, map(span, range(k, k + n))))
@@ -155,7 +156,7 @@ class RowStream:
         def one(k: int) -> tuple[np.ndarray, np.ndarray] | None:
             return next(iter(many(k, 1)), None)
 
-        return ReadAhead(reader, one, depth, many_rows=many)
+        return ReadAhead(reader, one, depth, many_rows=many, share=share)
 
     def __repr__(self) -> str:
         return f"RowStream({self.order!r}, layout={self.layout!r}, {self.who}, rows={len(self.table)})"

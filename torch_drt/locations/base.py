@@ -152,9 +152,12 @@ class CacheBackend(ABC):
         that manifest (one round trip instead of two); the files are still verified against the manifest when
         read. A no-op for local caches."""
 
-    def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:  # noqa: B027 - local: no fetching
+    def prefetch(  # noqa: B027 - local: no fetching
+        self, files: Sequence[StoredFile], first: int = 0, share: int = 1
+    ) -> None:
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
-        plan); after a start or a resume the ``first`` of them first. A no-op for local caches."""
+        plan); after a start or a resume the ``first`` of them first; ``share``: the loading processes of the
+        loader, whose prefetch windows split the node's. A no-op for local caches."""
 
     def sha256(self, rel: str) -> str:
         """The hex SHA-256 of a whole file, read in chunks (the strong check of ``validate_cache=True``)."""

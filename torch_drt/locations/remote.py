@@ -96,15 +96,16 @@ class RemoteBackend(CacheBackend):
     def where(self, rel: str = "") -> str:
         return self.store.join(rel)
 
-    def prefetch(self, files: Sequence[StoredFile], first: int = 0) -> None:
+    def prefetch(self, files: Sequence[StoredFile], first: int = 0, share: int = 1) -> None:
         """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only); the
         shards this process maps that no planned read needs are unmapped. The first ``first`` files are what the
-        next read needs after a start or a resume (see ``ShardPrefetcher.update``)."""
+        next read needs after a start or a resume (see ``ShardPrefetcher.update``); the prefetcher looks
+        ``RemoteConfig.bytes_ahead(share)`` ahead (``share``: the loading processes of the loader)."""
         if self.config.read_mode == "shards":
             planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
             keep_mapped_only({f.key for f in planned})
             needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
-            self.prefetcher.update(planned, first=needed)
+            self.prefetcher.update(planned, first=needed, bytes_ahead=self.config.bytes_ahead(share))
 
     def fetch_first(self, files: Sequence[StoredFile]) -> None:
         """Start downloading ``files`` in this process now, in order (shards mode only), for the first reads of

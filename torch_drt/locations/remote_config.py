@@ -42,7 +42,8 @@ class RemoteConfig:
             byte ranges while its shard downloads); ``"ranges"`` reads every batch with coalesced byte-range
             requests and keeps no shard copy (for sparse or weighted sampling).
         prefetch_shards: shard downloads in flight per process.
-        prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``).
+        prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``,
+            split among a loader's loading processes).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
         open_shards: idle shards a process keeps mapped, one map per file for all its datasets (an idle map does
             not keep its file from eviction: a read finding it evicted fetches it again).
@@ -146,7 +147,8 @@ class RemoteConfig:
         probe = next((p for p in (directory, *directory.parents) if p.exists()), Path("/"))
         return shutil.disk_usage(probe).total // 2
 
-    def bytes_ahead(self) -> int:
-        """Bytes a process prefetches ahead: ``prefetch_bytes``, at most a quarter of the node cache (the
-        processes of a node share it)."""
-        return max(1, min(self.prefetch_bytes, self.node_cache_limit() // 4))
+    def bytes_ahead(self, share: int = 1) -> int:
+        """Bytes a process prefetches ahead: ``prefetch_bytes``, at most a quarter of the node cache split among
+        the ``share`` loading processes of its loader (their windows add up in the node cache: beyond a quarter,
+        downloads for the windows evict the shards the next reads find there)."""
+        return max(1, min(self.prefetch_bytes, self.node_cache_limit() // (4 * max(1, share))))

@@ -3,11 +3,12 @@
 A loader knows its future (its order is a pure function of seed, epoch and position), so it hands the prefetcher
 the shards of its next batches, in order (``update``); the prefetcher keeps at most ``concurrency`` downloads in
 flight and never looks further ahead than ``bytes_ahead`` bytes of shards (counting those already local or
-downloading). The shards of the plan are marked recently used, and those that left it demoted, so the node cache
-evicts shards no planned read needs (those already read) before the ones the next batches read; the window holds
-no lock on them (it must not hold the node cache over its limit), so a shard evicted before its read is fetched
-again. A read that finds its shard missing asks for it first (``demand``). One prefetcher serves every remote cache
-of a process; the node cache makes the processes of a node share the downloads.
+downloading). The shards coming within the bytes ahead are marked recently used, and those that left the plan
+demoted, so the node cache evicts shards no planned read needs (those already read) before the ones the next
+batches read; the window holds no lock on them (it must not hold the node cache over its limit), so a shard evicted
+before its read is fetched again. A read that finds its shard missing asks for it first (``demand``). One
+prefetcher serves every remote cache of a process; the node cache makes the processes of a node share the
+downloads.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ class ShardPrefetcher:
         self._deferred: set[str] = set()  # not fetched for want of room under the node cache's limit (this plan)
         self._planned: dict[str, Fetchable] = {}
         self._held: dict[str, Any] = {}
+        self._bound = bytes_ahead  # the bytes ahead of the current plan (``update``)
+        self._window: set[str] = set()  # the plan's files within the bytes ahead at the last update (touched)
         self._looked: set[str] = set()  # a running plan's files found not local when they came into view
         self._threads: list[threading.Thread] = []
         self.fetched = 0  # downloads this prefetcher ran to completion (for tests and benchmarks)
@@ -100,24 +103,27 @@ class ShardPrefetcher:
                 _SHARED[key] = cls(concurrency, bytes_ahead)
             return _SHARED[key]
 
-    def update(self, upcoming: Sequence[Fetchable], first: int = 0) -> None:
+    def update(self, upcoming: Sequence[Fetchable], first: int = 0, bytes_ahead: int | None = None) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
-        Files that came into the plan are marked recently used, latest-needed first, and files that left it from
-        its front (read, and not needed again within the plan) are demoted, so that downloads for the plan evict
-        what no planned read needs before what the plan needs last (not after a start or a resume: a new plan
-        says nothing about what was read).
+        Files that came within the bytes ahead are marked recently used, latest-needed first, and files that left
+        the plan from its front (read, and not needed again within it) are demoted, so that downloads for the plan
+        evict what no planned read needs before what the plan needs last (not after a start or a resume: a new
+        plan says nothing about what was read). Only the files within the bytes ahead are marked: the plan may
+        reach epochs ahead (a loading process's plan holds every shard of its next batches), and a file needed
+        epochs from now is not recently used; marked so it would be kept over the shards read just now, which the
+        next epoch (walking the shards backward) reads first.
 
         Args:
             upcoming: the files, in read order.
             first: after a start or a resume, how many of the plan's first (distinct) files the next read needs:
                 until they are all local, only they download (the first batch does not share the network with
                 the whole lookahead). 0 in a running pipeline.
+            bytes_ahead: this plan's bound (None: the prefetcher's ``bytes_ahead``), e.g. a node cache's quarter
+                split among a loader's loading processes (``RemoteConfig.bytes_ahead``).
         """
         planned: dict[str, Fetchable] = {}
         plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
-        for file in reversed([f for f in plan if f.key not in self._planned]):
-            file.touch()
         read = []  # a running loader's plan: held files that left it were read (a start says nothing of it)
         if not first:  # (held: read from the front of the plan, not just dropped by another loader's plan)
             read = [self._planned[k] for k in self._planned.keys() - planned.keys() if k in self._held]
@@ -126,6 +132,7 @@ class ShardPrefetcher:
             if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
             self._plan, self._first = plan, plan[:first]
+            self._bound = self.bytes_ahead if bytes_ahead is None else max(1, bytes_ahead)
             if first:
                 self._looked.clear()  # a start or a resume: every file is looked at again
             self._deferred.clear()  # reads moved on: files they read may be evicted now
@@ -134,6 +141,11 @@ class ShardPrefetcher:
             if self._due():
                 self._start()
                 self._cond.notify_all()
+            window = self._ahead_of_plan()
+            came = [f for f in window if f.key not in self._window]
+            self._window = {f.key for f in window}
+        for file in reversed(came):  # the next reads' files: evicted after the files read before them
+            file.touch()
         for file in read:  # after this process let go of them: a file another one holds stays wanted
             file.demote()
 
@@ -146,7 +158,7 @@ class ShardPrefetcher:
         out, ahead = [], 0
         for file in self._plan:
             ahead += file.size
-            if ahead > self.bytes_ahead and out:
+            if ahead > self._bound and out:
                 break
             out.append(file)
         return out

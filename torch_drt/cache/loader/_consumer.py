@@ -212,8 +212,8 @@ class RowFetcher:
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
             stream = self._stream(self._lane(batch.worker)[0])
-            ahead = self._ahead[batch.worker] = stream.read_ahead(self._reader, functools.partial(self._span,
-                                                                                                  batch.worker))
+            ahead = self._ahead[batch.worker] = stream.read_ahead(
+                self._reader, functools.partial(self._span, batch.worker), share=max(self.dealt_to, len(self.plans)))
         _, _, per_pass = self._lane(batch.worker)
         snap, k = self._snapshot, batch.epoch * per_pass + batch.index // self.dealt_to
         ahead.before(k, (snap.cache_pos[rows], snap.sample_ids[rows]))
