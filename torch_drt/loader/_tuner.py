@@ -106,8 +106,8 @@ class TrialClock:
     ``started``: as ``trial_batches`` takes them.
 
     Attributes:
-        warmup, length: the batches not measured, then measured.
-        count: the batches delivered so far.
+        warmup, length: the batches not measured (the first ``warmup`` delivered), then the batches to measure.
+        count, measured: the batches delivered so far, and measured.
         spent_ns: the measured batches' time in flight, summed.
     """
 
@@ -115,8 +115,14 @@ class TrialClock:
                  started: bool = False) -> None:
         self.in_flight = setting.workers + setting.depth
         self.warmup, self.length = trial_batches(setting, budget, threads, started)
-        self.count = self.spent_ns = 0
+        self.count = self.measured = self.spent_ns = 0
         self._requested = collections.deque([start_ns] * self.in_flight)  # of the next batches, in order
+
+    def restart(self, start_ns: int) -> None:
+        """The pipeline started afresh at ``start_ns`` (a new epoch) within the trial: its first round carries the
+        start and is not measured; the batches measured so far still count."""
+        self.warmup = self.count + self.in_flight
+        self._requested = collections.deque([start_ns] * self.in_flight)
 
     def delivered(self, now_ns: int) -> None:
         """A batch was delivered at ``now_ns`` (the batch ``in_flight`` after it is requested then)."""
@@ -125,11 +131,12 @@ class TrialClock:
         self._requested.append(now_ns)
         if self.count > self.warmup:
             self.spent_ns += now_ns - requested
+            self.measured += 1
 
     @property
     def ends(self) -> bool:
         """Whether the trial's last batch was delivered."""
-        return self.count == self.warmup + self.length
+        return self.measured == self.length
 
     @property
     def elapsed_ns(self) -> int:
