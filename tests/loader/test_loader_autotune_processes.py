@@ -64,6 +64,7 @@ def test_the_search_for_processes_queues_a_batch_behind_each_worker_within_its_b
         left -= sum(trial_batches(search.current, 64, started=left == 64))  # the first: the loader's start
         search.observe(Trial(round_robin_rate(search.current.workers, search.current.depth), 0.9), left)
     assert left >= 0, search.history  # every trial finished within the budget
+    assert all(s.depth == s.workers for s, _ in search.history), search.history  # and no depth trial forked them again
     assert round_robin_rate(search.best.workers, search.best.depth) >= 0.9 * grid_best(), search.history
 
 

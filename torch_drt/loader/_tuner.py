@@ -12,9 +12,10 @@ they are CPU-bound, their best is near the machine's CPUs, and steps of 4 skip i
 tried with ``PROCESS_AHEAD`` batches ahead per worker (1x1, 2x2, 4x4): they take batches in round robin, and a batch is
 requested when the one ``in_flight`` before it is delivered, so with fewer batches ahead than workers a worker that
 finishes its batch has none queued and waits for the hand-off of another worker's (2x2 ran 20-35% faster than 2x1
-on 2 CPUs, and the 64-batch budget ran out before a trial of batches ahead). Every setting it proposes after the
-first trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
-at most the cap.
+on 2 CPUs, and the 64-batch budget ran out before a trial of batches ahead); no depth trial follows (2x3 did no
+better than 2x2, and its larger transport rings fork the processes again, and once more for the return). Every
+setting it proposes after the first trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and
+per-batch bytes, as measured) is at most the cap.
 
 The search's budget bounds it too: a trial the batches left cannot finish (``trial_batches``) is not started. A step
 up of the workers that does not fit is made smaller (doubling) when that one fits, else the search ends at the best
@@ -249,8 +250,9 @@ class HillClimb:
         return self._fit(Setting(workers, ahead))
 
     def _advance(self) -> Setting | None:
-        """Leave the current phase: the next phase's first proposal, if any."""
-        if self._phase == "workers" and self._tune_depth:
+        """Leave the current phase: the next phase's first proposal, if any (process workers were tried with their
+        batches ahead: one queued behind each; more did not pay, and a trial of them forks the processes again)."""
+        if self._phase == "workers" and self._tune_depth and not self.memory.processes:
             self._phase = "depth"
             return self._fit(Setting(self.best.workers, min(self.max_depth, 2 * self.best.depth)))
         self._phase = "done"
