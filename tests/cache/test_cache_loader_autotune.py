@@ -106,7 +106,7 @@ def test_tune_chooses_processes_keeps_the_rows_and_a_resume_runs_the_choice(data
     assert resumed._mode.mapper.num_workers == 4 and again["num_workers"] == 4 and again["done"] is True
 
 
-def test_a_depth_trial_and_the_return_from_it_keep_the_loading_processes(dataset):
+def test_the_chosen_setting_runs_on_the_loading_processes_it_was_measured_with(dataset):
     loader = make(dataset, num_workers="tune")
     loader._autotune.climb.max_workers = 4
     model, runs = cost_model(loader), []
@@ -122,8 +122,8 @@ def test_a_depth_trial_and_the_return_from_it_keep_the_loading_processes(dataset
         next(it)
     assert loader._autotune.done and loader.num_workers == 4
     four = [(in_flight, pids) for workers, in_flight, pids in runs if workers == 4]
-    assert [in_flight for in_flight, _ in four] == [5, 6], runs  # 4 processes with 1, then 2 batches ahead
-    assert four[0][1] == four[1][1] == set(loader.worker_pids()), runs  # one set of processes: none forked again
+    assert [in_flight for in_flight, _ in four] == [8], runs  # 4 processes, one batch queued behind each
+    assert four[0][1] == set(loader.worker_pids()), runs  # no depth trial: the processes measured run the choice
 
 
 def test_a_fixed_loader_resumes_a_tuned_checkpoint_under_its_own_workers(dataset):

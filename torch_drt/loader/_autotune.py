@@ -5,9 +5,10 @@ delivered is counted and timed here (``delivered``): after a warm-up (a first ro
 (``trial_batches``) measures the setting's steady batches per second (``TrialClock``: the batches in flight over
 the mean time a measured batch spent in flight) over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round
 of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less
-a moment of load sways it. It measures too the share of its time the caller waited
-(``loader.stats()``'s recorder), the largest batch's bytes and, for process workers, their private memory. The
-``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
+a moment of load sways it; one longer than an epoch goes on in the next (``TrialClock.restart``). It measures too
+the share of its time the caller waited (``loader.stats()``'s recorder), the largest batch's bytes and, for process
+workers, their private memory.
+The ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
 when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches; it starts no trial
 that the batches left cannot finish, but a resumed search's first trial may be cut short). The chosen setting,
@@ -189,8 +190,12 @@ class LoaderAutotune:
         self._mark = self._recorded(loader) if loader is not None and not self._trial.warmup else (0, 0)
 
     def started(self, loader: Any) -> None:
-        """The loader's pipeline starts afresh (a new iterator): the trial running starts again with it."""
-        self._begin(loader, started=True)
+        """The loader's pipeline starts afresh (a new iterator): the trial running starts again with it, or, once
+        some of its batches were delivered (an epoch shorter than a trial), goes on after a warm-up round."""
+        if self._trial.count:
+            self._trial.restart(perf_counter_ns())
+        else:
+            self._begin(loader, started=True)
 
     def delivered(self, loader: Any, batch: Any) -> None:
         """A batch was delivered to the caller: count it; at a trial's end, or once the budget is spent, apply

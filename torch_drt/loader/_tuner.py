@@ -8,9 +8,14 @@ thread costs no start) and steps of 4 reach 16 in two trials (4, 16), where doub
 I/O-bound loader fits in the first 5% of an epoch of 1,280 batches, and each step's gain stands out of the noise
 more. Process workers start at 1 and double (``PROCESS_STEP``):
 they are CPU-bound, their best is near the machine's CPUs, and steps of 4 skip it (1, 4, 16 never tries 2 on a
-2-CPU machine, where 4 processes still beat 1). Every setting it proposes after the first
-trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and per-batch bytes, as measured) is
-at most the cap.
+2-CPU machine, where 4 processes still beat 1). When batches ahead are searched too, a number of process workers is
+tried with ``PROCESS_AHEAD`` batches ahead per worker (1x1, 2x2, 4x4): they take batches in round robin, and a batch is
+requested when the one ``in_flight`` before it is delivered, so with fewer batches ahead than workers a worker that
+finishes its batch has none queued and waits for the hand-off of another worker's (2x2 ran 20-35% faster than 2x1
+on 2 CPUs, and the 64-batch budget ran out before a trial of batches ahead); no depth trial follows (2x3 did no
+better than 2x2, and its larger transport rings fork the processes again, and once more for the return). Every
+setting it proposes after the first trial fits the memory cap: its ``MemoryModel`` estimate (per-worker memory and
+per-batch bytes, as measured) is at most the cap.
 
 The search's budget bounds it too: a trial the batches left cannot finish (``trial_batches``) is not started. A step
 up of the workers that does not fit is made smaller (doubling) when that one fits, else the search ends at the best
@@ -42,6 +47,7 @@ import math
 
 WORKER_STEP = 4  # thread workers: I/O-bound loaders want many
 PROCESS_STEP = 2  # process workers: CPU-bound, the best is near the CPUs, and each one costs memory and a start
+PROCESS_AHEAD = 1  # process workers: batches ahead per worker while workers are searched (one queued behind each)
 WORKER_GAIN = 1.10  # more workers stay only for 10% more throughput (noise and memory are not free)
 DEPTH_GAIN = 1.05
 MIN_TRIAL = 8
@@ -101,8 +107,8 @@ class TrialClock:
     ``started``: as ``trial_batches`` takes them.
 
     Attributes:
-        warmup, length: the batches not measured, then measured.
-        count: the batches delivered so far.
+        warmup, length: the batches not measured (the first ``warmup`` delivered), then the batches to measure.
+        count, measured: the batches delivered so far, and measured.
         spent_ns: the measured batches' time in flight, summed.
     """
 
@@ -110,8 +116,14 @@ class TrialClock:
                  started: bool = False) -> None:
         self.in_flight = setting.workers + setting.depth
         self.warmup, self.length = trial_batches(setting, budget, threads, started)
-        self.count = self.spent_ns = 0
+        self.count = self.measured = self.spent_ns = 0
         self._requested = collections.deque([start_ns] * self.in_flight)  # of the next batches, in order
+
+    def restart(self, start_ns: int) -> None:
+        """The pipeline started afresh at ``start_ns`` (a new epoch) within the trial: its first round carries the
+        start and is not measured; the batches measured so far still count."""
+        self.warmup = self.count + self.in_flight
+        self._requested = collections.deque([start_ns] * self.in_flight)
 
     def delivered(self, now_ns: int) -> None:
         """A batch was delivered at ``now_ns`` (the batch ``in_flight`` after it is requested then)."""
@@ -120,11 +132,12 @@ class TrialClock:
         self._requested.append(now_ns)
         if self.count > self.warmup:
             self.spent_ns += now_ns - requested
+            self.measured += 1
 
     @property
     def ends(self) -> bool:
         """Whether the trial's last batch was delivered."""
-        return self.count == self.warmup + self.length
+        return self.measured == self.length
 
     @property
     def elapsed_ns(self) -> int:
@@ -217,20 +230,29 @@ class HillClimb:
                 return None
             if improved and waits and best.workers < self.max_workers and self._failed is None:
                 step = PROCESS_STEP if self.memory.processes else WORKER_STEP
-                up = self._fit(Setting(min(self.max_workers, step * best.workers), best.depth))
-                smaller = self._fit(Setting(min(self.max_workers, PROCESS_STEP * best.workers), best.depth))
+                up = self._workers(min(self.max_workers, step * best.workers))
+                smaller = self._workers(min(self.max_workers, PROCESS_STEP * best.workers))
                 return up if self._affordable(up) or not self._affordable(smaller) else smaller
             if self._failed is not None and self._failed - best.workers > 1:
                 self._refined = True  # one step between the best and the first that did not pay
-                return self._fit(Setting(round(math.sqrt(best.workers * self._failed)), best.depth))
+                return self._workers(round(math.sqrt(best.workers * self._failed)))
             return None
         if self._phase == "depth" and improved and waits and best.depth < self.max_depth:
             return self._fit(Setting(best.workers, min(self.max_depth, 2 * best.depth)))
         return None
 
+    def _workers(self, workers: int) -> Setting:
+        """The setting that tries ``workers`` (within the cap): the best's batches ahead, or for process workers,
+        when those are searched too, ``PROCESS_AHEAD`` per worker."""
+        ahead = self.best.depth
+        if self.memory.processes and self._tune_depth:
+            ahead = min(self.max_depth, PROCESS_AHEAD * workers)
+        return self._fit(Setting(workers, ahead))
+
     def _advance(self) -> Setting | None:
-        """Leave the current phase: the next phase's first proposal, if any."""
-        if self._phase == "workers" and self._tune_depth:
+        """Leave the current phase: the next phase's first proposal, if any (process workers were tried with their
+        batches ahead: one queued behind each; more did not pay, and a trial of them forks the processes again)."""
+        if self._phase == "workers" and self._tune_depth and not self.memory.processes:
             self._phase = "depth"
             return self._fit(Setting(self.best.workers, min(self.max_depth, 2 * self.best.depth)))
         self._phase = "done"
