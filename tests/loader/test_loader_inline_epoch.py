@@ -74,6 +74,17 @@ def test_batches_and_indices_are_torchs(n, batch_size, drop_last, shuffled):
     assert [[i for _, i in epoch] for epoch in got] == expected  # the dataset returns its index
 
 
+@pytest.mark.parametrize("dataset", [list(range(0, 206, 2)), tuple(range(0, 206, 2)), Ints(103)],
+                         ids=["list", "tuple", "python-getitem"])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_c_and_python_getitems_give_torchs_batches(dataset, workers):
+    """A Python ``__getitem__`` is called from a comprehension, a C one through ``map()``: the same batches."""
+    expected = list(DataLoader(dataset, batch_size=8, collate_fn=list))
+    kwargs = {"num_workers": 1, "worker_method": "thread"} if workers else {}
+    ours = StatefulDataLoader(dataset, batch_size=8, collate_fn=list, **kwargs)
+    assert [list(ours) for _ in range(2)] == [expected] * 2
+
+
 def states_and_batches(loader) -> tuple[list, list]:
     it = iter(loader)
     states, batches = [loader.state_dict()], []
