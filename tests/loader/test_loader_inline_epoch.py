@@ -226,3 +226,31 @@ def test_workers_started_mid_epoch_take_over_from_the_fast_path():
     assert got == [[i, i + 1] for i in range(0, 400, 2)]
     assert {ds.where[i] for i in range(140)} == {threading.current_thread().name}
     assert threading.current_thread().name not in {ds.where[i] for i in range(150, 400)}
+
+
+def test_statistics_on_untimed_batches_come_straight_from_the_loop_and_resume_exactly(monkeypatch):
+    """Statistics on, the 0-worker loop counts down to the next timed batch itself (its run cut there), so an untimed
+    ``next()`` calls the loop's own ``__next__`` as statistics off do (old: through ``starmap``, a longer C path per
+    batch); with short periods (cuts inside the 64-batch chunks), the states, resumes and counts are unchanged."""
+    monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)  # every batch "fast": one timed in `every`
+    monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
+    monkeypatch.setattr(StatsRecorder, "MAX_EVERY", 5)
+
+    def make(stats: bool) -> StatefulDataLoader:
+        return StatefulDataLoader(Ints(530), batch_size=7, collate_fn=list, shuffle=True, seed=3, stats=stats)
+
+    on = make(True)
+    it = iter(on)
+    for _ in range(20):
+        next(it)
+    assert on_fast_path(it) and it._pull == it._next  # the loop's own __next__
+    assert on.stats().every == 5
+    on = make(True)
+    states, batches = states_and_batches(on)
+    assert (states, batches) == states_and_batches(make(False))
+    assert on.stats().batches == len(batches) and on.stats().items == 530
+    for k in (0, 3, 4, 5, 9, 63, 64, 66, len(batches) - 1):
+        resumed = make(True)
+        resumed.load_state_dict(states[k])
+        assert list(resumed) == batches[k:]
+        assert resumed.stats().batches == len(batches) - k

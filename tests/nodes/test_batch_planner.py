@@ -88,3 +88,33 @@ def test_rank_positions_of_clips_at_the_epochs_end_only():
     part = Partition(100, 8, world_size=2, rank=1)
     for offsets in (range(0, 64, 16), range(0, 100, 16), range(96, 100, 16), range(80, 112, 16), range(0)):
         assert part.rank_positions_of(offsets) == [range(o + 1, min(100, o + 16), 2) for o in offsets]
+
+
+def test_a_budget_cuts_the_planned_run_and_next_goes_on_with_the_rest():
+    """``planned(budget)`` ends after as many batches as the budget has left (a loader's statistics countdown), so
+    the 0-worker loop stops at a timed batch without a check per batch; the state and the batches are unchanged."""
+    whole = plans(BatchPlanner(SequentialSampler(1000), 3, world_size=2, rank=1))
+    planner = BatchPlanner(SequentialSampler(1000), 3, world_size=2, rank=1)
+    planner.reset(None)
+    out, runs = [planner.next()], []  # (the first next() plans a chunk: 64 batches)
+    for budget in (5, 0, 7, 100):
+        run = planner.planned(iter(range(budget)))
+        if run is None:  # a spent budget, or the end of a cut run: next() takes the batch (and goes on with the rest)
+            assert budget == 0 or runs
+            out.append(planner.next())
+            run = planner.planned(iter(range(budget)))
+            if budget == 0:
+                assert run is None
+                continue
+        runs.append(0)
+        for plan in run:
+            out.append(plan)
+            runs[-1] += 1
+            assert planner.offset == plan.offset + 6  # the state moves past each batch taken
+    assert runs == [5, 7, 64 - 1 - 5 - 1 - 7 - 1]  # the last run ends with the chunk
+    while True:
+        try:
+            out.append(planner.next())  # the cut chunk's rest, then the next chunks
+        except StopIteration:
+            break
+    assert out == whole

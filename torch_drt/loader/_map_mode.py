@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
@@ -62,9 +62,9 @@ class MapMode(LoaderMode):
         self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
-    def next_fn(self) -> Any:
+    def next_fn(self, ticks: Iterator[bool] | None = None) -> Any:
         if runs_inline(self.mapper, self.planner, self.fetcher):
-            return self.mapper.inline_batches().__next__
+            return self.mapper.inline_batches(ticks).__next__
         return self.mapper.next
 
     def _partition(self) -> Partition:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import repeat, starmap
+from itertools import repeat
 from operator import length_hint
 from time import perf_counter_ns
 from types import GeneratorType
@@ -12,6 +12,7 @@ from weakref import ref
 
 from torch_drt.loader._stats_recorder import count_items
 from torch_drt.loader.device import move_to_device
+from torch_drt.nodes._inline_loop import DUE
 
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
@@ -53,10 +54,10 @@ class LoaderIterator:
         self._stats = loader._stats  # a StatsRecorder, or None; it times one call in `_period` (see _timed_next)
         self._period = 1
         # (statistics on) the countdown to the next timed call runs in C (Python code per batch costs ~1% of a
-        # 100k-ints batch): `_ticks` holds one () per untimed call left (`_arm`). A generator's batches (the 0-worker
-        # path) come through starmap(its __next__, _ticks), so an untimed call runs the statistics-off code and the
-        # countdown's end is a StopIteration (`_stretch_ended`); a Python method, which starmap would call from C
-        # (dearer), is preceded by next(_ticks, True) in __next__ (`_check`).
+        # 100k-ints batch): `_ticks` holds one tick per untimed call left (`_arm`). A generator (the 0-worker loop,
+        # `inline_batches`) is given the ticks: it takes one per batch, in C, and returns DUE when none is left, so
+        # an untimed call runs the statistics-off code; a method's calls are preceded by next(_ticks, True) in
+        # __next__ (`_check`).
         self._ticks: Iterator | None = None
         self._check = False
         self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
@@ -110,8 +111,9 @@ class LoaderIterator:
                 return self._timed_tuned()
             try:
                 batch, indices, last = self._pull()
-            except StopIteration:
-                if self._ticks is not None and self._stretch_ended():
+            except StopIteration as stop:
+                if stop.value is DUE:  # the countdown ran out (the epoch goes on): a timed call, by a new loop
+                    self._next = self._loader._mode.next_fn()
                     return self._timed_tuned()
                 self._finish()
                 if self._ticks is not None:
@@ -219,14 +221,12 @@ class LoaderIterator:
         if self._stats is None:
             self._pull = self._next
             return
-        self._ticks = repeat((), untimed)
         self._check = not isinstance(getattr(self._next, "__self__", None), GeneratorType)
-        self._pull = self._next if self._check else starmap(self._next, self._ticks).__next__
-
-    def _stretch_ended(self) -> bool:
-        """Whether a StopIteration from ``_pull`` is the end of the untimed calls, not of the epoch: the countdown
-        ran out and the generator is still running (one that ended on the last tick has no frame)."""
-        return not self._check and not length_hint(self._ticks) and self._next.__self__.gi_frame is not None
+        if self._check:
+            self._ticks, self._pull = repeat((), untimed), self._next
+        else:  # a new loop, counting the ticks down itself
+            self._ticks = repeat(True, untimed)
+            self._next = self._pull = self._loader._mode.next_fn(self._ticks)
 
     def _undo_tick(self) -> None:
         """An untimed call delivered nothing: it does not count towards the period."""

@@ -4,6 +4,7 @@ generator, one resume per item and no call per stage."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import compress
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -14,6 +15,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 NOTHING: Any = object()  # no item held (``OrderedMapper._held``)
+DUE: Any = object()  # what the loop returns when its countdown ran out (``inline_batches``)
 
 
 def direct(fn: Callable[[T], R]) -> Callable[[T], R]:
@@ -22,19 +24,28 @@ def direct(fn: Callable[[T], R]) -> Callable[[T], R]:
     return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn
 
 
-def inline_batches(mapper: OrderedMapper[Any, R]) -> Iterator[R]:
+def inline_batches(mapper: OrderedMapper[Any, R], ticks: Iterator[bool] | None = None) -> Iterator[R]:
     """``mapper.next()``'s results as a generator at 0 workers: the items its source has planned (``planned()``)
-    mapped in a loop, the mapper's state after each as ``next()`` leaves it; anything else through ``next()``."""
+    mapped in a loop, the mapper's state after each as ``next()`` leaves it; anything else through ``next()``.
+
+    ``ticks`` (``repeat(True, n)``, the caller's statistics countdown): the loop takes one per item and, when none
+    is left, ends returning ``DUE`` (the caller's timed call is due) instead of mapping another. The source's runs
+    are cut at the countdown's end, so the per-item loop is the same with or without it (``compress`` takes the
+    ticks, in C)."""
     planned = getattr(mapper.source, "planned", None)
     while True:
         quick = not mapper.num_workers and mapper._held is NOTHING and not mapper.record_next and planned is not None
-        run = planned() if quick else None  # it ends with its chunk, or at a reset (workers started mid-epoch)
-        if run is None:
+        run = planned(ticks) if quick else None  # it ends with its chunk, with the ticks or at a reset (workers
+        if run is None:  # started mid-epoch)
+            if ticks is not None and next(ticks, None) is None:
+                return DUE
             try:
                 yield mapper.next()
             except StopIteration:
                 return
             continue
+        if ticks is not None:
+            run = compress(run, ticks)  # (the run has no more items than ticks: no item is taken without its tick)
         map_fn = direct(mapper.map_fn)
         mapper._flight.delivered = None  # none in flight: the source's state is the delivered one
         for item in run:

@@ -81,6 +81,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self._chunk: list[BatchPlan] = []
         self._plans: Iterator[BatchPlan] = iter(self._chunk)  # the chunk's batches not handed out yet
         self._chunk_end = 0  # the offset after the chunk's last batch
+        self._later: list[BatchPlan] = []  # the chunk's batches after a cut (``planned(budget)``): next in line
         self._skip: frozenset[int] = frozenset()
 
     def __repr__(self) -> str:
@@ -103,7 +104,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self.source.start_epoch(self.epoch, offset)
         self._sync_length()
         deque(self._plans, maxlen=0)  # a loop over ``planned()`` ends here
-        self._chunk, self._chunk_end = [], offset
+        self._chunk, self._chunk_end, self._later = [], offset, []
         self._plans = iter(self._chunk)
         self._planned_first = False
 
@@ -146,17 +147,29 @@ class BatchPlanner(BaseNode[BatchPlan]):
         ends = valid.sum(axis=1).cumsum().tolist()
         return [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
-    def planned(self) -> Iterator[BatchPlan] | None:
+    def planned(self, budget: Iterator[Any] | None = None) -> Iterator[BatchPlan] | None:
         """The batches planned and not handed out yet, for a caller that takes them in a loop: taking one is a
-        ``next()`` (the state moves past it). The iterator ends with the planned chunk or at a ``reset()``. None
-        when ``next()`` has work to do per batch (``plan_reads``, batches to skip) or none is planned yet: call
-        ``next()`` then."""
-        if self._skip or self.plan_reads is not None or not length_hint(self._plans):
+        ``next()`` (the state moves past it). The iterator ends with the planned chunk, after as many batches as
+        ``budget`` (an iterator) has items left (the chunk is cut there: ``next()`` goes on with the rest), or at a
+        ``reset()``. None when ``next()`` has work to do per batch (``plan_reads``, batches to skip), none is planned
+        yet or the budget is spent: call ``next()`` then."""
+        if self._skip or self.plan_reads is not None or not (planned := length_hint(self._plans)):
             return None
+        limit = planned if budget is None else length_hint(budget)
+        if not limit:
+            return None
+        if limit < planned:
+            plans = list(self._plans)
+            self._plans, self._later = iter(plans[:limit]), plans[limit:] + self._later
+            self._chunk_end -= (planned - limit) * self.partition.global_batch_size
         return self._plans
 
     def next(self) -> BatchPlan:
         plan = next(self._plans, None)
+        if plan is None and self._later:  # the rest of a cut chunk
+            self._plans, self._later = iter(self._later), []
+            self._chunk_end += length_hint(self._plans) * self.partition.global_batch_size
+            plan = next(self._plans)
         if plan is None:  # chunks are dropped by reset(), so they always follow on
             if self.offset >= self.partition.end_offset:
                 raise StopIteration
