@@ -13,6 +13,7 @@ import os
 
 import pytest
 import torch
+from autotune_rows import Rows as AutotuneRows
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._autotune import MAX_TUNED_WORKERS, STATE_KEY
@@ -32,15 +33,9 @@ ROW = 100  # int64 per item: 800 bytes
 BATCH = 4
 
 
-class Rows:
+class Rows(AutotuneRows):
     def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.full((ROW,), i, dtype=torch.int64)
+        super().__init__(n, ROW)
 
 
 def worker_bound(workers: int, depth: int, per_worker: float = 50.0, consumer: float = 1000.0) -> Trial:

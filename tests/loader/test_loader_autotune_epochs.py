@@ -6,24 +6,13 @@ choices are deterministic.
 
 from __future__ import annotations
 
-import torch
+from autotune_rows import Rows
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._memory import batch_bytes
 from torch_drt.loader._tuner import Setting, Trial, trial_batches
 
 BATCH = 4
-
-
-class Rows:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.full((8,), i, dtype=torch.int64)
 
 
 def test_a_trial_longer_than_an_epoch_goes_on_in_the_next_one():

@@ -9,7 +9,7 @@ is deterministic; its processes are real.
 
 from __future__ import annotations
 
-import torch
+from autotune_rows import Rows
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._memory import batch_bytes
@@ -17,17 +17,6 @@ from torch_drt.loader._tuner import HillClimb, MemoryModel, Setting, Trial, tria
 
 BATCH = 4
 EPOCH = 1280  # batches: the search's budget is 5% of it, 64 batches
-
-
-class Rows:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return torch.full((8,), i, dtype=torch.int64)
 
 
 def round_robin_rate(workers: int, depth: int, handoff_ms: float = 10.0, cpus: int = 2, n: int = 3000) -> float:
