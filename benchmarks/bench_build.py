@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 from _build_inputs import make_images
+from _build_table import print_table
 from _envs import env_python
 
 BENCH = Path(__file__).resolve().parent
@@ -223,7 +224,7 @@ def main() -> None:
             resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
             by_samples[n] = measure(images[:n], work / f"n{n}", args, resume_too)
             by_samples[n]["ray_init"] = init_s
-            print_table(by_samples[n])
+            print_table(by_samples[n], WORKERS, PEERS)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
@@ -277,44 +278,6 @@ def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
             seconds = statistics.median(runs)
             out[name] = {"seconds": seconds, "rate": n / seconds}
     return out
-
-
-def print_table(f: dict) -> None:
-    print(f"\n# build: {f['samples']} JPEGs -> 224 px JPEG + int label, {WORKERS} worker processes, median of "
-          f"{f['repeats']} (Ray cluster start {f['ray_init']:.1f} s, not timed; torch_drt in {f['parts']} parts)")
-    print(f"{'library':<22} {'seconds':>9} {'samples/s':>10} {'torch_drt ratio':>16}")
-    ours = f["torch_drt"]["rate"]
-    print(f"{'torch_drt (Ray)':<22} {f['torch_drt']['seconds']:>9.2f} {ours:>10,.0f}")
-    local = f["processes"]["rate"]
-    print(f"{'torch_drt (processes)':<22} {f['processes']['seconds']:>9.2f} {local:>10,.0f} {local / ours:>15.2f}x "
-          "(of the Ray row)")
-    rates = []
-    for peer in PEERS:
-        if "error" in f[peer]:
-            print(f"{peer:<22} skipped: {f[peer]['error']}")
-        else:
-            rates.append(f[peer]["rate"])
-            print(f"{peer:<22} {f[peer]['seconds']:>9.2f} {f[peer]['rate']:>10,.0f} {ours / f[peer]['rate']:>15.2f}x")
-    for label, rate in (("torch_drt (Ray)", ours), ("torch_drt (processes)", local)):
-        if rates:
-            print(f"{label} / faster peer: {rate / max(rates):.2f}x, / slower peer: {rate / min(rates):.2f}x "
-                  "(goal >= 1.1x both)")
-    ideal = f["ideal"]["rate"]
-    print(f"ideal ({WORKERS} x the conversion's single-process rate, same run): {ideal:,.0f} samples/s; torch_drt "
-          f"at {ours / ideal:.0%} of it on Ray, {local / ideal:.0%} in processes (goal >= 95%)" + "".join(
-              f", {peer} at {f[peer]['rate'] / ideal:.0%}" for peer in PEERS if "error" not in f[peer]))
-    conversion = f["ideal"]["cpu"]
-    print(f"CPU: the conversion alone {conversion:.2f} s; the Ray build {f['torch_drt']['cpu']:.2f} s in all "
-          f"({conversion / f['torch_drt']['cpu']:.0%} of it converting), the processes build "
-          f"{f['processes']['cpu']:.2f} s ({conversion / f['processes']['cpu']:.0%})")
-    from _build_local import print_accounting  # (it imports this module)
-
-    print_accounting(f["processes"]["accounting"], conversion)
-    if "resume" not in f:
-        return
-    r = f["resume"]
-    print(f"resume: killed once half the rows were converted ({r['published_before']:.0%} of them in published "
-          f"parts); rerun {r['rerun']:.2f} s vs full build {r['full']:.2f} s = {r['ratio']:.2f} (goal <= 0.60)")
 
 
 if __name__ == "__main__":
