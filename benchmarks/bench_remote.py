@@ -52,6 +52,15 @@ class Source:
             yield drt.CacheInput(rng.integers(0, 256, self.size, dtype=np.uint8).tobytes(), {"label": i % 1000})
 
 
+def write_cache(servers: Servers, args: argparse.Namespace) -> str:
+    """The benchmark's cache (``args.samples`` x ``args.size`` bytes, shards of ``args.shard_bytes``) at the bucket's
+    URL, written once: its URL."""
+    writer = drt.WriterConfig(show_progress=False, max_shard_bytes=args.shard_bytes)
+    (result,) = drt.DatasetRuntime(1).write_cache(Source("drt", args.samples, args.size), f"s3://{BUCKET}",
+                                                  writer_config=writer, storage_options=options(servers.endpoint))
+    return result.path
+
+
 def to_array(sample) -> np.ndarray:
     return np.frombuffer(sample.data, dtype=np.uint8)
 
@@ -217,10 +226,7 @@ def main() -> None:
     print(f"# bench_remote on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request")
     with s3_session("bench_remote_", args.latency, BUCKET) as (servers, work):
-        writer = drt.WriterConfig(show_progress=False, max_shard_bytes=args.shard_bytes)
-        (result,) = drt.DatasetRuntime(1).write_cache(Source("drt", args.samples, args.size), f"s3://{BUCKET}",
-                                                      writer_config=writer, storage_options=options(servers.endpoint))
-        url = result.path
+        url = write_cache(servers, args)
         layout = drt.cache.open_cache(url, storage_options=options(servers.endpoint),
                                       remote_config=drt.RemoteConfig(cache_dir=str(work / "probe")))
         data_bytes = sum(s for _, s in layout.shards)

@@ -37,9 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine
 from _s3 import options, s3_session
-from bench_remote import BUCKET, WINDOW, Source, loader, open_ours
+from bench_remote import BUCKET, WINDOW, loader, open_ours, write_cache
 
-import torch_drt as drt
 from torch_drt.cache.validate import load_index
 
 WORKERS = (0, 2)
@@ -107,10 +106,7 @@ def main() -> None:
     print(f"# bench_remote_first_batch on {machine()}: {args.samples} x {args.size} B, shards {args.shard_bytes:,} B, "
           f"{args.latency * 1e3:.0f} ms per request, medians of {args.repeats}")
     with s3_session("bench_first_", args.latency, BUCKET) as (servers, work):
-        writer = drt.WriterConfig(show_progress=False, max_shard_bytes=args.shard_bytes)
-        (result,) = drt.DatasetRuntime(1).write_cache(Source("drt", args.samples, args.size), f"s3://{BUCKET}",
-                                                      writer_config=writer, storage_options=options(servers.endpoint))
-        url = result.path
+        url = write_cache(servers, args)
         shards = first_shards(servers, url, work)  # also warms imports and the store client, as bench_remote's probe
         times: dict[int, list[float]] = {w: [] for w in WORKERS}
         floors: list[dict[str, float]] = []

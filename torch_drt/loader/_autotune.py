@@ -5,10 +5,9 @@ delivered is counted and timed here (``delivered``): after a warm-up (a first ro
 (``trial_batches``) measures the setting's steady batches per second (``TrialClock``: the batches in flight over
 the mean time a measured batch spent in flight) over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round
 of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less
-a moment of load sways it; one longer than an epoch goes on in the next (``TrialClock.restart``). It measures too
-the share of its time the caller waited (``loader.stats()``'s recorder), the largest batch's bytes and, for process
-workers, their private memory.
-The ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
+a moment of load sways it; one longer than an epoch goes on in the next (``TrialClock.restart``). It measures the
+caller's share of waiting (``loader.stats()``), the largest batch's bytes and process workers' private memory. The
+``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
 when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches; it starts no trial
 that the batches left cannot finish, but a resumed search's first trial may be cut short). The chosen setting,
