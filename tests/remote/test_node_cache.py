@@ -240,8 +240,9 @@ def test_a_full_disk_is_a_clear_error_and_leaves_no_half_written_shard(runtime, 
 
 
 def test_a_download_under_a_lock_file_made_again_is_not_taken_for_a_leftover(tmp_path):
-    """The cache's lock files were removed while a download ran: a second downloader of the same file holds the
-    new lock file, yet must not delete the first one's download as a killed process's leftover."""
+    """The cache's lock files were removed while a download ran: a second downloader of the same file (another
+    process: this one's threads queue on an in-process lock first) holds the new lock file, yet must not delete the
+    first one's download as a killed process's leftover."""
     cache = NodeCache(tmp_path / "n", limit=1 << 20)
     started, release, errors = threading.Event(), threading.Event(), []
 
@@ -260,8 +261,10 @@ def test_a_download_under_a_lock_file_made_again_is_not_taken_for_a_leftover(tmp
     thread.start()
     assert started.wait(60)
     shutil.rmtree(tmp_path / "n" / "locks")  # emptied by someone while the download runs
-    _fill(cache, "sha256-k", 100)  # a second downloader: its lock file is new, so it holds it
+    second = multiprocessing.get_context("fork").Process(target=_fill, args=(cache, "sha256-k", 100))
+    second.start()  # a second downloader: its lock file is new, so it holds it
+    second.join(60)
     release.set()
     thread.join(60)
-    assert errors == []  # both downloads completed; the file is one of them
+    assert second.exitcode == 0 and errors == []  # both downloads completed; the file is one of them
     assert cache.path("sha256-k").read_bytes() in (b"x" * 100, bytes([len("sha256-k") % 251]) * 100)
