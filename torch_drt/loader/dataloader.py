@@ -22,7 +22,7 @@ from torch_drt.loader._arguments import (
     start_method,
     worker_method_for,
 )
-from torch_drt.loader._autotune import AutotuneRequest
+from torch_drt.loader._autotune_request import AutotuneRequest
 from torch_drt.loader._fetch import default_collate
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode

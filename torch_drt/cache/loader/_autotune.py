@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch_drt.loader._autotune import AutotuneRequest, check_memory_cap
+from torch_drt.loader._autotune_request import AutotuneRequest, check_memory_cap
 from torch_drt.loader._tuner import Setting
 
 TUNE = "tune"

@@ -43,7 +43,7 @@ from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
-    from torch_drt.loader._autotune import AutotuneRequest
+    from torch_drt.loader._autotune_request import AutotuneRequest
 
 
 SNAPSHOT = "meta.arrow"  # the snapshot the loading processes map
