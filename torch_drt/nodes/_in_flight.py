@@ -57,12 +57,25 @@ class InFlight:
                 self._ahead = [entry for entry in self._ahead if entry[0] >= head]
         return task
 
-    def skipped(self) -> tuple[Any, list[Any]] | None:
-        """``(the oldest undelivered item, the items delivered ahead of it)``, or None when none was delivered out
-        of order (what a resume must skip: ``source.state_before(item, ahead)``)."""
-        if not self._ahead:
-            return None
-        return self._pending[0][3], [item for _, _, item in self._ahead]
+    def state(self, source: Any, held: tuple[Any, ...] = ()) -> dict[str, Any]:
+        """``source``'s state that the deliveries stand at (what a checkpoint records).
+
+        Args:
+            source: the node the items come from.
+            held: ``(item,)`` for an item taken from ``source`` whose mapping was interrupted (it comes next).
+
+        Returns:
+            After an item was delivered ahead of an older one, the state before the oldest undelivered item with
+            the items delivered ahead of it, which a resume skips (``source.state_before(item, ahead)``); else the
+            state before ``held``; else the delivered state (``source``'s own when None). Without
+            ``state_before``, the delivered state.
+        """
+        if hasattr(source, "state_before"):
+            if self._ahead:
+                return source.state_before(self._pending[0][3], [item for _, _, item in self._ahead])
+            if held:
+                return source.state_before(*held)
+        return source.state_dict() if self.delivered is None else self.delivered
 
     def clear(self) -> list[Any]:
         """Forget every pending item; returns their tasks (for the pool to drop)."""

@@ -283,13 +283,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return inline_batches(self, ticks)  # (the module function: the loop)
 
     def get_state(self) -> dict[str, Any]:
-        skipped = self._flight.skipped()
-        if skipped is not None and hasattr(self.source, "state_before"):  # the oldest undelivered item, then these
-            return {self.SOURCE_KEY: self.source.state_before(*skipped)}
-        if self._held is not _NOTHING and hasattr(self.source, "state_before"):
-            return {self.SOURCE_KEY: self.source.state_before(self._held)}
-        delivered = self._flight.delivered
-        return {self.SOURCE_KEY: self.source.state_dict() if delivered is None else delivered}
+        return {self.SOURCE_KEY: self._flight.state(self.source, () if self._held is _NOTHING else (self._held,))}
 
     def worker_pids(self) -> list[int]:
         """The worker processes' pids (none for threads or before the first ``reset()``)."""
