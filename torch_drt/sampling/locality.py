@@ -22,6 +22,7 @@ import numpy as np
 
 from torch_drt._distinct import distinct
 from torch_drt.sampling._counter import derive_key
+from torch_drt.sampling._epoch_stream import EpochStream
 from torch_drt.sampling.permutation import KeyedPermutation
 
 _OFFSET, _WINDOW = 1, 2  # stream labels of derive_key
@@ -42,7 +43,7 @@ class _Epoch:
         self.perms: dict[int, KeyedPermutation] = {}
 
 
-class ShardWindowShuffle:
+class ShardWindowShuffle(EpochStream[_Epoch]):
     """Row ``indices(epoch, positions)`` of an exact, shard-local shuffle (see the module docstring).
 
     Args:
@@ -58,6 +59,7 @@ class ShardWindowShuffle:
             raise ValueError(f"groups must be a non-empty 1-D array, got shape {groups.shape}")
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"{window=} must be an int >= 1")
+        super().__init__()
         self.n, self.window, self.seed = len(groups), window, seed
         if np.all(groups[1:] >= groups[:-1]):  # rows already grouped in shard order (a cache's own table): no sort
             self._rows: np.ndarray | None = None
@@ -69,18 +71,9 @@ class ShardWindowShuffle:
         self._first = np.concatenate([[0], starts]).astype(np.int64)
         self.counts = np.diff(np.concatenate([self._first, [self.n]])).astype(np.int64)
         self.sequence = KeyedPermutation(len(self.counts), seed, 0)(np.arange(len(self.counts), dtype=np.int64))
-        self._epochs: dict[int, _Epoch] = {}
 
-    def __len__(self) -> int:
-        return self.n
-
-    def _epoch(self, epoch: int) -> _Epoch:
-        plan = self._epochs.get(epoch)
-        if plan is None:
-            if len(self._epochs) > 2:
-                self._epochs.clear()
-            plan = self._epochs[epoch] = _Epoch(self, epoch)
-        return plan
+    def _plan(self, epoch: int) -> _Epoch:
+        return _Epoch(self, epoch)
 
     def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         """The rows at ``positions`` (each in ``[0, n)``) of ``epoch``."""
@@ -103,18 +96,3 @@ class ShardWindowShuffle:
         group = plan.sequence[at]
         rows = self._first[group] + offset - plan.rows_before[at]
         return rows if self._rows is None else self._rows[rows]
-
-    def at(self, stream: np.ndarray) -> np.ndarray:
-        """Rows at stream positions ``stream``: stream position ``P`` is position ``P % n`` of epoch ``P // n``."""
-        epochs, positions = np.divmod(np.asarray(stream, dtype=np.int64), self.n)
-        out = np.empty(len(positions), dtype=np.int64)
-        for e in distinct(epochs).tolist():
-            sel = epochs == e
-            out[sel] = self.indices(e, positions[sel])
-        return out
-
-    def draws(self, start: int, count: int) -> np.ndarray:
-        """Rows at stream positions ``start .. start+count-1`` (a stream that runs on from epoch to epoch)."""
-        if start < 0 or count < 0:
-            raise ValueError(f"{start=} and {count=} must be >= 0")
-        return self.at(np.arange(start, start + count, dtype=np.int64))

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_drt._distinct import distinct
+from torch_drt.sampling._epoch_stream import EpochStream
 from torch_drt.sampling.locality import ShardWindowShuffle
 from torch_drt.sampling.permutation import KeyedPermutation
 
 
-class EpochPermutations:
+class EpochPermutations(EpochStream[KeyedPermutation]):
     """Every row once per epoch: stream position ``P`` is position ``P % n`` of epoch ``P // n``'s keyed permutation.
 
-    ``draws(start, count)`` and ``at(stream)`` read it like ``WeightedDraws`` and ``ShardWindowShuffle``; each
-    position is computed directly from ``(seed, epoch, position)`` (O(1) memory beyond the permutations of the
-    epochs in use: ``torch_drt.sampling.permutation.KeyedPermutation``, the order ``torch_drt.StatefulDataLoader``
-    shuffles with).
+    ``draws(start, count)`` and ``at(stream)`` read it like ``WeightedDraws`` and ``ShardWindowShuffle``
+    (``EpochStream``); each position is computed directly from ``(seed, epoch, position)`` (O(1) memory beyond the
+    permutations of the epochs in use: ``torch_drt.sampling.permutation.KeyedPermutation``, the order
+    ``torch_drt.StatefulDataLoader`` shuffles with).
 
     Args:
         n: rows (>= 1).
@@ -33,36 +33,15 @@ class EpochPermutations:
     def __init__(self, n: int, seed: int) -> None:
         if n < 1:
             raise ValueError(f"{n=} must be >= 1")
+        super().__init__()
         self.n, self.seed = n, seed
-        self._epochs: dict[int, KeyedPermutation] = {}
 
-    def __len__(self) -> int:
-        return self.n
+    def _plan(self, epoch: int) -> KeyedPermutation:
+        return KeyedPermutation(self.n, self.seed, epoch)
 
-    def _epoch(self, epoch: int) -> KeyedPermutation:
-        perm = self._epochs.get(epoch)
-        if perm is None:
-            if len(self._epochs) > 2:
-                self._epochs.clear()
-            perm = self._epochs[epoch] = KeyedPermutation(self.n, self.seed, epoch)
-        return perm
-
-    def at(self, stream: np.ndarray) -> np.ndarray:
-        """Rows at stream positions ``stream``."""
-        epochs, positions = np.divmod(np.asarray(stream, dtype=np.int64), self.n)
-        if len(epochs) and epochs[0] == epochs[-1] and (epochs == epochs[0]).all():  # a batch inside one epoch
-            return self._epoch(int(epochs[0]))(positions)
-        out = np.empty(len(positions), dtype=np.int64)
-        for e in distinct(epochs).tolist():
-            sel = epochs == e
-            out[sel] = self._epoch(e)(positions[sel])
-        return out
-
-    def draws(self, start: int, count: int) -> np.ndarray:
-        """Rows at stream positions ``start .. start+count-1``."""
-        if start < 0 or count < 0:
-            raise ValueError(f"{start=} and {count=} must be >= 0")
-        return self.at(np.arange(start, start + count, dtype=np.int64))
+    def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The rows at ``positions`` (each in ``[0, n)``) of ``epoch``."""
+        return self._epoch(epoch)(positions)
 
 
 class ShardWindowOrder:
