@@ -33,7 +33,8 @@ HOLDER = textwrap.dedent("""
     def download(fd):
         os.pwrite(fd, data[:500], 0)
         marker.write_text("downloading")  # the test stops this process now, the lock held
-        time.sleep(1)
+        while marker.read_text() != "go on":  # ... and lets it go on once another process took the file
+            time.sleep(0.01)
         os.pwrite(fd, data[500:], 500)
 
     NodeCache(directory, 1 << 20).fetch("sha256-k", len(data), download, lambda path: None, "s3://b/k")
@@ -58,7 +59,7 @@ def test_a_stopped_lock_holder_does_not_block_the_others(tmp_path, caplog):
             assert holder.poll() is None and time.monotonic() < deadline, "the holder did not start its download"
             time.sleep(0.02)
         os.kill(holder.pid, signal.SIGSTOP)  # suspended while it holds the file's download lock
-        cache = NodeCache(directory, 1 << 20, lock_wait=1.0)
+        cache = NodeCache(directory, 1 << 20, lock_wait=0.2)
 
         def fetch() -> None:
             cache.fetch("sha256-k", len(DATA), lambda fd: os.pwrite(fd, DATA, 0), _check, "s3://b/k")
@@ -72,6 +73,7 @@ def test_a_stopped_lock_holder_does_not_block_the_others(tmp_path, caplog):
         assert cache.path("sha256-k").read_bytes() == DATA
         assert f"pid {holder.pid}" in caplog.text, caplog.text
     finally:
+        marker.write_text("go on")
         os.kill(holder.pid, signal.SIGCONT)
         out, _ = holder.communicate(timeout=60)
     assert holder.returncode == 0 and out.strip() == "done"  # resumed, it finishes its own download harmlessly
