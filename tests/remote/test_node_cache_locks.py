@@ -4,11 +4,9 @@ block the node: a waiter goes on after ``lock_wait`` seconds, downloads the file
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -19,27 +17,20 @@ from torch_drt.cache import CacheCorruptError
 from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[2]
 DATA = b"shard-bytes-" * 100
 
-HOLDER = textwrap.dedent("""
-    import os, sys, time
-    from pathlib import Path
-    from torch_drt.nodecache.node_cache import NodeCache
 
-    directory, marker = sys.argv[1], Path(sys.argv[2])
-    data = b"shard-bytes-" * 100
+def _hold(directory: str, marker: Path) -> None:
+    """Another process downloading ``sha256-k``: it is stopped while it holds the file's lock."""
 
-    def download(fd):
-        os.pwrite(fd, data[:500], 0)
+    def download(fd: int) -> None:
+        os.pwrite(fd, DATA[:500], 0)
         marker.write_text("downloading")  # the test stops this process now, the lock held
         while marker.read_text() != "go on":  # ... and lets it go on once another process took the file
             time.sleep(0.01)
-        os.pwrite(fd, data[500:], 500)
+        os.pwrite(fd, DATA[500:], 500)
 
-    NodeCache(directory, 1 << 20).fetch("sha256-k", len(data), download, lambda path: None, "s3://b/k")
-    print("done")
-""")
+    NodeCache(directory, 1 << 20).fetch("sha256-k", len(DATA), download, lambda path: None, "s3://b/k")
 
 
 def _check(path: Path) -> None:
@@ -50,13 +41,13 @@ def _check(path: Path) -> None:
 def test_a_stopped_lock_holder_does_not_block_the_others(tmp_path, caplog):
     directory, marker = tmp_path / "node", tmp_path / "marker"
     NodeCache(directory, 1 << 20)  # made by this process: the child finds it private and its own user's
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), str(marker)], stdout=subprocess.PIPE,
-                              text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    holder = multiprocessing.get_context("fork").Process(target=_hold, args=(str(directory), marker))
+    holder.start()  # forked, not a fresh interpreter: its subject is the lock it holds, not how it starts
     done = threading.Event()
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
-            assert holder.poll() is None and time.monotonic() < deadline, "the holder did not start its download"
+            assert holder.is_alive() and time.monotonic() < deadline, "the holder did not start its download"
             time.sleep(0.02)
         os.kill(holder.pid, signal.SIGSTOP)  # suspended while it holds the file's download lock
         cache = NodeCache(directory, 1 << 20, lock_wait=0.2)
@@ -75,8 +66,8 @@ def test_a_stopped_lock_holder_does_not_block_the_others(tmp_path, caplog):
     finally:
         marker.write_text("go on")
         os.kill(holder.pid, signal.SIGCONT)
-        out, _ = holder.communicate(timeout=60)
-    assert holder.returncode == 0 and out.strip() == "done"  # resumed, it finishes its own download harmlessly
+        holder.join(60)
+    assert holder.exitcode == 0  # resumed, it finishes its own download harmlessly
     assert cache.path("sha256-k").read_bytes() == DATA
     assert os.listdir(directory / "tmp") == []
 
