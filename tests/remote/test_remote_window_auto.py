@@ -26,9 +26,13 @@ def ids(samples) -> list[int]:
     return [s.sample_id for s in samples]
 
 
-@pytest.fixture
-def url(runtime, tmp_path, moto_endpoint):
-    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=N, max_shard_bytes=4000, payload_bytes=400)
+@pytest.fixture(scope="module")
+def url(tmp_path_factory, moto_endpoint):
+    """The cache at a URL, published once: the tests only read it, each through a node cache of its own."""
+    runtime = drt.DatasetRuntime(1)
+    _local, url = publish_local(runtime, tmp_path_factory.mktemp("published"), moto_endpoint, n=N,
+                                max_shard_bytes=4000, payload_bytes=400)
+    runtime.close()
     return url
 
 
