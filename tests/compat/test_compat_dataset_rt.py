@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -389,7 +390,7 @@ def test_shuffled_reading_draws_the_active_rows_by_weight(caches):
     assert {m["label"] for _, m, _, _ in samples(ours)} == {0}
 
 
-def test_to_torch_iterable_dataset_in_a_torch_dataloader(caches):
+def test_to_torch_iterable_dataset_in_a_torch_dataloader(caches, monkeypatch):
     theirs, ours = both(caches, seed=0, shuffle=False)
     view = ours.to_torch_iterable_dataset()
     assert isinstance(view, torch.utils.data.IterableDataset) and isinstance(view, drt.SizedTorchIterableDataset)
@@ -400,6 +401,10 @@ def test_to_torch_iterable_dataset_in_a_torch_dataloader(caches):
         torch.utils.data.DataLoader(theirs.to_torch_iterable_dataset(), batch_size=16, collate_fn=collate)
     )
     assert ours_batches == theirs_batches
+    # torch's DataLoader sends the worker whose iterable raised no stop, and waits MP_STATUS_CHECK_INTERVAL (5 s)
+    # for it to exit before terminating it, when the iterator is collected (the error's traceback holds it): wait
+    # 0.1 s instead, and collect it here
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
     for dataset in (theirs, ours):
         loader = torch.utils.data.DataLoader(
             dataset.to_torch_iterable_dataset(),
@@ -410,6 +415,7 @@ def test_to_torch_iterable_dataset_in_a_torch_dataloader(caches):
         )
         with pytest.raises(RuntimeError, match="Use Dataloader with num workers = 0"):
             list(loader)
+        gc.collect()
 
 
 def test_dump_config_and_from_config_cross_load_with_dataset_rt(caches, tmp_path):
