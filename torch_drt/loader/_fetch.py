@@ -16,6 +16,7 @@ from typing import Any
 from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
+from torch_drt.loader._early_items import EarlyItems, results, submit_items
 from torch_drt.loader._event_loop import is_async_dataset
 from torch_drt.loader._loop_fetch import LoopFetch
 from torch_drt.loader.iterator import Fetched
@@ -31,7 +32,7 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
 
     Cheap batches run in the calling thread (``adaptive``) unless a ``worker_init_fn`` set the workers up.
     """
-    early = getattr(fetch, "starts_early", False)  # its batches run on an event loop, not on the workers
+    early = getattr(fetch, "starts_early", False)  # its items start as its batches are submitted, not on the workers
     return OrderedMapper(
         source,
         fetch,
@@ -105,9 +106,10 @@ class BatchFetcher:
 
     Items come from ``__getitems__(indices)`` when the dataset has it and ``item_concurrency == 1``, else one
     ``__getitem__`` per item, ``item_concurrency`` at a time (threads, or coroutines on the loader's event loop
-    for an ``async def __getitem__``/``__getitems__``: ``LoopFetch``, whose item by item fetches ``starts_early``
-    on thread workers). ``transform(index, item)`` is applied to each item, then ``collate_fn`` to the list. It
-    pickles without its pools and loop, which a worker process rebuilds.
+    for an ``async def __getitem__``/``__getitems__``: ``LoopFetch``); item by item on thread workers, a batch's
+    items start as it is submitted (``starts_early``: ``EarlyItems``, ``LoopFetch``). ``transform(index, item)``
+    is applied to each item, then ``collate_fn`` to the list. It pickles without its pools and loop, which a worker
+    process rebuilds.
 
     Args:
         dataset: a map-style dataset (sync or async).
@@ -138,7 +140,8 @@ class BatchFetcher:
         self.item_threads = item_threads
         self.is_async = is_async_dataset(dataset)
         self.loop_fetch = LoopFetch(dataset, item_concurrency) if self.is_async else None
-        self.starts_early = self.loop_fetch is not None and self.loop_fetch.by_item  # begin() as batches are submitted
+        self.starts_early = self.loop_fetch.by_item if self.is_async else item_concurrency > 1  # see begin()
+        self._early = EarlyItems()  # the sync items begun so
         self.item_pool: ThreadPool | None = None
         self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
         self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
@@ -149,7 +152,7 @@ class BatchFetcher:
         self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None}
+        return {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None, "_early": EarlyItems()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -179,19 +182,24 @@ class BatchFetcher:
 
     def close(self) -> None:
         """Stop the item threads and the event loop (awaiting the dataset's ``aclose()``)."""
+        self.dropped()
         self.close_items()
         if self.loop_fetch is not None:
-            self.loop_fetch.dropped()
             self.loop_fetch.event_loop.stop(getattr(self.dataset, "aclose", None))
 
     def begin(self, plan: BatchPlan) -> None:
-        """Start fetching ``plan``'s items on the event loop (``starts_early``: as it is submitted to a worker
-        thread, which then waits for them)."""
-        self.loop_fetch.begin(plan, self.seed, self.item_threads)  # type: ignore[union-attr]
+        """Start fetching ``plan``'s items on the event loop or the item threads (``starts_early``: as it is
+        submitted to a worker thread, which then waits for them)."""
+        if self.loop_fetch is not None:
+            self.loop_fetch.begin(plan, self.seed, self.item_threads)
+        elif len(plan.indices) > 1:  # (one item is fetched by the worker itself)
+            self._early.begin(self._pool(), plan)
 
     def dropped(self) -> None:
         """Cancel the fetches ``begin`` started for batches no worker took (the loader dropped them)."""
-        self.loop_fetch.dropped()  # type: ignore[union-attr]
+        if self.loop_fetch is not None:
+            self.loop_fetch.dropped()
+        self._early.dropped()
 
     def _pool(self) -> ThreadPool:
         pool = self.item_pool
@@ -225,7 +233,7 @@ class BatchFetcher:
             if len(items) != len(indices):
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         elif self.item_concurrency > 1 and len(indices) > 1:
-            return self._pool().map([(plan.epoch, i, p) for i, p in zip(indices, plan.positions)]), True
+            return results(self._early.take(plan) or submit_items(self._pool(), plan)), True
         else:
             getitem = self._getitem
             items = [getitem(i) for i in indices] if self._in_frame else list(map(getitem, indices))
