@@ -15,8 +15,8 @@ class ShardHash:
 
     Each piece is hashed where it lies in the page cache, through a read-only map of the file (no copy of the bytes
     into a buffer of ours: about a fifth of the hasher's time). The map covers only bytes the writer has written,
-    after a look at the file's size: a file shortened meanwhile (another process of the same user) is an
-    ``OSError``, not a SIGBUS, unless it is shortened in the instant between that look and the hash (the same
+    and ``mmap`` looks at the file's size first: a file shortened meanwhile (another process of the same user) is
+    an ``OSError``, not a SIGBUS, unless it is shortened in the instant between that look and the hash (the same
     window as a local cache's reads, ``torch_drt.locations.local``).
     """
 
@@ -34,11 +34,12 @@ class ShardHash:
             self._hash_piece(min(end, self._done + self._READ_BYTES))
 
     def _hash_piece(self, stop: int) -> None:
-        size = os.fstat(self._fd).st_size
-        if size < stop:
-            raise OSError(f"shard {self.path} ends at {size} bytes, {stop} were written")
         base = self._done - self._done % mmap.ALLOCATIONGRANULARITY  # a map starts at a multiple of this
-        mapped = mmap.mmap(self._fd, stop - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base)
+        try:  # CPython looks at the file's size first, and refuses a map past its end
+            mapped = mmap.mmap(self._fd, stop - base, flags=_MAP_FLAGS, prot=mmap.PROT_READ, offset=base)
+        except ValueError:
+            size = os.fstat(self._fd).st_size
+            raise OSError(f"shard {self.path} ends at {size} bytes, {stop} were written") from None
         with mapped, memoryview(mapped) as whole, whole[self._done - base :] as piece:
             self._hash.update(piece)  # the GIL released while it hashes
         self._done = stop
