@@ -186,7 +186,7 @@ class StagingDir:
         """Where ``publish`` puts the directory."""
         return self.root / self.name
 
-    def publish(self, sync_root: bool = True, *, durable: bool = True) -> Path:
+    def publish(self, sync_root: bool = True, *, durable: bool = True, synced: bool = False) -> Path:
         """Fsync the staging directory, rename it to ``root/name`` and fsync ``root``. Call under ``publish_lock``.
 
         Args:
@@ -195,11 +195,13 @@ class StagingDir:
                 caller that syncs ``root`` itself before anything depends on it (a set build, once for every part).
             durable: False syncs neither directory (a scratch store whose files were not synced either: an
                 operating-system crash may leave it incomplete; see ``WriterConfig.durable``).
+            synced: the caller synced the staging directory after its last entry was made (the cache writer syncs
+                it together with its files), so it is not synced again: one device flush less before the rename.
 
         Raises:
             OSError: when the rename fails (for instance a non-empty directory is already at the target).
         """
-        if durable:
+        if durable and not synced:
             fsync_dir(self.path)
         os.rename(self.path, self.target)
         logger.info("published %s", self.target)

@@ -135,5 +135,7 @@ def test_every_file_and_directory_is_synced_before_the_publish_rename(runtime, t
     entries = [res.path, *res.path.rglob("*")]
     assert len(list((res.path / "shards").iterdir())) > 1 and len(entries) > 6
     assert [str(p) for p in entries if (p.stat().st_dev, p.stat().st_ino) not in synced] == []
+    cache_dir = (res.path.stat().st_dev, res.path.stat().st_ino)  # synced once, with the files: no second flush
+    assert events[:published].count(("synced", cache_dir)) == 1, events
     root = tmp_path.stat()
     assert ("synced", (root.st_dev, root.st_ino)) in events[published:]

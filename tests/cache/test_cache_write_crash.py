@@ -105,7 +105,8 @@ def test_a_writer_killed_at_any_step_leaves_no_cache_or_the_complete_one(tmp_pat
     proc = run_isolated(_KILLS.replace("sys.argv[1]", repr(str(tmp_path))), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(rows) >= 3 + 9 + 1, rows  # 4 shards, index, metadata, manifest, 2 directories, 2 publish syncs
+    # 4 shards, index, metadata, manifest, 2 directories (the staging one synced once, with the files), the root
+    assert len(rows) >= 3 + 10 + 1, rows
     assert all(row["exit"] == -9 for row in rows), rows  # each writer died where it was told to
     found = {tuple(row["kill"]): row["found"] for row in rows}
     assert found[("record", 39)] == "absent" and found[("rename", 0)] == "complete", found

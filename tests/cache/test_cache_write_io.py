@@ -184,3 +184,23 @@ def test_the_last_shard_is_synced_with_the_small_files_and_a_small_cache_starts_
     batch = {name: thread for name, thread in synced if thread.startswith("torch_drt-fsync")}
     assert {"000000.bin", "index.bin", "metadata.arrow", "manifest.json", "shards"} <= set(batch), synced
     open_cache(res.path, verify=True)
+
+
+def test_a_shard_shortened_under_the_hasher_is_an_os_error_not_a_sigbus(tmp_path):
+    # the hasher maps the shard's written bytes: a file cut short meanwhile (another process) must be a typed error
+    # raised by the write, never a SIGBUS killing the process on a mapped page past the end of the file
+    import hashlib
+
+    path = tmp_path / "000000.bin"
+    data = bytes(range(256)) * 64  # 16 KiB: several pages, so the second map starts past the first
+    path.write_bytes(data)
+    shard = ShardHash(path)
+    try:
+        shard.upto(5000)
+        os.truncate(path, 4096)
+        with pytest.raises(OSError, match="ends at 4096 bytes"):
+            shard.upto(len(data))
+    finally:
+        shard.close()
+    path.write_bytes(data)
+    assert ShardHash(path).finish(len(data)) == hashlib.sha256(data).hexdigest()

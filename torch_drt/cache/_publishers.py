@@ -62,7 +62,8 @@ class Publisher(ABC):
         self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True
     ) -> CacheWriteResult:
         """Make the cache written in ``staged`` visible under the name in one step (durable on return unless
-        ``sync_root`` or ``durable`` is False: see ``StagingDir.publish``)."""
+        ``sync_root`` or ``durable`` is False: see ``StagingDir.publish``). ``durable``: the writer synced every
+        file and directory of ``staged``, ``staged`` itself included (``writer._finish``)."""
 
 
 class LocalPublisher(Publisher):
@@ -111,7 +112,7 @@ class LocalPublisher(Publisher):
                     staging.discard()  # another writer published it first
                     return CacheWriteSuccess(name, target)
                 move_aside(target)
-            staging.publish(sync_root, durable=durable)
+            staging.publish(sync_root, durable=durable, synced=True)  # durable: synced by the writer
         return CacheWriteSuccess(name, target)
 
 

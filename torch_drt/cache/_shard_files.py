@@ -43,7 +43,7 @@ class ShardFiles:
     buffer first. Nothing waits on a helper thread there, so a thread busy with Python never stalls behind one (a
     helper that needs the GIL back after each of its steps waits up to the interpreter's switch interval, 5 ms, while
     this thread runs Python; it gets it at once while this thread writes). Three helpers work behind the writes: one
-    hashes each shard (SHA-256) by reading what was written back from the page cache into one reused buffer, every
+    hashes each shard (SHA-256) where what was written lies in the page cache (``ShardHash``, a map, no copy), every
     ``_HASH_BYTES``; one starts the disk write-back every ``_WRITEBACK_BYTES``, through a duplicate of the shard's
     descriptor that it closes itself after the shard's last start (so no start waits behind a sync, or reaches a
     descriptor closed and reused meanwhile); one syncs the data written so far every ``_DATASYNC_BYTES`` (a device's
@@ -75,7 +75,6 @@ class ShardFiles:
         self._writeback = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torch_drt-shard-writeback")
         self._hashes: list[Future] = []  # each shard's read-backs, in order; each closed shard's last one is its digest
         self._synced: list[Future] = []  # each closed shard's sync, and each data sync of a growing one
-        self._read_buffer = bytearray()  # the hasher's, grown on its first reads
         self._fd = -1
         self._writeback_fd = -1  # the write-back helper's duplicate of ``_fd`` (durable only)
         self._shard_hash: ShardHash | None = None
@@ -118,7 +117,7 @@ class ShardFiles:
             self._close_current()
         path = self.directory / shard_name(len(self.sizes))
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        self._shard_hash = ShardHash(path, self._read_buffer)
+        self._shard_hash = ShardHash(path)
         self._shard = len(self.sizes)
         self.sizes.append(0)
         self._pos = self._written = self._hashed = self._unsynced = self._unflushed = 0

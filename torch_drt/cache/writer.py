@@ -160,7 +160,7 @@ def _finish(
 ) -> None:
     """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the last shard (at once,
     sharing one journal commit) and the directories, and wait for the other shards' syncs (every one durable on
-    return)."""
+    return). The staging directory's sync here is its only one: the local publisher renames it without another."""
     comp = config.shard_compression
     with timed("finish_index"):
         index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
