@@ -18,16 +18,14 @@ the ideal is the same conversion (``ToInput``) in one process over the build's i
 them spread evenly, all up to that count), one after another, times the worker count (the goal: a build at >= 95%
 of it, issue 26). Then the Ray cluster starts (not timed) and the Ray build and the ideal again (the Ray row's)
 run interleaved. Figures are medians. Both torch_drt builds are in ``--parts`` parts (default: one per 250 images,
-at least 2 per worker: each part pays a writer's open, fsync and publish). The CPU each torch_drt build used in
-all (its driver, Ray's daemons and workers; or the process and its workers) is reported beside the conversion's
-CPU for the same images (their ratio changes far less on a loaded machine than the wall-clock share); the processes
-build also reports its accounting (``_build_local.py``): its driver's CPU, the conversion's CPU in its workers and
-the rest (the writer), and per worker the wall time before its first row, between its rows and idle at the end.
-Each ``--samples`` count (default 2,000 and 20,000) gets its own table. Then the resume: a torch_drt build on Ray
-is killed once half of its rows are converted (every worker SIGKILLs itself from then on), and the rerun that
-finishes it is timed against a full build. torch_drt runs on warm workers (importing their modules before the
-timing, again after the kill), as on a long-lived cluster. Peers run in the peers side environment
-(``benchmarks/_envs.py``, built by setup_peers.sh) and are reported as skipped with the reason when it is absent.
+at least 2 per worker: each part pays a writer's open, fsync and publish). Each torch_drt build's CPU in all is
+reported beside the conversion's (a ratio a loaded machine changes far less than the wall-clock share), with the
+processes build's accounting (``_build_local.py``). Each ``--samples`` count (default 2,000 and 20,000) gets
+its own table. Then the resume: a torch_drt build on Ray is killed once half of its rows are converted (every
+worker SIGKILLs itself from then on), and the rerun that finishes it is timed against a full build. torch_drt
+runs on warm workers (importing their modules before the timing, again after the kill), as on a long-lived
+cluster. Peers run in the peers side environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are
+reported as skipped with the reason when it is absent.
 
     python benchmarks/bench_build.py [--samples 2000 20000] [--repeats 3] [--parts N] [--ideal-images 2000]
         [--json FILE] [--skip-peers] [--skip-resume]
@@ -221,15 +219,16 @@ def main() -> None:
     by_samples = {}
     try:
         images = make_images(work / "images", max(args.samples), WORKERS)
+        parts = {n: args.parts or max(2 * WORKERS, n // 250) for n in args.samples}  # >= 2 per worker
         for n in args.samples:  # before the Ray cluster starts: its idle daemons would take CPU from these builds
-            by_samples[n] = measure_local(images[:n], work / f"n{n}", args)
+            by_samples[n] = measure_local(images[:n], work / f"n{n}", parts[n], args)
         t0 = time.perf_counter()
         ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         init_s = time.perf_counter() - t0
         warm_workers()
         for n in args.samples:
             resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
-            by_samples[n].update(measure_ray(images[:n], work / f"n{n}", args, resume_too), ray_init=init_s)
+            by_samples[n].update(measure_ray(images[:n], work / f"n{n}", parts[n], args, resume_too), ray_init=init_s)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
@@ -240,18 +239,12 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({**largest, "by_samples": by_samples}, indent=2))
 
 
-def default_parts(n: int, args: argparse.Namespace) -> int:
-    """The torch_drt builds' part count: ``--parts``, else one per 250 images, at least 2 per worker."""
-    return args.parts or max(2 * WORKERS, n // 250)
-
-
-def measure_local(paths: list[str], work: Path, args: argparse.Namespace) -> dict:
+def measure_local(paths: list[str], work: Path, parts: int, args: argparse.Namespace) -> dict:
     """The figures of one image count without Ray: the ideal, the processes build and the peers, interleaved,
     ``args.repeats`` rounds."""
     work.mkdir(parents=True)
     list_file = work / "inputs.txt"
     list_file.write_text("\n".join(paths))
-    parts = default_parts(len(paths), args)
     times: dict[str, list] = {"processes": [], **{p: [] for p in PEERS}, "ideal": []}
     cpu: dict[str, list[float]] = {"processes": [], "ideal": []}
     accounts = []
@@ -264,18 +257,15 @@ def measure_local(paths: list[str], work: Path, args: argparse.Namespace) -> dic
         cpu["processes"].append(accounts[-1]["cpu"])
         for peer in () if args.skip_peers else PEERS:
             times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
-    figures = summarize(times, len(paths), args.skip_peers)
-    for key, runs in cpu.items():
-        figures[key]["cpu"] = statistics.median(runs)
+    figures = summarize(times, cpu, len(paths), args.skip_peers)
     figures["processes"]["accounting"] = sorted(accounts, key=lambda a: a["seconds"])[len(accounts) // 2]
     figures.update(samples=len(paths), parts=parts, repeats=args.repeats)
     return figures
 
 
-def measure_ray(paths: list[str], work: Path, args: argparse.Namespace, resume_too: bool) -> dict:
+def measure_ray(paths: list[str], work: Path, parts: int, args: argparse.Namespace, resume_too: bool) -> dict:
     """The figures of one image count on the Ray cluster: its build and the ideal again (beside the cluster),
     interleaved, ``args.repeats`` rounds; then the kill and rerun when asked."""
-    parts = default_parts(len(paths), args)
     times: dict[str, list] = {"torch_drt": [], "ideal_ray": []}
     cpu: dict[str, list[float]] = {"torch_drt": [], "ideal_ray": []}
     for r in range(args.repeats):
@@ -284,9 +274,7 @@ def measure_ray(paths: list[str], work: Path, args: argparse.Namespace, resume_t
             seconds, cpu_s = run(*call)
             times[key].append(seconds)
             cpu[key].append(cpu_s)
-    figures = summarize(times, len(paths), args.skip_peers)
-    for key, runs in cpu.items():
-        figures[key]["cpu"] = statistics.median(runs)
+    figures = summarize(times, cpu, len(paths), args.skip_peers)
     if resume_too:
         rerun = resume(paths, work / "resume_root", parts)
         full = figures["torch_drt"]["seconds"]
@@ -294,7 +282,8 @@ def measure_ray(paths: list[str], work: Path, args: argparse.Namespace, resume_t
     return figures
 
 
-def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
+def summarize(times: dict[str, list], cpu: dict[str, list[float]], n: int, skipped: bool) -> dict:
+    """Each row's medians: seconds, samples/s and CPU seconds where measured; or why it did not run."""
     out = {}
     for name, runs in times.items():
         errors = [x for x in runs if isinstance(x, str)]
@@ -303,6 +292,8 @@ def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
         else:
             seconds = statistics.median(runs)
             out[name] = {"seconds": seconds, "rate": n / seconds}
+            if name in cpu:
+                out[name]["cpu"] = statistics.median(cpu[name])
     return out
 
 
