@@ -12,23 +12,22 @@ Workload (issue 15): N generated JPEGs (256-400 px) are each decoded, resized to
 - LitData: ``optimize(fn, inputs, num_workers=2)``;
 - MosaicML Streaming: ``MDSWriter`` in 2 processes, each over half the inputs, then ``merge_index``.
 
-The four run interleaved, ``--repeats`` times, each round also timing the ideal: the same conversion
-(``ToInput``) in one process over ``--ideal-images`` of the images, one after another, times the worker count (the
-goal: a build at >= 95% of it, issue 26); figures are medians. Both torch_drt builds are in ``--parts`` parts
-(default: one per 250 images, at least 2 per worker: each part pays a writer's open, fsync and publish). The CPU
-each torch_drt build used in all (its driver, Ray's daemons and workers; or the process and its workers) is
-reported beside the conversion's own CPU for the same images: their ratio is the build's share of the ideal in
-CPU, which a loaded machine changes far less than the wall-clock share; the processes build also reports its
-accounting (``_build_local.py``): its driver's CPU, the conversion's CPU in its workers and the rest (the writer),
-and per worker the wall time before its first row, between its rows and idle at the end. Each ``--samples`` count
-(default 2,000 and 20,000) gets its own table. Then the resume: a torch_drt build is killed
-once half of its rows are converted (every worker process SIGKILLs itself from then on), and the rerun that
-finishes it is timed against a full build. torch_drt runs on warm workers (started and importing their
-modules before the timing, again after the kill), as on a long-lived cluster. Peers run in the peers side
-environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are reported as skipped with the reason when it
-is absent.
+First, with no Ray cluster up (its idle daemons take ~5% of a CPU, which a build using both CPUs would pay
+though it does not use Ray), the ideal, the processes build and the peers run interleaved, ``--repeats`` rounds:
+the ideal is the same conversion (``ToInput``) in one process over the build's images (``--ideal-images`` of
+them spread evenly, all up to that count), one after another, times the worker count (the goal: a build at >= 95%
+of it, issue 26). Then the Ray cluster starts (not timed) and the Ray build and the ideal again (the Ray row's)
+run interleaved. Figures are medians. Both torch_drt builds are in ``--parts`` parts (default: one per 250 images,
+at least 2 per worker: each part pays a writer's open, fsync and publish). Each torch_drt build's CPU in all is
+reported beside the conversion's (a ratio a loaded machine changes far less than the wall-clock share), with the
+processes build's accounting (``_build_local.py``). Each ``--samples`` count (default 2,000 and 20,000) gets
+its own table. Then the resume: a torch_drt build on Ray is killed once half of its rows are converted (every
+worker SIGKILLs itself from then on), and the rerun that finishes it is timed against a full build. torch_drt
+runs on warm workers (importing their modules before the timing, again after the kill), as on a long-lived
+cluster. Peers run in the peers side environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are
+reported as skipped with the reason when it is absent.
 
-    python benchmarks/bench_build.py [--samples 2000 20000] [--repeats 3] [--parts N] [--ideal-images 1000]
+    python benchmarks/bench_build.py [--samples 2000 20000] [--repeats 3] [--parts N] [--ideal-images 2000]
         [--json FILE] [--skip-peers] [--skip-resume]
 """
 
@@ -157,9 +156,11 @@ def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
 
 
 def ideal_seconds(paths: list[str], n: int) -> tuple[float, float]:
-    """Seconds the build would take at the ideal rate: ``ToInput`` over ``n`` images in this process, one after
-    another, scaled to every image and divided among the workers; and the CPU seconds of converting every image."""
-    fn, sample = ToInput(), paths[: max(1, min(n, len(paths)))]
+    """Seconds the build would take at the ideal rate: ``ToInput`` in this process, one image after another, over
+    ``n`` of the build's images spread evenly over them (every one when ``n >= len(paths)``), scaled to every image
+    and divided among the workers; and the CPU seconds of converting every image."""
+    fn, step = ToInput(), max(1, -(-len(paths) // max(1, n)))
+    sample = paths[::step]
     fn({"path": paths[-1]})  # its modules imported, untimed (as the workers' are)
     t0, c0 = time.perf_counter(), time.process_time()
     for path in sample:
@@ -204,7 +205,9 @@ def main() -> None:
                         help="image counts: a table each (the images are made once, for the largest)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parts", type=int, help="parts of the torch_drt builds (default: samples / 250, >= 4)")
-    parser.add_argument("--ideal-images", type=int, default=1000, help="images the single-process rate is timed on")
+    parser.add_argument("--ideal-images", type=int, default=2000,
+                        help="images the single-process rate is timed on, spread evenly over the build's (all of "
+                             "them up to this count)")
     parser.add_argument("--json", help="also write the figures to this JSON file (the largest count's at the top)")
     parser.add_argument("--skip-peers", action="store_true")
     parser.add_argument("--skip-resume", action="store_true", help="leave out the kill-and-rerun measurement")
@@ -216,59 +219,71 @@ def main() -> None:
     by_samples = {}
     try:
         images = make_images(work / "images", max(args.samples), WORKERS)
+        parts = {n: args.parts or max(2 * WORKERS, n // 250) for n in args.samples}  # >= 2 per worker
+        for n in args.samples:  # before the Ray cluster starts: its idle daemons would take CPU from these builds
+            by_samples[n] = measure_local(images[:n], work / f"n{n}", parts[n], args)
         t0 = time.perf_counter()
         ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
         init_s = time.perf_counter() - t0
         warm_workers()
         for n in args.samples:
             resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
-            by_samples[n] = measure(images[:n], work / f"n{n}", args, resume_too)
-            by_samples[n]["ray_init"] = init_s
-            print_table(by_samples[n], WORKERS, PEERS)
+            by_samples[n].update(measure_ray(images[:n], work / f"n{n}", parts[n], args, resume_too), ray_init=init_s)
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
+    for n in args.samples:
+        print_table(by_samples[n], WORKERS, PEERS)
     if args.json:
         largest = by_samples[max(args.samples)]  # with the resume
         Path(args.json).write_text(json.dumps({**largest, "by_samples": by_samples}, indent=2))
 
 
-def measure(paths: list[str], work: Path, args: argparse.Namespace, resume_too: bool) -> dict:
-    """The figures of one image count: every build and the ideal, interleaved, ``args.repeats`` rounds."""
-    parts = args.parts or max(2 * WORKERS, len(paths) // 250)
+def measure_local(paths: list[str], work: Path, parts: int, args: argparse.Namespace) -> dict:
+    """The figures of one image count without Ray: the ideal, the processes build and the peers, interleaved,
+    ``args.repeats`` rounds."""
     work.mkdir(parents=True)
     list_file = work / "inputs.txt"
     list_file.write_text("\n".join(paths))
-    times: dict[str, list] = {"torch_drt": [], "processes": [], **{p: [] for p in PEERS}, "ideal": []}
-    cpu: dict[str, list[float]] = {"torch_drt": [], "processes": [], "ideal": []}
+    times: dict[str, list] = {"processes": [], **{p: [] for p in PEERS}, "ideal": []}
+    cpu: dict[str, list[float]] = {"processes": [], "ideal": []}
     accounts = []
     for r in range(args.repeats):
-        for key, run, *call in (
-            ("ideal", ideal_seconds, paths, args.ideal_images),
-            ("torch_drt", ray_build, paths, work, f"full{r}", parts),
-            ("processes", local_build, list_file, work / f"local{r}", parts),
-        ):
-            result = run(*call)
-            if key == "processes":
-                accounts.append(result)
-                result = (result["seconds"], result["cpu"])
-            times[key].append(result[0])
-            cpu[key].append(result[1])
+        seconds, cpu_s = ideal_seconds(paths, args.ideal_images)
+        times["ideal"].append(seconds)
+        cpu["ideal"].append(cpu_s)
+        accounts.append(local_build(list_file, work / f"local{r}", parts))
+        times["processes"].append(accounts[-1]["seconds"])
+        cpu["processes"].append(accounts[-1]["cpu"])
         for peer in () if args.skip_peers else PEERS:
             times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
-    rerun = resume(paths, work / "resume_root", parts) if resume_too else None
-    figures = summarize(times, len(paths), args.skip_peers)
-    for key, runs in cpu.items():
-        figures[key]["cpu"] = statistics.median(runs)
+    figures = summarize(times, cpu, len(paths), args.skip_peers)
     figures["processes"]["accounting"] = sorted(accounts, key=lambda a: a["seconds"])[len(accounts) // 2]
-    if rerun is not None:
-        full = figures["torch_drt"]["seconds"]
-        figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
     figures.update(samples=len(paths), parts=parts, repeats=args.repeats)
     return figures
 
 
-def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
+def measure_ray(paths: list[str], work: Path, parts: int, args: argparse.Namespace, resume_too: bool) -> dict:
+    """The figures of one image count on the Ray cluster: its build and the ideal again (beside the cluster),
+    interleaved, ``args.repeats`` rounds; then the kill and rerun when asked."""
+    times: dict[str, list] = {"torch_drt": [], "ideal_ray": []}
+    cpu: dict[str, list[float]] = {"torch_drt": [], "ideal_ray": []}
+    for r in range(args.repeats):
+        for key, run, *call in (("ideal_ray", ideal_seconds, paths, args.ideal_images),
+                                ("torch_drt", ray_build, paths, work, f"full{r}", parts)):
+            seconds, cpu_s = run(*call)
+            times[key].append(seconds)
+            cpu[key].append(cpu_s)
+    figures = summarize(times, cpu, len(paths), args.skip_peers)
+    if resume_too:
+        rerun = resume(paths, work / "resume_root", parts)
+        full = figures["torch_drt"]["seconds"]
+        figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
+    return figures
+
+
+def summarize(times: dict[str, list], cpu: dict[str, list[float]], n: int, skipped: bool) -> dict:
+    """Each row's medians: seconds, samples/s and CPU seconds where measured; or why it did not run."""
     out = {}
     for name, runs in times.items():
         errors = [x for x in runs if isinstance(x, str)]
@@ -277,6 +292,8 @@ def summarize(times: dict[str, list], n: int, skipped: bool) -> dict:
         else:
             seconds = statistics.median(runs)
             out[name] = {"seconds": seconds, "rate": n / seconds}
+            if name in cpu:
+                out[name]["cpu"] = statistics.median(cpu[name])
     return out
 
 
