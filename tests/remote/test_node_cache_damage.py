@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ListSource
-from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
+from remote_fixtures import downloaded, moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
 from remote_servers import upload_tree
 
 import torch_drt as drt
@@ -101,6 +101,8 @@ def test_a_node_cache_emptied_or_removed_while_in_use_is_made_again(runtime, tmp
     expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert _payloads(ds) == expected
+    downloaded(ds)
+    assert _payloads(ds) == expected  # read from the node cache's maps
     directory = Path(config.cache_dir)
     if how == "removed":
         for _ in range(10):  # (a prefetch thread may be making a lock file meanwhile)
