@@ -54,6 +54,19 @@ def test_a_wait_ends_with_none_when_the_fetch_ends_without_bytes():
     assert got == [None]
 
 
+def test_a_wait_for_a_fetch_still_queued_waits_for_it_to_start():
+    box, got, queued = Arrivals(), [], threading.Event()
+    queued.set()
+    waiter = threading.Thread(target=lambda: got.append(box.wait("sha256-c", queued.is_set)), daemon=True)
+    waiter.start()
+    with box.expecting("sha256-c"):  # the queued fetch starts (whenever the waiter asked meanwhile) ...
+        queued.clear()
+        box.post("sha256-c", b"late")  # ... and receives the bytes
+        waiter.join(30)
+    assert got == [b"late"]
+    assert box.wait("sha256-c", queued.is_set) is None  # nothing queued nor in flight
+
+
 def test_damaged_bytes_from_a_download_in_flight_are_a_cache_corrupt_error(runtime, tmp_path, moto_endpoint, proxy):
     _, url = publish_local(runtime, tmp_path, moto_endpoint, n=50, max_shard_bytes=1 << 20)
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+_STARTING_S = 0.001  # how often a read asks again whether the fetch it waits for is in flight yet
 
 
 class _Entry:
@@ -57,18 +59,25 @@ class Arrivals:
                 entry.data = data
                 self._cond.notify_all()
 
-    def wait(self, key: str) -> bytes | None:
+    def wait(self, key: str, pending: Callable[[], bool] | None = None) -> bytes | None:
         """The bytes of ``key`` once a fetch of this process received them; None when no fetch of ``key`` is in
         flight here, or when it ends without them (found local, another process's download, several requests,
-        a failure). The wait is bounded by the fetch's (the store's time-outs)."""
-        with self._cond:
-            while True:
+        a failure). ``pending()`` says whether a fetch of ``key`` is queued or starting (the prefetcher's, which
+        a read just asked for): the wait goes on until that fetch is in flight. The wait is bounded by the
+        fetch's (the store's time-outs)."""
+        while True:
+            with self._cond:
                 entry = self._entries.get(key)
-                if entry is None:
-                    return None
-                if entry.data is not None:
+                while entry is not None and entry.data is None:
+                    self._cond.wait()
+                    entry = self._entries.get(key)
+                if entry is not None:
                     return entry.data
-                self._cond.wait()
+            if pending is None or not pending():  # (asked outside this lock: the prefetcher's is its own)
+                return None
+            with self._cond:
+                if key not in self._entries:
+                    self._cond.wait(_STARTING_S)  # the fetch is queued or starting: it enters ``expecting`` soon
 
 
 _ARRIVALS = Arrivals()

@@ -114,7 +114,7 @@ class RemoteFile(StoredFile):
         reader does not check every record of it (no record checksums) or no such bytes come."""
         if not self.ranges_ok:
             return None
-        data = arrivals().wait(self.key)
+        data = arrivals().wait(self.key, lambda: self.backend.prefetcher.pending(self.key))
         if data is None or len(data) != self.size:
             return None
         return [data[a:b] for a, b in zip(starts, ends)]
