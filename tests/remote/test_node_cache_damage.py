@@ -115,6 +115,7 @@ def test_a_node_cache_emptied_or_removed_while_in_use_is_made_again(runtime, tmp
     proxy.reset()
     assert _payloads(ds) == expected  # no map of a file gone from the cache is read: the shards come again
     assert proxy.requests["GET"] > 0
+    downloaded(ds)
     shards = sorted((local / "shards").iterdir())
     assert all(_copy(config, s).read_bytes() == s.read_bytes() for s in shards)
     assert oct(directory.stat().st_mode & 0o777) == oct(0o700)  # made again, private

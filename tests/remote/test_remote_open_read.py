@@ -81,7 +81,10 @@ def test_a_process_keeps_at_most_open_shards_idle_maps(runtime, tmp_path, moto_e
     local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=200)
     config = remote_config(tmp_path, open_shards=2)
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
-    assert _payloads(ds) == _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    assert _payloads(ds) == expected  # (from the downloads' bytes as they came)
+    downloaded(ds)
+    assert _payloads(ds) == expected  # from the node cache's maps
     assert len(ds.layouts[0].shards) > 2
     shards = {f.key for f in ds.reader._caches[0].shards}
     mapped = [p for p in _maps_under(tmp_path / "node-cache") if p.rsplit("/", 1)[1] in shards]
