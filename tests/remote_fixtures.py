@@ -75,6 +75,13 @@ def publish_local(runtime: drt.DatasetRuntime, tmp_path: Path, endpoint: str, *,
     return result.path, f"s3://{BUCKET}/{name}"
 
 
+def downloaded(ds: drt.CachedDataset) -> None:
+    """Wait until the node cache holds every shard of ``ds`` (synced, verified, renamed): a read that waited for
+    a download of its own process got the bytes as they came, before that."""
+    for file in ds.reader._caches[0].shards:
+        file.fetch()
+
+
 def options(proxy: FaultProxy) -> dict:
     """s3fs options reaching moto through ``proxy``."""
     return s3_options(proxy.url)

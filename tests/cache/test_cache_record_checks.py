@@ -17,7 +17,7 @@ import numpy as np
 import pydantic
 import pytest
 from conftest import QUIET, read_after_truncation
-from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
+from remote_fixtures import downloaded, moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
 import torch_drt as drt
 from torch_drt.cache._verified import VerifiedRecords
@@ -158,6 +158,8 @@ def test_caches_at_urls_are_checked_on_every_read(runtime, tmp_path, moto_endpoi
     ds = runtime.cached_dataset(url, reader_config=_config("first_read"), storage_options=options(proxy),
                                 remote_config=config)
     assert [s.data for s in ds] == expected
+    downloaded(ds)  # (a read that waited for a download took its bytes before the copy was renamed in)
+    assert [s.data for s in ds] == expected  # from the node cache's maps
     shard = sorted((local / "shards").iterdir())[0]
     copy = Path(config.cache_dir) / "data" / f"sha256-{hashlib.sha256(shard.read_bytes()).hexdigest()}"
     body = bytearray(copy.read_bytes())

@@ -130,4 +130,6 @@ def test_a_location_carries_its_options_and_settings_into_write_and_read(tmp_pat
     assert isinstance(written, drt.CacheWriteSuccess), written
     ds = rt.cached_dataset(root.join("a"), reader_config=drt.ReaderConfig(seed=0))
     assert len(list(ds)) == 30
+    for file in ds.reader._caches[0].shards:
+        file.fetch()  # (a read that waited for a download took its bytes before the copy was renamed in)
     assert list((node / "data").glob("sha256-*")) and list((node / "small").iterdir())  # its node cache was used

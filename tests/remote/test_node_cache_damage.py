@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ListSource
-from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
+from remote_fixtures import downloaded, moto_fixture, options, proxy_fixture, publish_local, remote_config, unique  # noqa: F401
 from remote_servers import upload_tree
 
 import torch_drt as drt
@@ -100,6 +100,8 @@ def test_a_node_cache_emptied_or_removed_while_in_use_is_made_again(runtime, tmp
     expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert _payloads(ds) == expected
+    downloaded(ds)
+    assert _payloads(ds) == expected  # read from the node cache's maps
     directory = Path(config.cache_dir)
     if how == "removed":
         for _ in range(10):  # (a prefetch thread may be making a lock file meanwhile)
@@ -112,6 +114,7 @@ def test_a_node_cache_emptied_or_removed_while_in_use_is_made_again(runtime, tmp
     proxy.reset()
     assert _payloads(ds) == expected  # no map of a file gone from the cache is read: the shards come again
     assert proxy.requests["GET"] > 0
+    downloaded(ds)
     shards = sorted((local / "shards").iterdir())
     assert all(_copy(config, s).read_bytes() == s.read_bytes() for s in shards)
     assert oct(directory.stat().st_mode & 0o777) == oct(0o700)  # made again, private

@@ -13,7 +13,7 @@ import fsspec
 import numpy as np
 import pytest
 from conftest import ListSource
-from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
+from remote_fixtures import downloaded, moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 from remote_servers import StaticServer
 
 import torch_drt as drt
@@ -66,7 +66,9 @@ def test_two_datasets_of_one_cache_read_through_one_map_per_file(runtime, tmp_pa
     first, second = (runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy),
                                             remote_config=config) for _ in range(2))
     expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
-    assert _payloads(first) == expected
+    assert _payloads(first) == expected  # (read from the downloads' bytes as they came: nothing mapped yet)
+    downloaded(first)
+    assert _payloads(first) == expected  # mapped now
     assert _payloads(second) == expected
     mapped = _maps_under(tmp_path / "node-cache")
     assert len(mapped) > len(first.layouts[0].shards)  # every shard, and the index
@@ -79,7 +81,10 @@ def test_a_process_keeps_at_most_open_shards_idle_maps(runtime, tmp_path, moto_e
     local, url = publish_local(runtime, tmp_path, moto_endpoint, n=60, max_shard_bytes=200)
     config = remote_config(tmp_path, open_shards=2)
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
-    assert _payloads(ds) == _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
+    assert _payloads(ds) == expected  # (from the downloads' bytes as they came)
+    downloaded(ds)
+    assert _payloads(ds) == expected  # from the node cache's maps
     assert len(ds.layouts[0].shards) > 2
     shards = {f.key for f in ds.reader._caches[0].shards}
     mapped = [p for p in _maps_under(tmp_path / "node-cache") if p.rsplit("/", 1)[1] in shards]

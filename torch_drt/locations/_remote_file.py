@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_drt.checksums import sha256_file, xxh3_128_hex
+from torch_drt.locations._arrivals import arrivals
 from torch_drt.locations._open_maps import MapKey, Mapped, maps
 from torch_drt.locations.base import StoredFile
 from torch_drt.locations.errors import CacheCorruptError
@@ -102,9 +103,21 @@ class RemoteFile(StoredFile):
         """Download the file into the node cache (or wait for the process of the node that does); with
         ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not)."""
         backend = self.backend
-        return backend.node.fetch(self.key, self.size,
-                                  lambda fd: backend.download(self.rel, fd, self.size, self.checksum), self._check,
-                                  str(self.where), optional)
+        with arrivals().expecting(self.key):  # a read waiting for it meanwhile may take its bytes as they come
+            return backend.node.fetch(self.key, self.size,
+                                      lambda fd: backend.download(self.rel, fd, self.size, self.checksum),
+                                      self._check, str(self.where), optional)
+
+    def arrived(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes] | None:
+        """The ranges sliced from the bytes a download of this process received for this file (before its sync,
+        SHA-256 and rename; see ``_arrivals``), waiting for them while such a download is in flight; None when the
+        reader does not check every record of it (no record checksums) or no such bytes come."""
+        if not self.ranges_ok:
+            return None
+        data = arrivals().wait(self.key, lambda: self.backend.prefetcher.pending(self.key))
+        if data is None or len(data) != self.size:
+            return None
+        return [data[a:b] for a, b in zip(starts, ends)]
 
     def _check(self, path: Path) -> None:
         verify_download(path, self.checksum, self.where)

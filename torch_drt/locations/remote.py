@@ -11,8 +11,9 @@ SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by
 process of the node) waits for it, and so does one that wants more than half of the shard's bytes; any other read
 whose shard nobody fetches yet (a cold start, a resume) is served by coalesced byte-range requests while the shard
 downloads in the background (format 2 caches, whose records carry their own checksums; older formats wait for the
-shard). ``read_mode="ranges"`` always reads by ranges and keeps
-no shard copy.
+shard). A read of a format 2 cache that waits for a download of its own process takes the shard's bytes as they
+come, before the download's sync, SHA-256 and rename (``_arrivals``; its records are checked as every read's).
+``read_mode="ranges"`` always reads by ranges and keeps no shard copy.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
+from torch_drt.locations._arrivals import arrivals
 from torch_drt.locations._open_reads import OpenReads
 from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
 from torch_drt.locations._remote_gather import gather
@@ -243,14 +245,22 @@ class RemoteBackend(CacheBackend):
 
     def download(self, rel: str, fd: int, size: int, checksum: tuple[str, str] | None = None) -> None:
         """Write a remote file's bytes into ``fd`` (for the node cache); with its ``checksum``, the copy fetched
-        with the manifest when it is that file."""
+        with the manifest when it is that file, and the bytes of a file fetched in one request are also posted to
+        the reads of this process waiting for it (``_arrivals``: before the sync, SHA-256 and rename)."""
         guess = None if checksum is None else self._guessed(rel, checksum)
         if guess is not None and len(guess) == size:
             _write_all(fd, guess)
             count_bytes("download", size)
             return
         try:
-            self._run(lambda: self.store.download(rel, fd, size), rel)
+            if checksum is not None and 0 < size <= self.config.chunk_bytes:  # one request: its bytes are posted
+                data = self._run(lambda: self.store.read_range(rel, 0, size), rel)
+                if len(data) != size:
+                    raise EOFError(rel)
+                arrivals().post(f"{checksum[0]}-{checksum[1]}", data)  # for this process's reads waiting for it
+                _write_all(fd, data)
+            else:
+                self._run(lambda: self.store.download(rel, fd, size), rel)
             count_bytes("download", size)
         except EOFError:
             error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest records")

@@ -213,6 +213,11 @@ class ShardPrefetcher:
             self._start()
             self._cond.notify()
 
+    def pending(self, key: str) -> bool:
+        """True while ``key`` is being downloaded by this process or waits to be (``demand``)."""
+        with self._cond:
+            return key in self._running or any(f.key == key for f, _ in self._urgent)
+
     def busy(self, key: str) -> bool:
         """True while ``key`` is being downloaded by this process."""
         with self._cond:
