@@ -101,8 +101,8 @@ def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str]
     app.add_routes([
         web.get("/item/{n}", item), web.get("/flaky/{key}", flaky), web.get("/status/{status}", always),
         web.get("/auth", auth), web.get("/slow", slow), web.get("/big", big), web.get("/cut", cut),
-        web.get("/stall", stall), web.get("/retry-after/{key}", retry_after), web.get("/raw/{tail:.*}", raw), web.get("/redirect", redirect),
-        web.get("/redirect-loop/{key}", redirect_loop),
+        web.get("/stall", stall), web.get("/retry-after/{key}", retry_after), web.get("/raw/{tail:.*}", raw),
+        web.get("/redirect", redirect), web.get("/redirect-loop/{key}", redirect_loop),
     ])
     return app
 
