@@ -61,6 +61,24 @@ def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str]
         request.transport.close()  # the connection dies mid-body
         return response
 
+    async def stall(request: web.Request) -> web.StreamResponse:
+        hits[request.path] += 1  # half the body, a pause of s seconds, the other half (chunked=1: no length)
+        response = web.StreamResponse(headers={} if request.query.get("chunked") else {"Content-Length": "200"})
+        if request.query.get("chunked"):
+            response.enable_chunked_encoding()
+        await response.prepare(request)
+        await response.write(b"z" * 100)
+        for _ in range(int(float(request.query.get("s", "2")) * 20)):
+            if request.transport is None or request.transport.is_closing():  # the client gave up waiting
+                return response
+            await asyncio.sleep(0.05)
+        try:
+            await response.write(b"z" * 100)
+            await response.write_eof()
+        except ConnectionError:  # the client gave up waiting
+            pass
+        return response
+
     async def retry_after(request: web.Request) -> web.Response:
         hits[request.path] += 1
         if hits[request.path] == 1:
@@ -83,8 +101,8 @@ def make_app(hits: collections.Counter, delay: float = 0.0, raw_paths: list[str]
     app.add_routes([
         web.get("/item/{n}", item), web.get("/flaky/{key}", flaky), web.get("/status/{status}", always),
         web.get("/auth", auth), web.get("/slow", slow), web.get("/big", big), web.get("/cut", cut),
-        web.get("/retry-after/{key}", retry_after), web.get("/raw/{tail:.*}", raw), web.get("/redirect", redirect),
-        web.get("/redirect-loop/{key}", redirect_loop),
+        web.get("/stall", stall), web.get("/retry-after/{key}", retry_after), web.get("/raw/{tail:.*}", raw),
+        web.get("/redirect", redirect), web.get("/redirect-loop/{key}", redirect_loop),
     ])
     return app
 

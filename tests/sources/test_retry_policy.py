@@ -105,6 +105,23 @@ def test_success_after_failures():
     assert RetryPolicy(2, 0.001).run(attempt, "x") == b"body"
 
 
+def test_arun_goes_on_after_the_callers_own_first_attempt():
+    calls = []
+
+    def attempt():
+        calls.append(1)
+        raise ConnectionResetError()
+
+    policy = RetryPolicy(2, 0.001)
+    with pytest.raises(OSError, match=r"^x failed after 3 attempt\(s\): ConnectionResetError$"):
+        asyncio.run(policy.arun(_async(attempt), "x", ConnectionResetError()))
+    assert len(calls) == 2  # the first attempt was the caller's
+    with pytest.raises(ValueError, match=r"^x failed after 1 attempt\(s\): too big$"):
+        asyncio.run(policy.arun(_async(attempt), "x", AttemptError("too big", transient=False, kind=ValueError)))
+    assert len(calls) == 2  # a permanent first failure: no attempt more
+    assert asyncio.run(policy.arun(_async(lambda: b"body"), "x", TimeoutError())) == b"body"
+
+
 @pytest.mark.parametrize("run", ["run", "arun"])
 def test_what_may_be_made_only_when_an_attempt_fails(run, caplog):
     made = []

@@ -73,6 +73,13 @@ def test_timeout_on_the_last_attempt(server):
 
 
 @pytest.mark.parametrize("chunked", [False, True])
+def test_timeout_while_the_body_arrives(server, chunked):
+    ds = HttpDataset([server.url(f"/stall?s=2{'&chunked=1' if chunked else ''}")], timeout=0.3, retries=0)
+    with pytest.raises(TimeoutError, match=r"failed after 1 attempt\(s\): timed out after 0\.3s"):
+        ds[0]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
 def test_oversized_body(server, chunked):
     ds = HttpDataset([server.url(f"/big?size=5000{'&chunked=1' if chunked else ''}")], max_bytes=1000)
     with pytest.raises(ValueError, match="over max_bytes=1000") as info:
@@ -121,7 +128,7 @@ def test_session_is_closed_with_the_loader_and_dataset_pickles(server):
     ds = HttpDataset([server.url(f"/item/{i}") for i in range(4)])
     loader = StatefulDataLoader(ds, batch_size=2, num_workers=1, collate_fn=list, worker_method="thread")
     list(loader)
-    sessions = list(ds._sessions.values())
+    sessions = [session for session, _ in ds._sessions.values()]
     assert len(sessions) == 1
     loader.close()
     assert sessions[0].closed and not ds._sessions

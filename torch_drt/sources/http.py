@@ -8,6 +8,7 @@ from http import HTTPStatus
 from typing import Any
 
 from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size, check_timeout
+from torch_drt.sources._deadlines import Deadlines
 from torch_drt.sources._locations import Locations
 from torch_drt.sources._urls import redact, wire_url
 from torch_drt.sources.retry import AttemptError, parse_retry_after, transient_status
@@ -88,7 +89,7 @@ class HttpDataset(LocatedDataset):
             raise TypeError("headers must map str names to str values")
         self.headers, self.connect_timeout = headers, connect_timeout
         self._authorized = any(k.lower() == "authorization" for k in headers)
-        self._sessions: dict[int, Any] = {}
+        self._sessions: dict[int, tuple[Any, Deadlines]] = {}  # by id(loop): its client session and time limits
 
     @classmethod
     def from_template(
@@ -105,13 +106,14 @@ class HttpDataset(LocatedDataset):
         state["_sessions"] = {}
         return state
 
-    def _session(self) -> Any:
+    def _session(self) -> tuple[Any, Deadlines]:
+        """The running loop's client session and the time limits of its attempts (made on first use)."""
         loop = asyncio.get_running_loop()
-        session = self._sessions.get(id(loop))
-        if session is None or session.closed:
+        client = self._sessions.get(id(loop))
+        if client is None or client[0].closed:
             import aiohttp
 
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)  # the total: Deadlines
             connector = aiohttp.TCPConnector(limit=0, loop=loop)
             headers = {"Accept-Encoding": "identity", **self.headers}  # bodies as served: no decoding work
             session = aiohttp.ClientSession(
@@ -122,14 +124,15 @@ class HttpDataset(LocatedDataset):
                 auto_decompress=False,
                 requote_redirect_url=False,  # a redirect target goes on the wire as the server wrote it
             )
-            self._sessions[id(loop)] = session
-        return session
+            client = self._sessions[id(loop)] = (session, Deadlines(self.timeout))
+        return client
 
-    async def _attempt(self, session: Any, url: Any) -> bytes:
-        """One GET under the time limit: the body (one read into bytes when its size is known), else a failed
-        ``AttemptError``."""
+    async def _attempt(self, session: Any, deadlines: Deadlines, url: Any) -> bytes:
+        """One GET within ``timeout`` seconds: the body (one read into bytes when its size is known), else a
+        failed ``AttemptError``."""
+        task = deadlines.start()
         try:
-            async with asyncio.timeout(self.timeout) as limit, session.get(url, allow_redirects=True) as response:
+            async with session.get(url, allow_redirects=True) as response:
                 if response.status >= 400:
                     raise _status_error(response.status, response.headers)
                 length = response.content_length
@@ -137,10 +140,12 @@ class HttpDataset(LocatedDataset):
                 if length is not None:  # size known and allowed: one read into bytes, no chunk loop
                     return await response.read()
                 return await self._chunked(response)
-        except TimeoutError:
-            if not limit.expired():  # aiohttp's own (connect) time-out: a connection error
+        except asyncio.CancelledError:
+            if not deadlines.expired(task):
                 raise
-            raise AttemptError(f"timed out after {self.timeout}s", transient=True, kind=TimeoutError) from None
+        finally:
+            deadlines.stop(task)
+        raise AttemptError(f"timed out after {self.timeout}s", transient=True, kind=TimeoutError)
 
     async def _chunked(self, response: Any) -> bytes:
         """A body of unknown size, read in chunks up to ``max_bytes``."""
@@ -150,22 +155,27 @@ class HttpDataset(LocatedDataset):
             check_size(len(body), self.max_bytes, "the body (so far)")
         return bytes(body)
 
-    async def _fetch(self, session: Any, index: int) -> bytes:
+    async def aget(self, index: int) -> bytes:
+        """Fetch item ``index`` on the running event loop (the loader's)."""
         url = self.locations[index]
         wire = wire_url(url)
         if self._authorized and (wire.user is not None or wire.password is not None):
             raise ValueError(f"GET {redact(url)}: credentials both in the URL and in an Authorization header: give one")
-        return await self.policy.arun(lambda: self._attempt(session, wire), lambda: f"GET {redact(url)}")
-
-    async def aget(self, index: int) -> bytes:
-        """Fetch item ``index`` on the running event loop (the loader's)."""
-        return await self._fetch(self._session(), index)
+        session, deadlines = self._session()
+        try:  # the first attempt outside the retry loop: an item that succeeds at once pays nothing for it
+            return await self._attempt(session, deadlines, wire)
+        except Exception as error:
+            failed = error
+        return await self.policy.arun(
+            lambda: self._attempt(session, deadlines, wire), lambda: f"GET {redact(url)}", failed
+        )
 
     async def aclose(self) -> None:
         """Close the client session of the running event loop."""
-        session = self._sessions.pop(id(asyncio.get_running_loop()), None)
-        if session is not None:
-            await session.close()
+        client = self._sessions.pop(id(asyncio.get_running_loop()), None)
+        if client is not None:
+            client[1].close()
+            await client[0].close()
             await asyncio.sleep(0)  # the closed connections' transports finish closing on the next loop turn
 
     def __getitem__(self, index: int) -> bytes:

@@ -163,18 +163,27 @@ class RetryPolicy:
         raise AssertionError("unreachable")
 
     async def arun(
-        self, attempt: Callable[[], Awaitable[T]], what: str | Callable[[], str], *, unknown: bool = False
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        what: str | Callable[[], str],
+        failed: BaseException | None = None,
+        *,
+        unknown: bool = False,
     ) -> T:
-        """``run`` for an ``async`` attempt, waiting with ``asyncio.sleep``."""
+        """``run`` for an ``async`` attempt, waiting with ``asyncio.sleep``; ``failed`` is the error of a first
+        attempt the caller made itself (its fast path), and the loop goes on from there."""
+        error = failed
         for n in range(1, self.attempts + 1):
-            try:
-                return await attempt()
-            except Exception as e:
-                error = e
+            if error is None:
+                try:
+                    return await attempt()
+                except Exception as e:
+                    error = e
             what = what() if callable(what) else what
             wait = self._wait(error, n, what, unknown)
             if wait is None:
                 raise failure(error, what, n)
+            error = None
             await asyncio.sleep(wait)
         raise AssertionError("unreachable")
 
