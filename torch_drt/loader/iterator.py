@@ -111,7 +111,7 @@ class LoaderIterator:
             if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
             if self._check and next(self._ticks, True):
-                return self._timed_tuned()
+                return self._startup_next() if self._starting else self._timed_tuned()
             try:
                 batch, indices, last = self._pull()
             except StopIteration as stop:
@@ -206,15 +206,13 @@ class LoaderIterator:
         t0 = perf_counter_ns()
         try:
             out, items, last = self._deliver(0)
-            return out
         finally:
-            stats.started(t0, perf_counter_ns(), items is not None)
+            stats.started(t0, perf_counter_ns(), items)  # (its batch counted)
             self._started, self._starting = True, False
             armed, self._armed = self._armed, None
             if items is None:  # nothing delivered: not a call of the period
                 self._arm(self._period - 1)
             else:
-                stats.counted(1, items)
                 self._exact += 1
                 if armed is not None and isinstance(getattr(self._next, "__self__", None), GeneratorType):
                     self._ticks, self._check, self._pull = armed, False, self._next  # (its loop took this call's tick)
@@ -222,6 +220,9 @@ class LoaderIterator:
                     self._arm(self._period - 2)
                 if last and self._in_order:
                     self.flush_stats(perf_counter_ns())
+        if self._tune is not None:
+            self._tuned(out)
+        return out
 
     def _arm(self, untimed: int) -> None:
         """Set ``_pull`` for ``untimed`` calls before the next timed one (statistics off: ``_next`` itself)."""
