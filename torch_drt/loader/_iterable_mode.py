@@ -101,7 +101,7 @@ class WorkerStreamsMode(LoaderMode):
         self._workers: list[Any] = [None] * n
         self._ended: set[int] = set()
 
-    def next_fn(self) -> Any:
+    def next_fn(self, ticks: Any = None) -> Any:
         return self._next
 
     def _next(self) -> Fetched:

@@ -148,15 +148,19 @@ class StatsRecorder:
         self.wait_ns += min(self._last_wait * max(0, calls - self.waited), interval)
         self.waited = 0
 
-    def started(self, start_ns: int, end_ns: int, delivered: bool) -> None:
+    def started(self, start_ns: int, end_ns: int, items: int | None) -> None:
         """An iterator's first call, from ``start_ns`` to ``end_ns``, when it is not a timed one: its wait only, the
-        start-up (``delivered``: it delivered a batch, a call of the sampling period whose wait is not estimated)."""
+        start-up; ``items``: the batch it delivered (None: none), counted exactly, a call of the sampling period
+        whose wait is not estimated."""
         wait = end_ns - start_ns
         self.wall_ns += wait if self._last_ns is None else end_ns - self._last_ns
         self._last_ns = end_ns
         self.wait_ns += wait
         self.startup_ns += wait
-        self.waited += delivered
+        if items is not None:
+            self.waited += 1
+            self.batches += 1
+            self.items += items
 
     def flush(self) -> None:
         """Count the running iterator's batches since its last timed one, and the bytes this process read outside

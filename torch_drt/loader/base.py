@@ -14,7 +14,7 @@ and the checkpoint format; the rest is shared::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
@@ -43,8 +43,9 @@ class LoaderMode:
         """The running pipeline's cursor after the last delivered batch."""
         return self.mapper.get_state()[OrderedMapper.SOURCE_KEY]
 
-    def next_fn(self) -> Callable[[], Any]:
-        """What an iterator calls for the next ``Fetched`` of the running epoch (``StopIteration`` at its end)."""
+    def next_fn(self, ticks: Iterator[Any] | None = None) -> Callable[[], Any]:
+        """What an iterator calls for the next ``Fetched`` of the running epoch (``StopIteration`` at its end);
+        ``ticks``: the statistics' countdown, for a mode whose function is a loop counting it down (``MapMode``)."""
         return self.mapper.next
 
     def resize(self, num_workers: int, in_flight: int) -> None:

@@ -60,25 +60,28 @@ class LoaderIterator:
         # __next__ (`_check`).
         self._ticks: Iterator | None = None
         self._check = False
-        self._next = loader._mode.next_fn()  # reset by iter(loader): no BaseNode.__next__ check
+        self._armed: Iterator | None = None  # the countdown `_next` was made with, for the calls after the first
         self._exact = 0  # untimed batches counted exactly since the last timed call
         self._started = self._starting = False
+        stats = self._stats
+        if stats is not None:  # (run once per epoch, on cold caches: each line here costs ~1 us more than in a loop)
+            if stats.live is not None:  # a superseded iterator's batches are counted before this one takes over
+                stats.flush()
+            stats.live = ref(self)
+            # the countdown carries on from the last iterator: the first call goes to _timed_tuned (its ticks are
+            # spent), which times it when it is due (`left` 1), else its wait only (start-up) and arms the countdown:
+            # a loop's is made now, counting that call down too (`_startup_next`), so the epoch runs one loop
+            self._period, self._starting = stats.left, stats.left > 1
+            self._ticks, self._check = _SPENT, True
+            if self._starting:
+                self._armed = repeat(True, self._period - 1)
+        self._next = loader._mode.next_fn(self._armed)  # reset by iter(loader): no BaseNode.__next__ check
         tune = loader._autotune  # a LoaderAutotune still searching, told of each batch delivered
         self._tune = tune if tune is not None and not tune.done else None
         if self._tune is not None:
             self._tune.started(loader)  # the pipeline starts afresh: the trial running starts with it
-        stats = self._stats
         if stats is None:
             self._pull = self._next
-            return
-        # (run once per epoch, on cold caches: each line here costs ~1 us more there than in a loop)
-        if stats.live is not None:  # a superseded iterator's batches are counted before this one takes over
-            stats.flush()
-        stats.live = ref(self)
-        # the countdown carries on from the last iterator: the first call goes to _timed_tuned (its ticks are spent),
-        # which times it when it is due (`left` 1), else its wait only (start-up); it arms the countdown
-        self._period, self._starting = stats.left, stats.left > 1
-        self._ticks, self._check = _SPENT, True
 
     def __iter__(self) -> LoaderIterator:
         return self
@@ -108,7 +111,7 @@ class LoaderIterator:
             if self._generation != self._loader._generation:
                 raise RuntimeError("this iterator was superseded by a newer iter(loader) or load_state_dict()")
             if self._check and next(self._ticks, True):
-                return self._timed_tuned()
+                return self._startup_next() if self._starting else self._timed_tuned()
             try:
                 batch, indices, last = self._pull()
             except StopIteration as stop:
@@ -203,18 +206,23 @@ class LoaderIterator:
         t0 = perf_counter_ns()
         try:
             out, items, last = self._deliver(0)
-            return out
         finally:
-            stats.started(t0, perf_counter_ns(), items is not None)
+            stats.started(t0, perf_counter_ns(), items)  # (its batch counted)
             self._started, self._starting = True, False
+            armed, self._armed = self._armed, None
             if items is None:  # nothing delivered: not a call of the period
                 self._arm(self._period - 1)
             else:
-                stats.counted(1, items)
                 self._exact += 1
-                self._arm(self._period - 2)
+                if armed is not None and isinstance(getattr(self._next, "__self__", None), GeneratorType):
+                    self._ticks, self._check, self._pull = armed, False, self._next  # (its loop took this call's tick)
+                else:
+                    self._arm(self._period - 2)
                 if last and self._in_order:
                     self.flush_stats(perf_counter_ns())
+        if self._tune is not None:
+            self._tuned(out)
+        return out
 
     def _arm(self, untimed: int) -> None:
         """Set ``_pull`` for ``untimed`` calls before the next timed one (statistics off: ``_next`` itself)."""
