@@ -52,10 +52,12 @@ def test_a_shard_copy_damaged_after_verification_is_fetched_again_then_named(run
     expected = _payloads(runtime.cached_dataset(local, reader_config=SEQ))
     ds = runtime.cached_dataset(url, reader_config=SEQ, storage_options=options(proxy), remote_config=config)
     assert _payloads(ds) == expected  # every shard verified and in the node cache
+    downloaded(ds)  # the reads took the downloads' bytes: the node cache's copies are renamed in after them
     shards = sorted((local / "shards").iterdir())
     copies = [_copy(config, s) for s in shards]
     _damage(copies[0])  # a disk fault, or a hand edit, after the copy was verified
     assert _payloads(ds) == expected  # found by the record checksums, fetched anew, read again
+    downloaded(ds)
     assert copies[0].read_bytes() == shards[0].read_bytes()
     _damage(copies[0])  # damaged again after it was fetched anew: the node's disk is at fault, and named
     with pytest.raises(CacheCorruptError) as info:
