@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from torch_drt._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from torch_drt.loader._fetch import default_collate
+    from torch_drt.loader._collate import default_collate
     from torch_drt.loader.dataloader import StatefulDataLoader
     from torch_drt.loader.transform_rule import transform_hook
     from torch_drt.loader.worker_info import get_worker_info
@@ -19,7 +19,7 @@ __all__ = ["StatefulDataLoader", "default_collate", "get_worker_info", "transfor
 
 _LAZY = {
     "StatefulDataLoader": "torch_drt.loader.dataloader",
-    "default_collate": "torch_drt.loader._fetch",
+    "default_collate": "torch_drt.loader._collate",
     "get_worker_info": "torch_drt.loader.worker_info",
     "transform_hook": "torch_drt.loader.transform_rule",
 }

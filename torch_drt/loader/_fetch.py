@@ -16,6 +16,7 @@ from typing import Any
 from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
+from torch_drt.loader._collate import pin_batch
 from torch_drt.loader._early_items import EarlyItems, results, submit_items
 from torch_drt.loader._event_loop import is_async_dataset
 from torch_drt.loader._loop_fetch import LoopFetch
@@ -66,29 +67,6 @@ def map_fetcher(loader: Any) -> BatchFetcher:
         seed=loader.seed,
         item_threads=item_threads(loader),
     )
-
-
-def default_collate(batch: list[Any]) -> Any:
-    """torch's ``default_collate``, except that an empty batch (a padded rank) collates to ``[]``; on the calling
-    thread only, without torch's intra-op threads (``torch_drt._threads``)."""
-    if not batch:
-        return []
-    from torch.utils.data import default_collate as torch_collate
-
-    from torch_drt import _threads
-
-    threads = _threads.single_thread()
-    try:
-        return torch_collate(batch)
-    finally:
-        _threads.restore(threads)
-
-
-def pin_batch(batch: Any) -> Any:
-    """The batch with its CPU tensors in pinned memory."""
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    return pin_memory(batch)
 
 
 def _no_coroutines(dataset: Any, items: list[Any]) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch_drt.describe import described
-from torch_drt.loader._fetch import pin_batch
+from torch_drt.loader._collate import pin_batch
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.item_batcher import ItemBatch

@@ -23,7 +23,7 @@ from torch_drt.loader._arguments import (
     worker_method_for,
 )
 from torch_drt.loader._autotune_request import AutotuneRequest
-from torch_drt.loader._fetch import default_collate
+from torch_drt.loader._collate import default_collate
 from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
 from torch_drt.loader._node_mode import NodeMode
