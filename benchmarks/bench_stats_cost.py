@@ -46,52 +46,16 @@ from collections.abc import Callable
 from types import GeneratorType
 from typing import Any
 
-from torchdata.nodes import BaseNode
+from _stats_workload import BATCH, ITEMS, Constant, identity, make_loader
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._stats_recorder import StatsRecorder
 from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.ordered_map import OrderedMapper
 
-ITEMS, BATCH, BLOCK, CALLS = 100_000, 64, 100, 2_000
+BLOCK, CALLS = 100, 2_000
 SETTLE = 256  # items before an adaptive mapper's mode is settled (InlineCost.WARMUP is 8)
 GOAL = 0.01
-
-
-class Ints:
-    def __len__(self) -> int:
-        return ITEMS
-
-    def __getitem__(self, i: int) -> int:
-        return i
-
-
-def identity(batch: Any) -> Any:
-    return batch
-
-
-class Constant(BaseNode):
-    """A source yielding one item forever (the mapper's own work, without a planner's)."""
-
-    def __init__(self, item: Any) -> None:
-        super().__init__()
-        self.item = item
-
-    def reset(self, initial_state: dict | None = None) -> None:
-        super().reset(initial_state)
-
-    def next(self) -> Any:
-        return self.item
-
-    def get_state(self) -> dict:
-        return {}
-
-
-def make_loader(workers: int, stats: bool) -> StatefulDataLoader:
-    kwargs = {"num_workers": workers, "persistent_workers": True, "worker_method": "thread"} if workers else {}
-    loader = StatefulDataLoader(Ints(), batch_size=BATCH, collate_fn=identity, stats=stats, **kwargs)
-    sum(1 for _ in loader)  # warm up: workers started, the mapper settled (inline or not), `every` grown
-    return loader
 
 
 def min_of(arms: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
