@@ -48,6 +48,7 @@ from pathlib import Path
 
 from _build_inputs import make_images
 from _build_table import print_table
+from _common import tree_cpu
 from _envs import env_python
 
 BENCH = Path(__file__).resolve().parent
@@ -92,20 +93,6 @@ def warm_workers() -> None:
     ray.get([task.remote() for _ in range(WORKERS * 2)])
 
 
-def _ray_cpu() -> dict[int, float]:
-    """CPU seconds so far of this process and its descendants (Ray's daemons and workers), by pid."""
-    import psutil  # Ray's own dependency
-
-    out = {}
-    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.Error:
-            continue
-        out[proc.pid] = times.user + times.system
-    return out
-
-
 def torch_drt_build(paths: list[str], root: Path, name: str, parts: int, fn: ToInput, **kw) -> tuple[float, object]:
     import ray
 
@@ -121,10 +108,10 @@ def ray_build(paths: list[str], root: Path, name: str, parts: int) -> tuple[floa
     """Seconds and CPU seconds (driver, daemons, workers) of one full torch_drt build on Ray."""
     from torch_drt import WriterConfig
 
-    before = _ray_cpu()
+    before = tree_cpu()
     quiet = WriterConfig(show_progress=False)
     seconds, report = torch_drt_build(paths, root, name, parts, ToInput(), writer_config=quiet)
-    after = _ray_cpu()
+    after = tree_cpu()
     assert report.ok, report.summary()
     shutil.rmtree(root / name)
     return seconds, sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
