@@ -82,3 +82,49 @@ def cache_cover(rank: int, world_size: int, port: int, out: str, cache: str, wor
 
 def sample_id(sample) -> int:
     return sample.sample_id
+
+
+def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, endpoint: str, node_dir: str,
+                    limit: int, path: str) -> None:
+    """Each rank (``LOCAL_WORLD_SIZE`` ranks on this node) starts reading a remote cache through one node cache by
+    ``path`` (``"sampler"``: ``CacheSampler``; ``"dataset"``: iterating the ``CachedDataset``; ``"loader"``: the
+    cache loader with no loading processes), waits until its prefetcher has nothing more to do and reports its
+    prefetch bound and its window (the planned shards within it, and whether each is local). Rows are read in
+    order, two shards' rows per batch (the plan fills four batches ahead at a start)."""
+    import time
+
+    import torch_drt as drt
+    from torch_drt.cache.loader import CacheSampler
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world_size))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        config = drt.RemoteConfig(cache_dir=node_dir, cache_limit=limit, backoff=0.01, max_backoff=0.05)
+        ds = drt.DatasetRuntime(1).cached_dataset(
+            url, reader_config=drt.ReaderConfig(seed=0, shuffle=False, prefetch_size=128), remote_config=config,
+            storage_options={"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True})
+        if path == "sampler":
+            sampler = CacheSampler(ds, shuffle=False)
+            sampler.reset()
+            sampler.next()
+        elif path == "dataset":
+            next(iter(ds))
+        else:
+            next(iter(ds.to_torch_dataloader(collate_fn=len, batch_size=128, shuffle=False, num_workers=0)))
+        prefetcher = ds.layouts[0].backend.prefetcher
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with prefetcher._cond:
+                if not prefetcher._running and not prefetcher._urgent and prefetcher._next() is None:
+                    break
+            time.sleep(0.02)
+        with prefetcher._cond:
+            window = prefetcher._ahead_of_plan()
+            report = {"bound": prefetcher._bound, "window": [f.rel for f in window],
+                      "local": [f.present() for f in window]}
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, report)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,65 @@
+"""The node cache's prefetch budget is split among the node's reading processes, whichever way a rank reads.
+
+Two real ranks (gloo, ``LOCAL_WORLD_SIZE=2``: one node) read one cache on moto's S3 server through s3fs and one
+node cache: through ``CacheSampler``, by iterating the ``CachedDataset``, and through the cache loader. Each
+process's prefetch window is its share of the node cache's quarter (``RemoteConfig.bytes_ahead`` of the node's
+processes, ``torch_drt._cpu_budget.node_processes``): before, ``CacheSampler`` and the dataset's iteration gave
+every process the whole quarter and the cache loader split it among the rank's loading processes only, so the
+node's windows added up to twice the quarter. Each rank's window is local once its prefetcher settles (its share
+is prefetched), and no shard is downloaded twice across the node.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import socket
+
+import pytest
+from remote_fixtures import moto_fixture, proxy_fixture, publish_local  # noqa: F401
+
+import torch_drt as drt
+
+pytestmark = pytest.mark.timeout(300)
+ROWS, PAYLOAD, PER_SHARD = 4096, 1000, 64  # 64 shards of 64 rows, about 64 KB each
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("path", ["sampler", "dataset", "loader"])
+def test_each_processs_window_is_its_share_of_the_node_and_each_shard_comes_once(tmp_path, moto_endpoint, proxy,
+                                                                                 path):
+    import torch.multiprocessing as mp
+    from dist_job import prefetch_window
+
+    runtime = drt.DatasetRuntime(1)
+    local, url = publish_local(runtime, tmp_path, moto_endpoint, n=ROWS, payload_bytes=PAYLOAD,
+                               max_shard_bytes=PER_SHARD * PAYLOAD)
+    runtime.close()
+    sizes = {f"shards/{p.name}": p.stat().st_size for p in (local / "shards").iterdir()}
+    assert len(sizes) >= 32, sizes
+    limit = 52 * max(sizes.values())  # a quarter split between the node's two processes: 6.5 shards each
+    proxy.reset()
+    out = tmp_path / "windows.json"
+    mp.spawn(prefetch_window, args=(2, _port(), str(out), url, proxy.url, str(tmp_path / "node"), limit, path),
+             nprocs=2, join=True)
+    ranks = json.loads(out.read_text())
+
+    share = drt.RemoteConfig(cache_limit=limit).bytes_ahead(2)  # the node cache's quarter over 2 processes
+    assert share == limit // 8
+    for rank in ranks:
+        assert rank["bound"] == share, (rank["bound"], share)  # before: limit // 4 (twice the share)
+        assert len(rank["window"]) >= 6 and all(rank["local"]), rank  # its share of the plan is prefetched
+        assert sum(sizes[name] for name in rank["window"]) <= share
+    downloads = collections.Counter()  # whole-shard GETs per shard, across the node
+    for full_path, ranges in proxy.ranges.items():
+        name = "/".join(full_path.rsplit("/", 2)[-2:])
+        if name in sizes:
+            downloads[name] += sum(r in ("", f"bytes=0-{sizes[name] - 1}") for r in ranges)
+    downloads = +downloads  # (the shards only read by ranges while they downloaded aside)
+    assert max(downloads.values()) == 1, downloads  # each shard downloaded once for the node
+    assert set(downloads) == {name for rank in ranks for name in rank["window"]}  # and only the windows
