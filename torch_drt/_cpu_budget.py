@@ -155,6 +155,28 @@ def local_ranks(world_size: int) -> int:
     return ranks
 
 
+def node_processes(per_rank: int, world_size: int) -> int:
+    """Processes of this node that read a cache: ``per_rank`` loading processes (at least one: with none, the
+    rank's own process reads) in each of its ``local_ranks``. The one count a node's shared budgets are divided by
+    (the node cache's prefetch quarter, reader threads, a shard window's node-cache ceiling).
+
+    Raises:
+        ValueError: when ``per_rank`` is negative, or as ``local_ranks``.
+    """
+    if per_rank < 0:
+        raise ValueError(f"{per_rank=} must be >= 0")
+    return max(1, per_rank) * local_ranks(world_size)
+
+
+def loader_processes() -> int:
+    """Loading processes of the loader this process works for: a process worker's ``num_workers`` (torch's
+    ``get_worker_info()``; thread workers share their process), else one (the process reads for itself)."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    return 1 if info is None else max(1, info.num_workers)
+
+
 def resolve_worker_counts(
     num_workers: int | Literal["auto"], native_num_workers: int | Literal["auto"], world_size: int
 ) -> WorkerCounts:
@@ -166,5 +188,5 @@ def resolve_worker_counts(
     processes = min(4, max(0, cpus // ranks - 1)) if num_workers == "auto" else num_workers
     threads = native_num_workers
     if threads == "auto":
-        threads = max(1, min(4, cpus // (max(1, processes) * ranks)))
+        threads = max(1, min(4, cpus // node_processes(processes, world_size)))
     return WorkerCounts(int(processes), int(threads))

@@ -63,3 +63,21 @@ def test_each_processs_window_is_its_share_of_the_node_and_each_shard_comes_once
     downloads = +downloads  # (the shards only read by ranges while they downloaded aside)
     assert max(downloads.values()) == 1, downloads  # each shard downloaded once for the node
     assert set(downloads) == {name for rank in ranks for name in rank["window"]}  # and only the windows
+
+
+def test_a_samplers_read_ahead_is_split_over_the_nodes_ranks(tmp_path, moto_endpoint, monkeypatch):
+    """The fast sibling: a ``CacheSampler`` of rank 0 of 4, two of them on this node, plans with a share of 2."""
+    from remote_fixtures import remote_config
+    from remote_servers import s3_options
+
+    from torch_drt.cache.loader import CacheSampler
+
+    runtime = drt.DatasetRuntime(1)
+    _local, url = publish_local(runtime, tmp_path, moto_endpoint, n=40)
+    ds = runtime.cached_dataset(url, reader_config=drt.ReaderConfig(seed=0), storage_options=s3_options(moto_endpoint),
+                                remote_config=remote_config(tmp_path))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert CacheSampler(ds, rank=0, world_size=4)._ahead.share == 2  # before: 1 (the sampler's own process)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert CacheSampler(ds, rank=0, world_size=4)._ahead.share == 4
+    runtime.close()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from torch_drt._cpu_budget import node_processes
 from torch_drt._distinct import first_seen
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache.loader._snapshot import Snapshot
@@ -212,8 +213,9 @@ class RowFetcher:
         ahead = self._ahead.get(batch.worker)
         if ahead is None:
             stream = self._stream(self._lane(batch.worker)[0])
+            share = node_processes(max(self.dealt_to, len(self.plans)), self.world_size)
             ahead = self._ahead[batch.worker] = stream.read_ahead(
-                self._reader, functools.partial(self._span, batch.worker), share=max(self.dealt_to, len(self.plans)))
+                self._reader, functools.partial(self._span, batch.worker), share=share)
         _, _, per_pass = self._lane(batch.worker)
         snap, k = self._snapshot, batch.epoch * per_pass + batch.index // self.dealt_to
         ahead.before(k, (snap.cache_pos[rows], snap.sample_ids[rows]))

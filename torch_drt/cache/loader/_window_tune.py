@@ -7,7 +7,7 @@ delivered (before a checkpoint can be taken there), and the checkpoint keeps it 
 so a resume reads the rows an uninterrupted run reads.
 
 - The ceiling (``capacity``): the windows of the node's readers fit in half its node cache,
-  ``cache_limit // (2 * largest shard * readers)`` (readers: this rank's consumers times the local ranks), and at
+  ``cache_limit // (2 * largest shard * readers)`` (readers: ``node_processes`` of this rank's consumers), and at
   most the shards there are.
 - The first epoch reads ``min(START, capacity)``.
 - After an epoch (``decide``): when the caller waited for data (``CONSUMER_BOUND`` of its time) and reads missed the
@@ -24,7 +24,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from torch_drt._cpu_budget import local_ranks
+from torch_drt._cpu_budget import node_processes
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._tuner import CONSUMER_BOUND
 
@@ -80,7 +80,7 @@ class WindowTune:
                 "local caches"
             )
         shards = [size for layout in dataset.layouts for _, size in layout.shards]
-        readers = max(1, consumers) * local_ranks(world_size)
+        readers = node_processes(consumers, world_size)
         limit = remote[0].backend.config.node_cache_limit()
         capacity = min(len(shards), limit // max(1, 2 * max(shards) * readers))
         return cls(capacity, sum(shards))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
+from torch_drt._cpu_budget import loader_processes, node_processes
 from torch_drt._state_fields import StateFields
 from torch_drt.cache.rows import STRIDE, Consumer, RowStream, order_name
 from torch_drt.describe import described
@@ -33,8 +34,10 @@ class CacheSampler(BaseNode[int]):
     the next epoch where the stream stands.
 
     For caches at URLs, it hands the dataset's reader the shards of its next rows in blocks of ``AHEAD_ROWS``
-    positions (``ReadAhead``; the readers downstream, e.g. ``CacheReaderNode``, then find them local). For local
-    caches it does nothing.
+    positions (``ReadAhead``; the readers downstream, e.g. ``CacheReaderNode``, then find them local), within its
+    share of the node cache's prefetch bytes (``RemoteConfig.bytes_ahead`` of the node's processes: this rank's,
+    a loader worker's ``num_workers`` where it runs in one, times the local ranks). For local caches it does
+    nothing.
 
     Args:
         source: the dataset; its active table is snapshotted now.
@@ -84,7 +87,10 @@ class CacheSampler(BaseNode[int]):
         self._yielded = 0
         self._rows = np.empty(0, dtype=np.int64)
         self._rows_start = 0
-        self._ahead = self._stream.read_ahead(source.reader, self._block) if source.reader.remote else None
+        self._ahead = None
+        if source.reader.remote:  # its windows and those of the node's other samplers add up in the node cache
+            share = node_processes(loader_processes(), self.world_size)
+            self._ahead = self._stream.read_ahead(source.reader, self._block, share=share)
         self._ahead_block = -1
 
     def __len__(self) -> int:
