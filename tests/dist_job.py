@@ -88,7 +88,8 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
                     limit: int, path: str) -> None:
     """Each rank (``LOCAL_WORLD_SIZE`` ranks on this node) starts reading a remote cache through one node cache by
     ``path`` (``"sampler"``: ``CacheSampler``; ``"dataset"``: iterating the ``CachedDataset``; ``"loader"``: the
-    cache loader with no loading processes), waits until its prefetcher has nothing more to do and reports its
+    cache loader with no loading processes; ``"formats"``: ``torch_drt.StatefulDataLoader`` over an MDS dataset at
+    ``url``, which plans its reads), waits until its prefetcher has nothing more to do and reports its
     prefetch bound and its window (the planned shards within it, and whether each is local). Rows are read in
     order, two shards' rows per batch (the plan fills four batches ahead at a start)."""
     import time
@@ -100,18 +101,26 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         config = drt.RemoteConfig(cache_dir=node_dir, cache_limit=limit, backoff=0.01, max_backoff=0.05)
-        ds = drt.DatasetRuntime(1).cached_dataset(
-            url, reader_config=drt.ReaderConfig(seed=0, shuffle=False, prefetch_size=128), remote_config=config,
-            storage_options={"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True})
+        storage = {"client_kwargs": {"endpoint_url": endpoint}, "skip_instance_cache": True}
+        if path == "formats":
+            from torch_drt.formats import MDSDataset
+
+            mds = MDSDataset(url, storage_options=storage, remote_config=config)
+            next(iter(drt.StatefulDataLoader(mds, batch_size=MDS_ROWS, shuffle=False, collate_fn=len)))
+            prefetcher = mds._remote_file(0).backend.prefetcher
+        else:
+            ds = drt.DatasetRuntime(1).cached_dataset(
+                url, reader_config=drt.ReaderConfig(seed=0, shuffle=False, prefetch_size=128), remote_config=config,
+                storage_options=storage)
+            prefetcher = ds.layouts[0].backend.prefetcher
         if path == "sampler":
             sampler = CacheSampler(ds, shuffle=False)
             sampler.reset()
             sampler.next()
         elif path == "dataset":
             next(iter(ds))
-        else:
+        elif path == "loader":
             next(iter(ds.to_torch_dataloader(collate_fn=len, batch_size=128, shuffle=False, num_workers=0)))
-        prefetcher = ds.layouts[0].backend.prefetcher
         deadline = time.time() + 60
         while time.time() < deadline:
             with prefetcher._cond:
@@ -128,3 +137,27 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
             Path(out).write_text(json.dumps(gathered))
     finally:
         dist.destroy_process_group()
+
+
+MDS_ROWS = 512  # int samples per shard of ``write_mds``
+
+
+def write_mds(root: Path, shards: int) -> None:
+    """An MDS dataset of ``shards`` shards of ``MDS_ROWS`` int samples (sample i holds i), as MDSWriter lays it out:
+    ``[count][count + 1 offsets][samples]``, little-endian."""
+    import struct
+
+    root.mkdir(parents=True)
+    entries = []
+    for s in range(shards):
+        head = 4 * (MDS_ROWS + 2)
+        offsets = [head + 8 * i for i in range(MDS_ROWS + 1)]
+        samples = b"".join(i.to_bytes(8, "little") for i in range(s * MDS_ROWS, (s + 1) * MDS_ROWS))
+        data = struct.pack(f"<{MDS_ROWS + 2}I", MDS_ROWS, *offsets) + samples
+        name = f"shard.{s:05d}.mds"
+        (root / name).write_bytes(data)
+        entries.append({"format": "mds", "version": 2, "samples": MDS_ROWS, "column_names": ["n"],
+                        "column_encodings": ["int"], "column_sizes": [8], "compression": None, "hashes": [],
+                        "size_limit": 1 << 20, "raw_data": {"basename": name, "bytes": len(data), "hashes": {}},
+                        "zip_data": None})
+    (root / "index.json").write_text(json.dumps({"version": 2, "shards": entries}))

@@ -168,13 +168,17 @@ def node_processes(per_rank: int, world_size: int) -> int:
     return max(1, per_rank) * local_ranks(world_size)
 
 
-def loader_processes() -> int:
-    """Loading processes of the loader this process works for: a process worker's ``num_workers`` (torch's
-    ``get_worker_info()``; thread workers share their process), else one (the process reads for itself)."""
+def reading_processes(world_size: int | None = None) -> int:
+    """``node_processes`` of the loader this process reads for: a process worker's ``num_workers`` (torch's
+    ``get_worker_info()``; thread workers share their process), else this process alone, in each local rank
+    (``world_size``: given, else the process group's)."""
     from torch.utils.data import get_worker_info
 
+    from torch_drt.sampling.topology import resolve_topology
+
     info = get_worker_info()
-    return 1 if info is None else max(1, info.num_workers)
+    return node_processes(0 if info is None else info.num_workers,
+                          resolve_topology()[1] if world_size is None else world_size)
 
 
 def resolve_worker_counts(

@@ -1,6 +1,6 @@
 """``node_processes``: the one count of a node's processes reading a cache (the node cache's prefetch quarter, the
-reader threads and a shard window's ceiling are divided by it), and ``loader_processes``, a loader worker's
-``num_workers``. The end-to-end check (two gloo ranks, one node cache on moto) is
+reader threads and a shard window's ceiling are divided by it), and ``reading_processes``: a loader worker's
+``num_workers`` in each local rank. The end-to-end check (two gloo ranks, one node cache on moto) is
 ``tests/remote/test_node_cache_prefetch_split.py``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_drt._cpu_budget import loader_processes, node_processes
+from torch_drt._cpu_budget import node_processes, reading_processes
 
 
 @pytest.mark.parametrize(
@@ -44,10 +44,12 @@ class _Probe(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, i: int) -> int:
-        return loader_processes()
+        return reading_processes(2)
 
 
-def test_a_process_worker_counts_its_loaders_workers_any_other_process_itself():
-    assert loader_processes() == 1
-    loader = torch.utils.data.DataLoader(_Probe(), num_workers=2, batch_size=None, multiprocessing_context="fork")
-    assert list(loader) == [2, 2, 2, 2]
+def test_a_process_worker_counts_its_loaders_workers_any_other_process_itself(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert reading_processes() == 1  # no process group: one rank
+    assert reading_processes(2) == 2
+    loader = torch.utils.data.DataLoader(_Probe(), num_workers=3, batch_size=None, multiprocessing_context="fork")
+    assert list(loader) == [6, 6, 6, 6]  # three workers in each of two local ranks

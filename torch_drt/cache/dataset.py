@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 
-from torch_drt._cpu_budget import loader_processes, node_processes
+from torch_drt._cpu_budget import reading_processes
 from torch_drt.cache._dataset_position import DatasetPosition, Window
 from torch_drt.cache._metadata_files import MetadataFiles
 from torch_drt.cache._registry import registered
@@ -21,7 +21,6 @@ from torch_drt.cache.records import CachedBatch, CachedSample
 from torch_drt.cache.rows import RowStream
 from torch_drt.cache.validate import CacheLayout, read_metadata
 from torch_drt.describe import described
-from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
     from torch_drt.cache.runtime import DatasetRuntime
@@ -214,17 +213,11 @@ class CachedDataset(DatasetPosition):
         def span(k: int) -> tuple[int, int] | None:  # batch k's stream positions: what remote caches prefetch
             return (start + k * batch_size, min(batch_size, count - k * batch_size)) if k * batch_size < count else None
 
-        ahead = stream.read_ahead(self.reader, span, share=self._readers_on_node())
+        share = reading_processes() if self.reader.remote else 1  # the node's iterating processes split its quarter
+        ahead = stream.read_ahead(self.reader, span, share=share)
         for k, offset in enumerate(range(0, count, batch_size)):
             ahead.before(k)
             yield self.read_rows(stream.rows(start + offset, min(batch_size, count - offset)), active)
-
-    def _readers_on_node(self) -> int:
-        """The node's processes iterating like this one (remote caches split the node cache's prefetch bytes
-        among them): a loader worker's ``num_workers`` where it runs in one, times the local ranks."""
-        if not self.reader.remote:
-            return 1
-        return node_processes(loader_processes(), resolve_topology()[1])
 
     def _delivered_batches(self, active: ActiveTable, window: Window, batch_size: int) -> Iterator[CachedBatch]:
         for batch in self._batches(active, window.start, window.count, batch_size):

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt._cpu_budget import reading_processes
 from torch_drt.cache.errors import FormatError
 from torch_drt.formats._file_reads import gather_one
 from torch_drt.locations import CacheBackend, StoredFile, backend_for
@@ -194,11 +195,12 @@ def _list_etags(backend: CacheBackend) -> dict[str, tuple[int, str]]:
 
 def prefetch_files(files: Sequence[StoredFile | None], first: int = 0) -> None:
     """Fetch the remote ``files`` into the node cache ahead of their reads, in this order, by this process's
-    prefetcher (replacing its plan; the first ``first`` files are what the next read needs); local ones (None, or
-    files of a local backend) are left out."""
+    prefetcher (replacing its plan; the first ``first`` files are what the next read needs), within its share of
+    the node cache's prefetch bytes (``reading_processes``: the node's processes planning like this one); local
+    ones (None, or files of a local backend) are left out."""
     remote = [f for f in files if isinstance(f, RemoteFile)]
     if remote:
-        remote[0].backend.prefetch(remote, first=first)
+        remote[0].backend.prefetch(remote, first=first, share=reading_processes())
 
 
 def demand_files(files: Sequence[StoredFile | None]) -> None:

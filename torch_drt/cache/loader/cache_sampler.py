@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from torch_drt._cpu_budget import loader_processes, node_processes
+from torch_drt._cpu_budget import reading_processes
 from torch_drt._state_fields import StateFields
 from torch_drt.cache.rows import STRIDE, Consumer, RowStream, order_name
 from torch_drt.describe import described
@@ -89,8 +89,7 @@ class CacheSampler(BaseNode[int]):
         self._rows_start = 0
         self._ahead = None
         if source.reader.remote:  # its windows and those of the node's other samplers add up in the node cache
-            share = node_processes(loader_processes(), self.world_size)
-            self._ahead = self._stream.read_ahead(source.reader, self._block, share=share)
+            self._ahead = self._stream.read_ahead(source.reader, self._block, share=reading_processes(self.world_size))
         self._ahead_block = -1
 
     def __len__(self) -> int:
