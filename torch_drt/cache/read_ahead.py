@@ -32,7 +32,8 @@ class ReadAhead:
         depth: batches in view (default: the reader's ``RemoteConfig.lookahead_batches``).
         many_rows: ``(k, n)`` -> the rows of batches ``k .. k+n-1`` (fewer past the last batch), computed at once
             (optional: one call instead of ``n``).
-        share: the loading processes of the loader (their prefetch windows split the node cache's quarter).
+        share: the node's processes planning reads of it (``torch_drt._cpu_budget.node_processes``: their prefetch
+            windows split the node cache's quarter).
     """
 
     def __init__(

@@ -134,7 +134,8 @@ class CacheReader:
         """Fetch the shards numbered ``groups`` (as ``shard_groups`` numbers them) ahead of the reads that need
         them, in this order; it replaces the previous call's plan. A no-op when every cache is local. After a start
         or a resume, ``first`` says how many of ``groups`` (distinct) the next read needs: they download first.
-        ``share``: the loading processes of the loader (their prefetch windows split the node cache's quarter).
+        ``share``: the node's processes planning reads (``torch_drt._cpu_budget.node_processes``: their prefetch
+        windows split the node cache's quarter).
 
         This is the loader's hook: give it the shards of the next batches before reading each batch (see
         ``torch_drt.cache.read_ahead.ReadAhead``). The first remote cache's ``RemoteConfig`` bounds the prefetch.

@@ -147,7 +147,7 @@ class RowStream:
     def read_ahead(self, reader: CacheReader, span: Span, depth: int | None = None, share: int = 1) -> ReadAhead:
         """The read-ahead of a reader of this stream whose batch ``k`` is positions ``span(k) = (start, count)``
         (None past the last batch): ``before(k)`` hands ``reader`` the shards of the next batches (``share``: the
-        loader's loading processes, see ``ReadAhead``)."""
+        node's processes planning reads, see ``ReadAhead``)."""
 
         def many(k: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
             spans = list(itertools.takewhile(lambda s: s is not None, map(span, range(k, k + n))))

@@ -156,8 +156,9 @@ class CacheBackend(ABC):
         self, files: Sequence[StoredFile], first: int = 0, share: int = 1
     ) -> None:
         """Fetch ``files`` of this backend ahead of the reads that need them, in this order (replacing the previous
-        plan); after a start or a resume the ``first`` of them first; ``share``: the loading processes of the
-        loader, whose prefetch windows split the node's. A no-op for local caches."""
+        plan); after a start or a resume the ``first`` of them first; ``share``: the node's processes planning
+        reads (``torch_drt._cpu_budget.node_processes``), whose prefetch windows split the node's. A no-op for
+        local caches."""
 
     def sha256(self, rel: str) -> str:
         """The hex SHA-256 of a whole file, read in chunks (the strong check of ``validate_cache=True``)."""

@@ -102,7 +102,7 @@ class RemoteBackend(CacheBackend):
         """Hand the shards the next reads need, in order, to this process's prefetcher (shards mode only); the
         shards this process maps that no planned read needs are unmapped. The first ``first`` files are what the
         next read needs after a start or a resume (see ``ShardPrefetcher.update``); the prefetcher looks
-        ``RemoteConfig.bytes_ahead(share)`` ahead (``share``: the loading processes of the loader)."""
+        ``RemoteConfig.bytes_ahead(share)`` ahead (``share``: the node's processes planning reads)."""
         if self.config.read_mode == "shards":
             planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
             keep_mapped_only({f.key for f in planned})

@@ -43,7 +43,7 @@ class RemoteConfig:
             requests and keeps no shard copy (for sparse or weighted sampling).
         prefetch_shards: shard downloads in flight per process.
         prefetch_bytes: bytes of future shards a process fetches ahead (capped at a quarter of ``cache_limit``,
-            split among a loader's loading processes).
+            split among the node's processes that plan reads: each rank's loading processes times the local ranks).
         lookahead_batches: future batches a loader looks at to find the shards to fetch.
         open_shards: idle shards a process keeps mapped, one map per file for all its datasets (an idle map does
             not keep its file from eviction: a read finding it evicted fetches it again).
@@ -149,6 +149,7 @@ class RemoteConfig:
 
     def bytes_ahead(self, share: int = 1) -> int:
         """Bytes a process prefetches ahead: ``prefetch_bytes``, at most a quarter of the node cache split among
-        the ``share`` loading processes of its loader (their windows add up in the node cache: beyond a quarter,
-        downloads for the windows evict the shards the next reads find there)."""
+        the node's ``share`` processes that plan reads (``torch_drt._cpu_budget.node_processes``: their windows add
+        up in the node cache: beyond a quarter, downloads for the windows evict the shards the next reads find
+        there)."""
         return max(1, min(self.prefetch_bytes, self.node_cache_limit() // (4 * max(1, share))))
