@@ -35,9 +35,9 @@ class CacheSampler(BaseNode[int]):
 
     For caches at URLs, it hands the dataset's reader the shards of its next rows in blocks of ``AHEAD_ROWS``
     positions (``ReadAhead``; the readers downstream, e.g. ``CacheReaderNode``, then find them local), within its
-    share of the node cache's prefetch bytes (``RemoteConfig.bytes_ahead`` of the node's processes: this rank's,
-    a loader worker's ``num_workers`` where it runs in one, times the local ranks). For local caches it does
-    nothing.
+    share of the node cache's prefetch bytes (split among the node's processes that plan reads,
+    ``torch_drt._cpu_budget.reading_processes``: this process, or a loader worker's ``num_workers``, in each local
+    rank). For local caches it does nothing.
 
     Args:
         source: the dataset; its active table is snapshotted now.
