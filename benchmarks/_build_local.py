@@ -17,7 +17,8 @@ the build's accounting, from each row's conversion as the workers ran it (its th
 kept in shared arrays the forked workers inherit): ``driver_cpu`` (this process), ``convert_cpu`` (the conversion
 in the workers: the rest of the workers' CPU is the writer's), and per worker ``start`` (build start to its first
 row), ``between`` (wall time between its rows: part boundaries, the writer, waits for the CPU), ``tail`` (its last
-row to the build's end: idle while another worker finishes) and ``rows``.
+row to the build's end: idle while another worker finishes) and ``rows``; ``ahead``: the rows converted on a thread
+of their own (a worker's next part, converted while its previous part ended).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from multiprocessing import get_context
 
@@ -43,11 +45,13 @@ class Accounted(ToInput):
         ctx = get_context("fork")
         self.cpu, self.t0, self.t1 = (ctx.RawArray("d", n) for _ in range(3))
         self.pid = ctx.RawArray("q", n)
+        self.ahead = ctx.RawArray("b", n)  # converted on a thread of its own: its part's next-part prefetch
 
     def __call__(self, row: dict):
         i, t0, c0 = row["i"], time.time(), time.thread_time()
         sample = super().__call__(row)
         self.cpu[i], self.t0[i], self.t1[i], self.pid[i] = time.thread_time() - c0, t0, time.time(), os.getpid()
+        self.ahead[i] = threading.current_thread() is not threading.main_thread()
         return sample
 
 
@@ -63,7 +67,7 @@ def accounting(fn: Accounted, start: float, end: float) -> dict:
         span = fn.t1[rows[-1]] - fn.t0[rows[0]]
         workers.append({"rows": len(rows), "start": fn.t0[rows[0]] - start, "between": span - busy,
                         "tail": end - fn.t1[rows[-1]]})
-    return {"convert_cpu": sum(fn.cpu), "workers": workers}
+    return {"convert_cpu": sum(fn.cpu), "workers": workers, "ahead": sum(fn.ahead)}
 
 
 def print_accounting(a: dict, conversion: float) -> None:
@@ -72,7 +76,8 @@ def print_accounting(a: dict, conversion: float) -> None:
     print(f"  processes build accounting (median round, {a['seconds']:.2f} s): {a['cpu']:.2f} s of CPU = driver "
           f"{a['driver_cpu']:.2f} + workers {workers_cpu:.2f} (converting {a['convert_cpu']:.2f}, writer and the rest "
           f"{workers_cpu - a['convert_cpu']:.2f}); converting is {a['convert_cpu'] / a['cpu']:.1%} of the build's CPU "
-          f"(the same images converted in one process: {conversion:.2f} s)")
+          f"(the same images converted in one process: {conversion:.2f} s); {a.get('ahead', 0)} rows converted ahead, "
+          "while the worker's previous part ended")
     for k, w in enumerate(a["workers"]):
         print(f"  worker {k}: {w['rows']} rows, first row {w['start']:.3f} s after the start, {w['between']:.3f} s "
               f"between rows (writer, part ends, waits for a CPU), idle tail {w['tail']:.3f} s")

@@ -240,7 +240,8 @@ def measure_local(paths: list[str], work: Path, parts: int, args: argparse.Names
     for peer in () if args.skip_peers else PEERS:
         sides[peer] = lambda r, peer=peer: (peer_build(peer, list_file, work / f"{peer}{r}"), None)
     times, cpu = run_rounds(sides, args.repeats)
-    figures = summarize(times, cpu, len(paths), "skipped (--skip-peers)")
+    figures = summarize(times, cpu, len(paths), "no run")
+    figures.update({peer: {"error": "skipped (--skip-peers)"} for peer in PEERS if peer not in figures})
     figures["processes"]["accounting"] = sorted(accounts, key=lambda a: a["seconds"])[len(accounts) // 2]
     figures["ratios"] = round_ratios(times, {"build/ideal": ("processes", "ideal"), "bare/ideal": ("bare", "ideal"),
                                              "build/bare": ("processes", "bare"),
