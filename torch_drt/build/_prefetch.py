@@ -6,7 +6,8 @@ first rows on a daemon thread from the moment the current part's rows are exhaus
 next part's writer takes them (``take``) before converting the rest itself. Only parts over a ``RowRange`` (random
 access: reading their rows again costs nothing) are converted ahead. A row whose conversion raises ends the
 prefetch there: the writer converts it again and reports its error as it would have. The thread always converts at
-least one row once started, so a started prefetch is never empty.
+least one row once started, so a started prefetch is never empty; it stops at ``MAX_BYTES`` of payloads (a long
+part end, a remote set's upload, must not hold a whole part's samples in memory).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import threading
 from typing import Any
 
 from torch_drt.build.plan import PartPlan, RowRange
+
+MAX_BYTES = 64 << 20  # payload bytes a worker converts ahead at most
 
 
 def can_prefetch(part: PartPlan) -> bool:
@@ -29,22 +32,24 @@ class Prefetch:
         index: the part's index.
     """
 
-    def __init__(self, part: PartPlan) -> None:
+    def __init__(self, part: PartPlan, max_bytes: int = MAX_BYTES) -> None:
         self.index = part.index
+        self._max_bytes = max_bytes
         self._samples: list[Any] = []  # the conversions of rows 0, 1, ... (None: a row left out)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(part,), name="torch_drt-build-prefetch", daemon=True)
         self._thread.start()
 
     def _run(self, part: PartPlan) -> None:
-        convert = part.convert
+        convert, held = part.convert, 0
         for row in part.input:
             try:
                 sample = convert(row)
+                held += len(sample.data) if sample is not None else 0
             except Exception:  # converted again by the part's writer, which reports it
                 return
             self._samples.append(sample)
-            if self._stop.is_set():
+            if self._stop.is_set() or held >= self._max_bytes:
                 return
 
     def stop(self) -> None:
