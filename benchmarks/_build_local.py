@@ -1,14 +1,24 @@
-"""The build benchmark's torch_drt row without Ray: ``torch_drt.build.build_cache_set(..., num_workers=N)`` in a
-fresh process (run by bench_build.py, so that its worker processes are never forked from a Ray driver).
+"""The build benchmark's rows without Ray, each in a fresh process (run by bench_build.py, so that no process is
+ever forked from a Ray driver), its worker processes forked from it after the same warm-up (the conversion's and
+the cache writer's modules imported):
 
-    python benchmarks/_build_local.py LIST_FILE OUT_ROOT PARTS WORKERS  ->  {"seconds": ..., "cpu": ..., ...}
+    python benchmarks/_build_local.py build LIST_FILE OUT_ROOT PARTS WORKERS  ->  {"seconds": ..., "cpu": ..., ...}
+    python benchmarks/_build_local.py ideal LIST_FILE IMAGES WORKERS  ->  {"seconds": ..., "cpu": ...}
+    python benchmarks/_build_local.py bare LIST_FILE WORKERS  ->  {"seconds": ..., "cpu": ...}
+
+``build``: ``torch_drt.build.build_cache_set(..., num_workers=WORKERS)``. ``ideal``: the conversion (``ToInput``)
+in one forked process, one image after another, over IMAGES of the list spread evenly (all of them up to that
+count); its seconds scaled to the whole list and divided among WORKERS (the ideal build), its CPU scaled to the
+whole list. ``bare``: WORKERS forked processes each converting a contiguous share of the list, nothing written and
+no torch_drt process pool (the machine's own scaling: the ideal's gap to it is not torch_drt's).
 
 ``cpu`` is the CPU seconds of the build in this process and its worker processes (joined at its end). The rest is
 the build's accounting, from each row's conversion as the workers ran it (its thread CPU and its start and end,
 kept in shared arrays the forked workers inherit): ``driver_cpu`` (this process), ``convert_cpu`` (the conversion
 in the workers: the rest of the workers' CPU is the writer's), and per worker ``start`` (build start to its first
 row), ``between`` (wall time between its rows: part boundaries, the writer, waits for the CPU), ``tail`` (its last
-row to the build's end: idle while another worker finishes) and ``rows``.
+row to the build's end: idle while another worker finishes) and ``rows``; ``ahead``: the rows converted on a thread
+of their own (a worker's next part, converted while its previous part ended).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from multiprocessing import get_context
 
@@ -23,6 +34,7 @@ from bench_build import ToInput
 
 from torch_drt import WriterConfig
 from torch_drt.build import build_cache_set, split_rows
+from torch_drt.cache.writer import warm_up
 
 
 class Accounted(ToInput):
@@ -33,11 +45,13 @@ class Accounted(ToInput):
         ctx = get_context("fork")
         self.cpu, self.t0, self.t1 = (ctx.RawArray("d", n) for _ in range(3))
         self.pid = ctx.RawArray("q", n)
+        self.ahead = ctx.RawArray("b", n)  # converted on a thread of its own: its part's next-part prefetch
 
     def __call__(self, row: dict):
         i, t0, c0 = row["i"], time.time(), time.thread_time()
         sample = super().__call__(row)
         self.cpu[i], self.t0[i], self.t1[i], self.pid[i] = time.thread_time() - c0, t0, time.time(), os.getpid()
+        self.ahead[i] = threading.current_thread() is not threading.main_thread()
         return sample
 
 
@@ -53,7 +67,7 @@ def accounting(fn: Accounted, start: float, end: float) -> dict:
         span = fn.t1[rows[-1]] - fn.t0[rows[0]]
         workers.append({"rows": len(rows), "start": fn.t0[rows[0]] - start, "between": span - busy,
                         "tail": end - fn.t1[rows[-1]]})
-    return {"convert_cpu": sum(fn.cpu), "workers": workers}
+    return {"convert_cpu": sum(fn.cpu), "workers": workers, "ahead": sum(fn.ahead)}
 
 
 def print_accounting(a: dict, conversion: float) -> None:
@@ -62,18 +76,59 @@ def print_accounting(a: dict, conversion: float) -> None:
     print(f"  processes build accounting (median round, {a['seconds']:.2f} s): {a['cpu']:.2f} s of CPU = driver "
           f"{a['driver_cpu']:.2f} + workers {workers_cpu:.2f} (converting {a['convert_cpu']:.2f}, writer and the rest "
           f"{workers_cpu - a['convert_cpu']:.2f}); converting is {a['convert_cpu'] / a['cpu']:.1%} of the build's CPU "
-          f"(the same images converted in one process: {conversion:.2f} s)")
+          f"(the same images converted in one process: {conversion:.2f} s); {a.get('ahead', 0)} rows converted ahead, "
+          "while the worker's previous part ended")
     for k, w in enumerate(a["workers"]):
         print(f"  worker {k}: {w['rows']} rows, first row {w['start']:.3f} s after the start, {w['between']:.3f} s "
               f"between rows (writer, part ends, waits for a CPU), idle tail {w['tail']:.3f} s")
 
 
+def _convert_all(rows: list[dict], out) -> None:
+    """Convert ``rows`` one after another; their seconds and CPU seconds into ``out`` (a forked child's)."""
+    fn = ToInput()
+    t0, c0 = time.perf_counter(), time.process_time()
+    for row in rows:
+        fn(row)
+    out[0], out[1] = time.perf_counter() - t0, time.process_time() - c0
+
+
+def forked(shares: list[list[dict]]) -> tuple[float, float, list]:
+    """Convert each share in a process of its own, forked now; the wall seconds from the forks to the last join,
+    the children's CPU seconds and each child's (seconds, CPU seconds)."""
+    ctx = get_context("fork")
+    outs = [ctx.RawArray("d", 2) for _ in shares]
+    t0, c0 = time.perf_counter(), os.times()
+    procs = [ctx.Process(target=_convert_all, args=(share, out)) for share, out in zip(shares, outs)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0, f"a conversion process exited with {p.exitcode}"
+    seconds, c1 = time.perf_counter() - t0, os.times()
+    return seconds, c1.children_user + c1.children_system - c0.children_user - c0.children_system, outs
+
+
 def main() -> None:
-    list_file, out, parts, workers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    mode, list_file = sys.argv[1], sys.argv[2]
     with open(list_file) as f:
         rows = [{"path": line, "i": i} for i, line in enumerate(f.read().splitlines())]
-    fn = Accounted(len(rows))
     ToInput()(rows[0])  # import the conversion's modules, untimed (the workers inherit them)
+    warm_up()  # the writer's first-use imports, as build_cache_set does before it forks its workers
+    if mode == "ideal":
+        n, workers = int(sys.argv[3]), int(sys.argv[4])
+        step = max(1, -(-len(rows) // max(1, n)))
+        _, _, (out,) = forked([rows[::step]])
+        scale = len(rows) / len(rows[::step])
+        print(json.dumps({"seconds": out[0] * scale / workers, "cpu": out[1] * scale}))
+        return
+    if mode == "bare":
+        workers = int(sys.argv[3])
+        cuts = [len(rows) * k // workers for k in range(workers + 1)]
+        seconds, cpu, _ = forked([rows[cuts[k] : cuts[k + 1]] for k in range(workers)])
+        print(json.dumps({"seconds": seconds, "cpu": cpu}))
+        return
+    out, parts, workers = sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    fn = Accounted(len(rows))
     t0, c0 = time.time(), os.times()
     report = build_cache_set(split_rows(rows, fn, num_parts=parts), out, "local",
                              writer_config=WriterConfig(show_progress=False), num_workers=workers)

@@ -13,22 +13,27 @@ Workload (issue 15): N generated JPEGs (256-400 px) are each decoded, resized to
 - MosaicML Streaming: ``MDSWriter`` in 2 processes, each over half the inputs, then ``merge_index``.
 
 First, with no Ray cluster up (its idle daemons take ~5% of a CPU, which a build using both CPUs would pay
-though it does not use Ray), the ideal, the processes build and the peers run interleaved, ``--repeats`` rounds:
-the ideal is the same conversion (``ToInput``) in one process over the build's images (``--ideal-images`` of
-them spread evenly, all up to that count), one after another, times the worker count (the goal: a build at >= 95%
-of it, issue 26). Then the Ray cluster starts (not timed) and the Ray build and the ideal again (the Ray row's)
-run interleaved. Figures are medians. Both torch_drt builds are in ``--parts`` parts (default: one per 250 images,
-at least 2 per worker: each part pays a writer's open, fsync and publish). Each torch_drt build's CPU in all is
-reported beside the conversion's (a ratio a loaded machine changes far less than the wall-clock share), with the
-processes build's accounting (``_build_local.py``). Each ``--samples`` count (default 2,000 and 20,000) gets
-its own table. Then the resume: a torch_drt build on Ray is killed once half of its rows are converted (every
+though it does not use Ray), ``--repeats`` rounds of: the ideal, the bare processes, the processes build and the
+peers, the order rotated from round to round (``_build_rounds.py``). The ideal is the same conversion (``ToInput``)
+in one process forked from a fresh ``_build_local.py`` after the build workers' warm-up, over the build's images
+(``--ideal-images`` of them spread evenly, all up to that count), one after another, times the worker count (the
+goal: a build at >= 95% of it, issue 26). The bare processes are 2 plain processes forked the same way, each
+converting half the images, nothing written: bare/ideal is the machine's own scaling (2 processes on 2 CPUs
+beside one), build/bare is torch_drt's overhead. Ratios are medians of the per-round ratios. Then (unless
+``--skip-ray``) the Ray cluster starts (not timed) and the Ray build and the ideal again (the Ray row's) run
+``--repeats`` rounds. Figures are medians. Both torch_drt builds are in ``--parts`` parts (default: one per 250
+images, at least 2 per worker: each part pays a writer's open, fsync and publish). Each torch_drt build's CPU in
+all is reported beside the conversion's (a ratio a loaded machine changes far less than the wall-clock share),
+with the processes build's accounting (``_build_local.py``). Each ``--samples`` count (default 2,000 and 20,000)
+gets its own table. Then the resume: a torch_drt build on Ray is killed once half of its rows are converted (every
 worker SIGKILLs itself from then on), and the rerun that finishes it is timed against a full build. torch_drt
 runs on warm workers (importing their modules before the timing, again after the kill), as on a long-lived
 cluster. Peers run in the peers side environment (``benchmarks/_envs.py``, built by setup_peers.sh) and are
-reported as skipped with the reason when it is absent.
+reported as skipped with the reason when it is absent. ``--images DIR`` makes the images there once and reuses
+them in later runs.
 
     python benchmarks/bench_build.py [--samples 2000 20000] [--repeats 3] [--parts N] [--ideal-images 2000]
-        [--json FILE] [--skip-peers] [--skip-resume]
+        [--images DIR] [--json FILE] [--skip-peers] [--skip-ray] [--skip-resume]
 """
 
 from __future__ import annotations
@@ -38,7 +43,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +51,7 @@ import time
 from pathlib import Path
 
 from _build_inputs import make_images
+from _build_rounds import round_ratios, run_rounds, summarize
 from _build_table import print_table
 from _common import tree_cpu
 from _envs import env_python
@@ -120,8 +125,8 @@ def ray_build(paths: list[str], root: Path, name: str, parts: int) -> tuple[floa
 def local_build(list_file: Path, out: Path, parts: int) -> dict:
     """Seconds, CPU seconds (the process and its workers) and the CPU accounting of one torch_drt build in local
     worker processes (``_build_local.py``)."""
-    proc = subprocess.run([sys.executable, str(BENCH / "_build_local.py"), str(list_file), str(out), str(parts),
-                           str(WORKERS)], capture_output=True, text=True, timeout=7200)
+    proc = subprocess.run([sys.executable, str(BENCH / "_build_local.py"), "build", str(list_file), str(out),
+                           str(parts), str(WORKERS)], capture_output=True, text=True, timeout=7200)
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"the local build failed: {proc.stderr.strip()[-2000:]}")
@@ -142,18 +147,14 @@ def peer_build(peer: str, list_file: Path, out: Path) -> float | str:
     return json.loads(proc.stdout.strip().splitlines()[-1])["seconds"]
 
 
-def ideal_seconds(paths: list[str], n: int) -> tuple[float, float]:
-    """Seconds the build would take at the ideal rate: ``ToInput`` in this process, one image after another, over
-    ``n`` of the build's images spread evenly over them (every one when ``n >= len(paths)``), scaled to every image
-    and divided among the workers; and the CPU seconds of converting every image."""
-    fn, step = ToInput(), max(1, -(-len(paths) // max(1, n)))
-    sample = paths[::step]
-    fn({"path": paths[-1]})  # its modules imported, untimed (as the workers' are)
-    t0, c0 = time.perf_counter(), time.process_time()
-    for path in sample:
-        fn({"path": path})
-    scale = len(paths) / len(sample)
-    return (time.perf_counter() - t0) * scale / WORKERS, (time.process_time() - c0) * scale
+def local_row(mode: str, list_file: Path, *args: object) -> tuple[float, float]:
+    """Seconds and CPU seconds of the ideal or the bare processes (``_build_local.py``, a fresh process)."""
+    proc = subprocess.run([sys.executable, str(BENCH / "_build_local.py"), mode, str(list_file), *map(str, args)],
+                          capture_output=True, text=True, timeout=7200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the {mode} run failed: {proc.stderr.strip()[-2000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out["seconds"], out["cpu"]
 
 
 def resume(paths: list[str], work: Path, parts: int) -> dict:
@@ -195,29 +196,25 @@ def main() -> None:
     parser.add_argument("--ideal-images", type=int, default=2000,
                         help="images the single-process rate is timed on, spread evenly over the build's (all of "
                              "them up to this count)")
+    parser.add_argument("--images", help="make the images in this directory and keep them (reused when there)")
     parser.add_argument("--json", help="also write the figures to this JSON file (the largest count's at the top)")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--skip-ray", action="store_true", help="leave out the Ray rows and the resume")
     parser.add_argument("--skip-resume", action="store_true", help="leave out the kill-and-rerun measurement")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench_build_"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), str(BENCH.parent), os.environ.get("PYTHONPATH", "")])
-    import ray
-
     by_samples = {}
     try:
-        images = make_images(work / "images", max(args.samples), WORKERS)
+        images = make_images(Path(args.images or work / "images"), max(args.samples), WORKERS)
         parts = {n: args.parts or max(2 * WORKERS, n // 250) for n in args.samples}  # >= 2 per worker
         for n in args.samples:  # before the Ray cluster starts: its idle daemons would take CPU from these builds
             by_samples[n] = measure_local(images[:n], work / f"n{n}", parts[n], args)
-        t0 = time.perf_counter()
-        ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
-        init_s = time.perf_counter() - t0
-        warm_workers()
-        for n in args.samples:
-            resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
-            by_samples[n].update(measure_ray(images[:n], work / f"n{n}", parts[n], args, resume_too), ray_init=init_s)
+        if not args.skip_ray:
+            measure_ray_all(images, work, parts, args, by_samples)
     finally:
-        ray.shutdown()
+        if "ray" in sys.modules:
+            sys.modules["ray"].shutdown()
         shutil.rmtree(work, ignore_errors=True)
     for n in args.samples:
         print_table(by_samples[n], WORKERS, PEERS)
@@ -227,61 +224,59 @@ def main() -> None:
 
 
 def measure_local(paths: list[str], work: Path, parts: int, args: argparse.Namespace) -> dict:
-    """The figures of one image count without Ray: the ideal, the processes build and the peers, interleaved,
-    ``args.repeats`` rounds."""
+    """The figures of one image count without Ray: the ideal, the bare processes, the processes build and the
+    peers, ``args.repeats`` rounds (``_build_rounds.py``)."""
     work.mkdir(parents=True)
     list_file = work / "inputs.txt"
     list_file.write_text("\n".join(paths))
-    times: dict[str, list] = {"processes": [], **{p: [] for p in PEERS}, "ideal": []}
-    cpu: dict[str, list[float]] = {"processes": [], "ideal": []}
     accounts = []
-    for r in range(args.repeats):
-        seconds, cpu_s = ideal_seconds(paths, args.ideal_images)
-        times["ideal"].append(seconds)
-        cpu["ideal"].append(cpu_s)
+
+    def build(r: int) -> tuple[float, float]:
         accounts.append(local_build(list_file, work / f"local{r}", parts))
-        times["processes"].append(accounts[-1]["seconds"])
-        cpu["processes"].append(accounts[-1]["cpu"])
-        for peer in () if args.skip_peers else PEERS:
-            times[peer].append(peer_build(peer, list_file, work / f"{peer}{r}"))
-    figures = summarize(times, cpu, len(paths), args.skip_peers)
+        return accounts[-1]["seconds"], accounts[-1]["cpu"]
+
+    sides = {"ideal": lambda r: local_row("ideal", list_file, args.ideal_images, WORKERS),
+             "bare": lambda r: local_row("bare", list_file, WORKERS), "processes": build}
+    for peer in () if args.skip_peers else PEERS:
+        sides[peer] = lambda r, peer=peer: (peer_build(peer, list_file, work / f"{peer}{r}"), None)
+    times, cpu = run_rounds(sides, args.repeats)
+    figures = summarize(times, cpu, len(paths), "no run")
+    figures.update({peer: {"error": "skipped (--skip-peers)"} for peer in PEERS if peer not in figures})
     figures["processes"]["accounting"] = sorted(accounts, key=lambda a: a["seconds"])[len(accounts) // 2]
+    figures["ratios"] = round_ratios(times, {"build/ideal": ("processes", "ideal"), "bare/ideal": ("bare", "ideal"),
+                                             "build/bare": ("processes", "bare"),
+                                             **{f"build/{p}": ("processes", p) for p in PEERS}})
     figures.update(samples=len(paths), parts=parts, repeats=args.repeats)
     return figures
 
 
+def measure_ray_all(images: list[str], work: Path, parts: dict, args: argparse.Namespace, by_samples: dict) -> None:
+    """Start the Ray cluster (not timed) and add the Ray figures of every image count to ``by_samples``."""
+    import ray
+
+    t0 = time.perf_counter()
+    ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    init_s = time.perf_counter() - t0
+    warm_workers()
+    for n in args.samples:
+        resume_too = not args.skip_resume and n == max(args.samples)  # once, at the largest count
+        by_samples[n].update(measure_ray(images[:n], work / f"n{n}", parts[n], args, resume_too), ray_init=init_s)
+
+
 def measure_ray(paths: list[str], work: Path, parts: int, args: argparse.Namespace, resume_too: bool) -> dict:
     """The figures of one image count on the Ray cluster: its build and the ideal again (beside the cluster),
-    interleaved, ``args.repeats`` rounds; then the kill and rerun when asked."""
-    times: dict[str, list] = {"torch_drt": [], "ideal_ray": []}
-    cpu: dict[str, list[float]] = {"torch_drt": [], "ideal_ray": []}
-    for r in range(args.repeats):
-        for key, run, *call in (("ideal_ray", ideal_seconds, paths, args.ideal_images),
-                                ("torch_drt", ray_build, paths, work, f"full{r}", parts)):
-            seconds, cpu_s = run(*call)
-            times[key].append(seconds)
-            cpu[key].append(cpu_s)
-    figures = summarize(times, cpu, len(paths), args.skip_peers)
+    ``args.repeats`` rounds; then the kill and rerun when asked."""
+    list_file = work / "inputs.txt"
+    sides = {"ideal_ray": lambda r: local_row("ideal", list_file, args.ideal_images, WORKERS),
+             "torch_drt": lambda r: ray_build(paths, work, f"full{r}", parts)}
+    times, cpu = run_rounds(sides, args.repeats)
+    figures = summarize(times, cpu, len(paths), "no run")
+    figures["ray_ratios"] = round_ratios(times, {"build/ideal": ("torch_drt", "ideal_ray")})
     if resume_too:
         rerun = resume(paths, work / "resume_root", parts)
         full = figures["torch_drt"]["seconds"]
         figures["resume"] = {**rerun, "full": full, "ratio": rerun["rerun"] / full}
     return figures
-
-
-def summarize(times: dict[str, list], cpu: dict[str, list[float]], n: int, skipped: bool) -> dict:
-    """Each row's medians: seconds, samples/s and CPU seconds where measured; or why it did not run."""
-    out = {}
-    for name, runs in times.items():
-        errors = [x for x in runs if isinstance(x, str)]
-        if errors or not runs:
-            out[name] = {"error": errors[0] if errors else "skipped (--skip-peers)" if skipped else "no run"}
-        else:
-            seconds = statistics.median(runs)
-            out[name] = {"seconds": seconds, "rate": n / seconds}
-            if name in cpu:
-                out[name]["cpu"] = statistics.median(cpu[name])
-    return out
 
 
 if __name__ == "__main__":

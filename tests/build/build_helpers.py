@@ -50,6 +50,21 @@ class PidTag:
         return ColumnsToInput()(row)
 
 
+class ThreadTag:
+    """Rows as usual; each row converted on a thread other than its process's main thread (a part converted ahead)
+    leaves a file named for its label in ``directory``."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = str(directory)
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            Path(self.directory, str(row["label"])).touch()
+        return ColumnsToInput()(row)
+
+
 class BadAt:
     """Raise ValueError at row ``row``."""
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 import os
 
 import pytest
-from build_helpers import QUIET, BadAt, KillAt, PidTag, make_rows, manifest_inodes, read_all, tree_bytes
+from build_helpers import (
+    QUIET,
+    BadAt,
+    KillAt,
+    PidTag,
+    ThreadTag,
+    make_rows,
+    manifest_inodes,
+    read_all,
+    tree_bytes,
+)
 
 from torch_drt.build import build_cache_set, split_rows
 
@@ -29,6 +39,18 @@ def test_worker_processes_build_the_same_set_as_one_process(tmp_path):
     assert os.getpid() not in workers and len(workers) == 2  # the first two parts went to two idle workers
     assert tree_bytes(tmp_path / "w" / "s") == _alone(rows, tmp_path / "one")
     assert [m["label"] for _, m, _, _ in read_all(tmp_path / "w" / "s")] == list(range(50))  # same rows, same order
+
+
+def test_a_worker_converts_its_next_part_ahead_while_a_part_ends_and_the_set_is_the_same(tmp_path):
+    rows, ahead = make_rows(50), tmp_path / "ahead"
+    ahead.mkdir()
+    report = build_cache_set(split_rows(rows, ThreadTag(ahead), rows_per_part=7), tmp_path / "w", "s",
+                             writer_config=QUIET, num_workers=2)
+    assert report.ok and [p.status for p in report.parts] == ["written"] * 8, report.summary()
+    early = sorted(int(p.name) for p in ahead.iterdir())
+    assert early and min(early) >= 14, early  # parts 2 and 3 were the first two hints (rows 14-27)
+    assert {row // 7 for row in early} >= {2, 3}, early
+    assert tree_bytes(tmp_path / "w" / "s") == _alone(rows, tmp_path / "one")
 
 
 def test_a_killed_worker_is_replaced_and_its_part_written_again_within_the_build(tmp_path):

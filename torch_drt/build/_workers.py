@@ -6,16 +6,27 @@ again from the start by the replacement, and a part whose worker died twice fail
 killed mid-write publishes nothing (``write_part``). With fork the workers inherit the writer's first-use imports
 (``warm_up``) and report their rows as they go through a shared array, one slot per part (no lock a killed worker
 could leave taken); with spawn or forkserver the plan is pickled to each worker and the bar moves once per part.
+
+With fork each part is sent with a hint, the part its worker gets next (one no other worker was told; a worker gets
+its hinted part when it is still there, else the first left): while the writer ends the current part (its hash,
+syncs and publish: mostly waiting on the disk) the worker converts the hinted part's first rows (``_prefetch.py``).
+A part is converted ahead at most once in a build (a shared flag), so a row that kills its worker kills it at most
+once outside its own part: the part being ended then is written again by the replacement, which converts nothing
+ahead, and the killing part fails alone as it would have. A part a dead worker had already published is found
+published by the replacement: written by this build, it is reported ``"written"``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import multiprocessing
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt.build._prefetch import Prefetch, can_prefetch
 from torch_drt.build.part import write_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
@@ -40,13 +51,26 @@ def check_workers(num_workers: int, multiprocessing_context: str | None) -> None
 
 
 class _WritePart:
-    """The workers' function: write part ``plan[k]`` (``k`` is the task), counting its rows in ``counts[k]``."""
+    """The workers' function: write part ``plan[k]`` for the task ``(k, hint)``, counting its rows in ``counts[k]``
+    and converting part ``hint``'s first rows ahead while part ``k`` ends (when ``ahead``, a flag per part, allows)."""
 
     def __init__(self, plan: Sequence[PartPlan], set_dir: Path | str, config: WriterConfig, remote: dict,
-                 counts: Any) -> None:
+                 counts: Any, ahead: Any) -> None:
         self.plan, self.set_dir, self.config, self.remote, self.counts = plan, set_dir, config, remote, counts
+        self.ahead = ahead
+        self._prefetch: Prefetch | None = None
 
-    def __call__(self, k: int) -> PartOutcome:
+    def _start_prefetch(self, hint: int) -> None:
+        if not self.ahead[hint]:  # never twice in a build: a row that kills its worker kills one ahead at most once
+            self.ahead[hint] = 1
+            self._prefetch = Prefetch(self.plan[hint])
+
+    def __call__(self, task: tuple[int, int | None]) -> PartOutcome:
+        k, hint = task
+        prefetch, self._prefetch = self._prefetch, None
+        head = prefetch.take() if prefetch is not None else []
+        if prefetch is not None and prefetch.index != k:
+            head = []  # another worker took the hinted part (the build's tail)
         progress = None
         if self.counts is not None:
             counts = self.counts
@@ -55,7 +79,16 @@ class _WritePart:
             def progress(n: int) -> None:
                 counts[k] += n
 
-        return write_part(self.plan[k], self.set_dir, self.config, progress, **self.remote)
+        at_end = None
+        if hint is not None and self.ahead is not None and can_prefetch(self.plan[hint]):
+            at_end = functools.partial(self._start_prefetch, hint)
+        outcome = write_part(self.plan[k], self.set_dir, self.config, progress, **self.remote, head=head,
+                             at_end=at_end)
+        if self._prefetch is not None:
+            self._prefetch.stop()  # the rows it converted wait for the next task
+        if outcome.status == "reused":  # published by this build's worker that died after publishing it
+            outcome = dataclasses.replace(outcome, status="written")
+        return outcome
 
 
 def write_parts(
@@ -86,13 +119,15 @@ def write_parts(
 
     method = multiprocessing_context or ("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
     ctx = multiprocessing.get_context(method)
-    if ctx.get_start_method() == "fork":
+    fork = ctx.get_start_method() == "fork"
+    if fork:
         warm_up()  # forked workers inherit the writer's first-use imports instead of each paying them
-    counts = ctx.RawArray("q", len(plan)) if ctx.get_start_method() == "fork" else None  # inherited, never pickled
+    counts = ctx.RawArray("q", len(plan)) if fork else None  # inherited, never pickled
+    ahead = ctx.RawArray("b", len(plan)) if fork else None  # parts converted ahead once already
     workers = min(num_workers, len(plan))
-    pool = ProcessPool(_WritePart(plan, set_dir, config, remote, counts), workers, method, torch_threads=None)
+    pool = ProcessPool(_WritePart(plan, set_dir, config, remote, counts, ahead), workers, method, torch_threads=None)
     outcomes: dict[int, PartOutcome] = {}
-    running: dict[int, Any] = {}
+    running: dict[int, tuple[Any, int]] = {}  # part -> (task, worker)
     shown = 0
 
     def show() -> None:
@@ -106,15 +141,29 @@ def write_parts(
 
     try:
         pending = list(range(len(plan)))
+        idle = list(range(workers))
+        hints: dict[int, int] = {}  # worker -> the part it was told comes next
         while pending or running:
-            while pending and len(running) < workers:
-                k = pending.pop(0)
-                running[k] = pool.submit(k)  # the least busy worker: a free one
-            pool.wait_any(list(running.values()), _POLL_SECONDS)
-            for k, task in list(running.items()):
+            starting = []
+            while pending and idle:  # every idle worker's part first, then their hints
+                w = idle.pop(0)
+                k, told = hints.pop(w, None), set(hints.values())
+                if k not in pending:  # the first part no other worker was told of; in the tail, the first left
+                    k = next((p for p in pending if p not in told), pending[0])
+                pending.remove(k)
+                starting.append((w, k))
+            for w, k in starting:
+                told = set(hints.values())
+                hint = next((p for p in pending if p not in told), None) if fork else None
+                if hint is not None:
+                    hints[w] = hint
+                running[k] = (pool.submit((k, hint), affinity=w), w)
+            pool.wait_any([task for task, _ in running.values()], _POLL_SECONDS)
+            for k, (task, w) in list(running.items()):
                 if not pool.done(task):
                     continue
                 del running[k]
+                idle.append(w)
                 try:
                     outcomes[k] = pool.result(task)
                 except BrokenProcessPool as e:  # its worker died twice while writing it

@@ -7,7 +7,9 @@ part removes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +43,20 @@ def published_part(
 
 
 class _TrackedRows:
-    """The part's samples as the writer pulls them, remembering the input row of each (for error reports)."""
+    """The part's samples as the writer pulls them, remembering the input row of each (for error reports); the
+    first rows' conversions may be given (``head``), and ``at_end`` is called once the rows are exhausted."""
 
-    def __init__(self, part: PartPlan, progress: Callable[[int], None] | None) -> None:
+    def __init__(
+        self,
+        part: PartPlan,
+        progress: Callable[[int], None] | None,
+        head: Sequence[Any] = (),
+        at_end: Callable[[], None] | None = None,
+    ) -> None:
         self.name = part.name
-        self._rows = iter(part.input)
+        self._head = deque(head)
+        self._rows = itertools.islice(iter(part.input), len(head), None) if head else iter(part.input)
+        self._at_end = at_end
         self._convert = part.convert
         self._progress = progress
         self._unreported = 0
@@ -59,21 +70,29 @@ class _TrackedRows:
     def _next_sample(self) -> Any:
         while True:
             row_index = self.pulled
-            try:
-                row = next(self._rows)
-            except StopIteration:
-                self.exhausted = True
-                return _END
-            except Exception:
-                self.error_row = row_index
-                raise
-            self.pulled += 1
-            self._tick()
-            try:
-                sample = self._convert(row)
-            except Exception:
-                self.error_row = row_index
-                raise
+            if self._head:
+                self.pulled += 1
+                self._tick()
+                sample = self._head.popleft()
+            else:
+                try:
+                    row = next(self._rows)
+                except StopIteration:
+                    self.exhausted = True
+                    if self._at_end is not None:
+                        at_end, self._at_end = self._at_end, None
+                        at_end()
+                    return _END
+                except Exception:
+                    self.error_row = row_index
+                    raise
+                self.pulled += 1
+                self._tick()
+                try:
+                    sample = self._convert(row)
+                except Exception:
+                    self.error_row = row_index
+                    raise
             if sample is not None:
                 self.last_row = row_index
                 self.samples += 1
@@ -117,6 +136,8 @@ def write_part(
     *,
     storage_options: Mapping[str, Any] | None = None,
     remote_config: RemoteConfig | None = None,
+    head: Sequence[Any] = (),
+    at_end: Callable[[], None] | None = None,
 ) -> PartOutcome:
     """Write ``part`` to ``parts_root/<part.name>`` unless it is already published there; never raises.
 
@@ -127,6 +148,9 @@ def write_part(
         progress: called with the number of input rows done since its last call.
         storage_options: fsspec options for a URL.
         remote_config: remote settings for a URL.
+        head: the conversions of the part's first rows, already made (``_prefetch.py``); its other rows are
+            converted here.
+        at_end: called once the part's rows are exhausted (the writer then finishes and publishes it).
 
     Returns:
         ``"reused"``, ``"written"``, ``"empty"`` (no sample: nothing written) or ``"failed"`` naming the input
@@ -138,7 +162,7 @@ def write_part(
         if progress is not None and part.rows:
             progress(part.rows)
         return done
-    rows = _TrackedRows(part, progress)
+    rows = _TrackedRows(part, progress, head, at_end)
     try:
         if not rows.peek():
             return PartOutcome(part.index, part.name, "empty")
