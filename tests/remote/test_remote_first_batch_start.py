@@ -42,7 +42,8 @@ def _loader(ds, workers: int, init=None):
 
 def _open(runtime, url, proxy, tmp_path, name):
     return runtime.cached_dataset(url, reader_config=drt.ReaderConfig(seed=5, shard_window=2),
-                                  storage_options=options(proxy), remote_config=remote_config(tmp_path / name))
+                                  storage_options=options(proxy),
+                                  remote_config=remote_config(tmp_path / name, prefetch_shards=16))
 
 
 def _shards_of(ds, batches) -> set[str]:
@@ -115,6 +116,25 @@ def test_a_fork_waits_for_the_requests_not_the_downloads_and_the_child_waits_for
         time.sleep(0.01)
     assert all(f.present() for f in files)
     assert all(n == 1 for n in proxy.gets.values()), dict(proxy.gets)  # each downloaded once, by the parent
+
+
+def test_a_fork_does_not_wait_for_files_queued_behind_busy_threads(runtime, tmp_path, moto_endpoint, proxy,
+                                                                   monkeypatch):
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=200, max_shard_bytes=1024, payload_bytes=64)
+    ds = _open(runtime, url, proxy, tmp_path, "queued")
+    files = list(ds.reader._caches[0].shards[:3])
+    monkeypatch.setattr(_warm_start, "FORK_WAIT_S", 60.0)
+    proxy.latency = 2.0
+    _warm_start.fetch_now(files, threads=1)  # one in flight, two queued behind it
+    pid = os.fork()
+    if pid == 0:  # the child reports the files downloaded at its fork
+        os._exit(sum(f.present() for f in files))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0  # the fork came while the first download was in flight
+    deadline = time.monotonic() + 30
+    while _warm_start.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert all(f.present() for f in files)  # the queued ones downloaded after the fork, in this process
 
 
 def test_a_resume_with_loading_processes_gives_the_inline_loaders_batches(runtime, tmp_path, moto_endpoint, proxy):

@@ -31,6 +31,7 @@ FORK_WAIT_S = 0.05  # the longest a fork waits for the files queued here to be r
 _cond = threading.Condition()
 _queue: collections.deque[Fetchable] = collections.deque()
 _asking = 0  # files taken from the queue whose request has not gone out yet
+_busy = 0  # files taken from the queue whose fetch has not ended
 _threads: list[threading.Thread] = []
 
 
@@ -56,11 +57,11 @@ def running() -> bool:
 
 
 def wait_taken(timeout: float) -> bool:
-    """Wait until every file queued here was requested (or found local, or failed), at most ``timeout`` seconds;
-    True when they all were."""
+    """Wait until the files queued here were requested (or found local, or failed) as far as the threads can take
+    them now (more files than threads wait for a thread), at most ``timeout`` seconds; True when they were."""
     deadline = time.monotonic() + timeout
     with _cond:
-        while _queue or _asking:
+        while _asking or (_queue and _busy < len(_threads)):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
@@ -69,14 +70,16 @@ def wait_taken(timeout: float) -> bool:
 
 
 def _work() -> None:
-    global _asking
+    global _asking, _busy
     while True:
         with _cond:
             if not _queue:
                 _threads.remove(threading.current_thread())
+                _cond.notify_all()
                 return
             file = _queue.popleft()
             _asking += 1
+            _busy += 1
         asked = [False]
 
         def requested(asked: list[bool] = asked) -> None:
@@ -93,6 +96,8 @@ def _work() -> None:
             logger.info("fetching %s for the first batches failed: %s", file.key, e)
         finally:
             requested()  # (found local, waited for another process's download, failed)
+            with _cond:
+                _busy -= 1
 
 
 def _before_fork() -> None:
@@ -101,11 +106,11 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _cond, _asking
+    global _cond, _asking, _busy
     _cond = threading.Condition()
     _queue.clear()
     _threads.clear()  # the parent's threads are not the child's
-    _asking = 0
+    _asking = _busy = 0
 
 
 # Hooks run before a fork in the reverse order of their registration: this one (registered after _node_files's,
