@@ -143,8 +143,25 @@ def test_after_a_start_the_first_reads_files_download_before_the_rest_of_the_pla
     time.sleep(0.2)  # idle download threads would have taken the rest of the plan by now
     assert [f.started.is_set() for f in files] == [True, True, False, False, False, False]
     gate.set()
-    _wait(lambda: prefetcher.fetched == 6)  # once they are here, the whole plan follows
+    _wait(lambda: prefetcher.fetched == 2)
+    time.sleep(0.2)  # the rest of the plan waits for the next plan: the first read has the CPU and network alone
+    assert [f.started.is_set() for f in files] == [True, True, False, False, False, False]
+    prefetcher.update(files)  # the next batch is planned (the same files: the plan is followed now)
+    _wait(lambda: prefetcher.fetched == 6)
     assert [f.fetches for f in files] == [1] * 6
+
+
+def test_after_a_start_whose_first_files_are_local_the_rest_waits_for_the_next_plan(tmp_path):
+    """A loading process whose first batch's shards its parent downloaded: its read does not share the CPU with
+    the lookahead's downloads."""
+    files = [CountedFile(tmp_path, f"f{i}") for i in range(4)]
+    files[0].fetch()
+    prefetcher = ShardPrefetcher(concurrency=4, bytes_ahead=1 << 20)
+    prefetcher.update(files, first=1)
+    time.sleep(0.2)
+    assert prefetcher.fetched == 0
+    prefetcher.update(files[1:])
+    _wait(lambda: prefetcher.fetched == 3)
 
 
 def test_in_a_running_pipeline_the_whole_plan_downloads_at_once(tmp_path):

@@ -56,9 +56,10 @@ class LoaderMode:
         """The mapper's initial state for ``epoch`` at ``cursor`` (called by ``iter(loader)``)."""
         raise NotImplementedError
 
-    def started(self, epoch: int, cursor: Cursor) -> None:
-        """Called by ``iter(loader)`` once the pipeline was reset for ``epoch`` at ``cursor`` (its loading processes
-        started): where a mode starts work for their first items in this process."""
+    def starting(self, epoch: int, cursor: Cursor) -> None:
+        """Called by ``iter(loader)`` just before the pipeline is reset for ``epoch`` at ``cursor``: where a mode
+        starts work in this process for the first items of the loading processes that reset forks
+        (``mapper.starts_processes()``), so that it is under way while they start."""
 
     def carry(self, cursor: Cursor) -> Cursor:
         """The cursor the next epoch starts from when an epoch ended at ``cursor`` (None: its plain start)."""
@@ -160,8 +161,8 @@ class PipelineLoader(_TorchdataLoader):
         def start(epoch: int, cursor: Cursor) -> None:
             mode.mapper.stats = self._stats  # (a mode built anew for another topology records too)
             self._start_workers(epoch)
+            mode.starting(epoch, cursor)
             mode.mapper.reset(mode.start_state(epoch, cursor))
-            mode.started(epoch, cursor)
 
         self._position.begin(mode.at_end, start)
         self._generation += 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,13 +99,15 @@ class RemoteFile(StoredFile):
         """Let the node cache evict its copy before the files still wanted (no-op when it is not there)."""
         self.backend.node.demote(self.key)
 
-    def fetch(self, optional: bool = False) -> bool:
+    def fetch(self, optional: bool = False, requested: Callable[[], None] | None = None) -> bool:
         """Download the file into the node cache (or wait for the process of the node that does); with
-        ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not)."""
+        ``optional`` (a prefetch), only when it fits under the node cache's limit now (False when not).
+        ``requested()`` is called when this process's request for it is about to go out (not when it finds the
+        file local or another process's download)."""
         backend = self.backend
         with arrivals().expecting(self.key):  # a read waiting for it meanwhile may take its bytes as they come
             return backend.node.fetch(self.key, self.size,
-                                      lambda fd: backend.download(self.rel, fd, self.size, self.checksum),
+                                      lambda fd: backend.download(self.rel, fd, self.size, self.checksum, requested),
                                       self._check, str(self.where), optional)
 
     def arrived(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes] | None:

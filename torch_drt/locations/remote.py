@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch_drt._stage_clock import count_bytes
@@ -111,8 +111,9 @@ class RemoteBackend(CacheBackend):
 
     def fetch_first(self, files: Sequence[StoredFile]) -> None:
         """Start downloading ``files`` in this process now, in order (shards mode only), for the first reads of
-        the loading processes it starts (see ``torch_drt.nodecache._warm_start``: no fork happens while one is in
-        flight); at most ``prefetch_shards`` at once, only what fits under the node cache's limit now."""
+        the loading processes it is about to start (see ``torch_drt.nodecache._warm_start``: a fork waits for
+        their requests to go out); at most ``prefetch_shards`` at once, only what fits under the node cache's
+        limit now."""
         if self.config.read_mode == "shards":
             planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
             _warm_start.fetch_now(planned, self.config.prefetch_shards)
@@ -243,11 +244,15 @@ class RemoteBackend(CacheBackend):
                 h.update(data)
         return h.hexdigest()
 
-    def download(self, rel: str, fd: int, size: int, checksum: tuple[str, str] | None = None) -> None:
+    def download(self, rel: str, fd: int, size: int, checksum: tuple[str, str] | None = None,
+                 requested: Callable[[], None] | None = None) -> None:
         """Write a remote file's bytes into ``fd`` (for the node cache); with its ``checksum``, the copy fetched
         with the manifest when it is that file, and the bytes of a file fetched in one request are also posted to
-        the reads of this process waiting for it (``_arrivals``: before the sync, SHA-256 and rename)."""
+        the reads of this process waiting for it (``_arrivals``: before the sync, SHA-256 and rename).
+        ``requested()`` is called just before the first request goes out (or once the bytes are in hand)."""
         guess = None if checksum is None else self._guessed(rel, checksum)
+        if requested is not None:
+            requested()
         if guess is not None and len(guess) == size:
             _write_all(fd, guess)
             count_bytes("download", size)

@@ -1,12 +1,13 @@
-"""Downloads a process starts for reads of other processes of the node: the first batches' shards, fetched by a
-loader's own process while its loading processes start (their start-up, imports and store clients, is no longer
-ahead of the first request). The processes find the files in the node cache, downloaded or downloading (they wait
-for that download, as for any process's of the node).
+"""Downloads a process starts for reads of other processes of the node: the first batches' shards, requested by a
+loader's own process before it forks its loading processes (their fork and start-up, imports and store clients,
+are no longer ahead of the first request). The processes find the files in the node cache, downloaded or
+downloading (they wait for that download, as for any process's of the node).
 
-No fork happens while one of these downloads is in flight: a fork of the process (a loading process restarted,
-the next epoch's processes, the user's) first stops them from starting more files and waits for the ones in flight
-(each is bounded by the store's time-outs; the wait by ``FORK_WAIT_S``); the files left are fetched by the
-processes that read them.
+A fork of the process (the loading processes, a restarted one, the user's) waits for the files queued here to be
+requested (each download's ``requested`` call: its request is about to go out), at most ``FORK_WAIT_S``, so that
+the first requests are under way while the children start; the downloads go on in this process after the fork.
+A child starts without them: it drops its copies of their lock files' descriptors (``_node_files``), makes its
+own store client (``_inherited_clients``) and waits for the files as for any other process's downloads.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("torch_drt.cache")
 
-FORK_WAIT_S = 120.0  # the longest a fork waits for the downloads in flight
-_lock = threading.Lock()
+FORK_WAIT_S = 0.05  # the longest a fork waits for the files queued here to be requested
+_cond = threading.Condition()
 _queue: collections.deque[Fetchable] = collections.deque()
+_asking = 0  # files taken from the queue whose request has not gone out yet
+_busy = 0  # files taken from the queue whose fetch has not ended
 _threads: list[threading.Thread] = []
 
 
@@ -38,10 +41,10 @@ def fetch_now(files: Sequence[Fetchable], threads: int) -> None:
     that need the files (they surface their own errors)."""
     if not files:
         return
-    with _lock:
+    with _cond:
         _queue.extend(files)
         _threads[:] = [t for t in _threads if t.is_alive()]
-        for _ in range(min(threads, len(files)) - len(_threads)):
+        for _ in range(min(threads, len(_queue)) - len(_threads)):
             thread = threading.Thread(target=_work, name="torch_drt-first-shards", daemon=True)
             thread.start()
             _threads.append(thread)
@@ -49,40 +52,67 @@ def fetch_now(files: Sequence[Fetchable], threads: int) -> None:
 
 def running() -> bool:
     """True while a download started here is queued or in flight."""
-    with _lock:
+    with _cond:
         return bool(_queue) or any(t.is_alive() for t in _threads)
 
 
+def wait_taken(timeout: float) -> bool:
+    """Wait until the files queued here were requested (or found local, or failed) as far as the threads can take
+    them now (more files than threads wait for a thread), at most ``timeout`` seconds; True when they were."""
+    deadline = time.monotonic() + timeout
+    with _cond:
+        while _asking or (_queue and _busy < len(_threads)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            _cond.wait(left)
+    return True
+
+
 def _work() -> None:
+    global _asking, _busy
     while True:
-        with _lock:
+        with _cond:
             if not _queue:
                 _threads.remove(threading.current_thread())
+                _cond.notify_all()
                 return
             file = _queue.popleft()
+            _asking += 1
+            _busy += 1
+        asked = [False]
+
+        def requested(asked: list[bool] = asked) -> None:
+            global _asking
+            with _cond:
+                if not asked[0]:
+                    asked[0] = True
+                    _asking -= 1
+                    _cond.notify_all()
+
         try:
-            file.fetch(optional=True)
+            file.fetch(optional=True, requested=requested)
         except Exception as e:  # a read that needs the file surfaces the error itself
             logger.info("fetching %s for the first batches failed: %s", file.key, e)
+        finally:
+            requested()  # (found local, waited for another process's download, failed)
+            with _cond:
+                _busy -= 1
 
 
 def _before_fork() -> None:
-    """No new file starts; the downloads in flight end before the fork (at most ``FORK_WAIT_S``)."""
-    with _lock:
-        _queue.clear()
-        live = list(_threads)
-    deadline = time.monotonic() + FORK_WAIT_S
-    for thread in live:
-        thread.join(max(0.0, deadline - time.monotonic()))
+    """The files queued here are requested before the fork (at most ``FORK_WAIT_S``)."""
+    wait_taken(FORK_WAIT_S)
 
 
 def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
+    global _cond, _asking, _busy
+    _cond = threading.Condition()
     _queue.clear()
     _threads.clear()  # the parent's threads are not the child's
+    _asking = _busy = 0
 
 
 # Hooks run before a fork in the reverse order of their registration: this one (registered after _node_files's,
-# imported above) waits for the downloads before _node_files's takes its guard, which their lock files need.
+# imported above) waits for the requests before _node_files's takes its guard, which their lock files need.
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 logger = logging.getLogger("torch_drt.cache")
@@ -44,7 +44,8 @@ os.register_at_fork(after_in_child=_after_fork)
 
 class Fetchable(Protocol):
     """A file the prefetcher can download: a unique ``key``, its ``size``, ``present()``, a blocking
-    ``fetch(optional)`` (``optional``: nobody waits for it, so False when the node cache has no room for it now),
+    ``fetch(optional, requested)`` (``optional``: nobody waits for it, so False when the node cache has no room for
+    it now; ``requested()``, when given, is called as its download's request is about to go out),
     ``touch()`` (marks it recently used, so that the node cache evicts it last), ``demote()`` (no planned read wants
     it: the node cache evicts it first) and ``hold()`` (a mark that the file is local, whose ``close()`` releases
     whatever it holds; None when the file is not local)."""
@@ -54,7 +55,7 @@ class Fetchable(Protocol):
 
     def present(self) -> bool: ...
 
-    def fetch(self, optional: bool = False) -> bool: ...
+    def fetch(self, optional: bool = False, requested: Callable[[], None] | None = None) -> bool: ...
 
     def touch(self) -> None: ...
 
@@ -78,6 +79,7 @@ class ShardPrefetcher:
         self._cond = threading.Condition()
         self._plan: list[Fetchable] = []
         self._first: list[Fetchable] = []  # after a start or a resume: the files the first read needs
+        self._holding = False  # after a start or a resume: the rest of the plan waits for the next plan
         self._urgent: collections.deque[tuple[Fetchable, bool]] = collections.deque()
         self._running: set[str] = set()
         self._failed: set[str] = set()  # failed in this plan (tried again in the next one)
@@ -117,8 +119,9 @@ class ShardPrefetcher:
         Args:
             upcoming: the files, in read order.
             first: after a start or a resume, how many of the plan's first (distinct) files the next read needs:
-                until they are all local, only they download (the first batch does not share the network with
-                the whole lookahead). 0 in a running pipeline.
+                only they download, and the rest of the plan waits for the next plan (the next batch planned,
+                once this read is done): the first batch shares neither the network nor the CPU with the whole
+                lookahead. 0 in a running pipeline.
             bytes_ahead: this plan's bound (None: the prefetcher's ``bytes_ahead``), e.g. a node cache's quarter
                 split among a loader's loading processes (``RemoteConfig.bytes_ahead``).
         """
@@ -129,9 +132,10 @@ class ShardPrefetcher:
             read = [self._planned[k] for k in self._planned.keys() - planned.keys() if k in self._held]
         self._planned = planned
         with self._cond:
-            if not first and [f.key for f in plan] == [f.key for f in self._plan] and not self._first:
+            same = [f.key for f in plan] == [f.key for f in self._plan]
+            if not first and same and not self._first and not self._holding:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
-            self._plan, self._first = plan, plan[:first]
+            self._plan, self._first, self._holding = plan, plan[:first], bool(first)
             self._bound = self.bytes_ahead if bytes_ahead is None else max(1, bytes_ahead)
             if first:
                 self._looked.clear()  # a start or a resume: every file is looked at again
@@ -150,8 +154,11 @@ class ShardPrefetcher:
             file.demote()
 
     def _ahead(self) -> list[Fetchable]:
-        """The plan's files within ``bytes_ahead`` (the first one always); only the first read's while it waits."""
-        return self._first or self._ahead_of_plan()
+        """The plan's files within ``bytes_ahead`` (the first one always); after a start or a resume only the first
+        read's, until the next plan."""
+        if self._holding:
+            return self._first
+        return self._ahead_of_plan()
 
     def _ahead_of_plan(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always)."""
@@ -170,10 +177,10 @@ class ShardPrefetcher:
 
     def _hold_ahead(self) -> None:
         """Hold the local files within the bytes ahead, release the others (under the lock); once the first read's
-        files are all local (or failed), the whole plan is followed again. A running plan looks at a file once
-        when it comes into view (a cold epoch's window is hundreds of files, and a plan comes every batch): one
-        found not local is held when this prefetcher fetched it (``_hold_fetched``) or found it fetched by another
-        process (``_next``)."""
+        files are all local (or failed), none is awaited (the rest of the plan waits for the next plan). A running
+        plan looks at a file once when it comes into view (a cold epoch's window is hundreds of files, and a plan
+        comes every batch): one found not local is held when this prefetcher fetched it (``_hold_fetched``) or
+        found it fetched by another process (``_next``)."""
         wanted = {f.key: f for f in [*self._first, *self._ahead_of_plan()]}
         for key in [k for k in self._held if k not in wanted]:
             self._held.pop(key).close()
@@ -268,10 +275,7 @@ class ShardPrefetcher:
                         self._deferred.add(file.key)
                         continue
                     self.fetched += 1
-                    ramping = bool(self._first)
                     self._hold_fetched(file)
-                    if ramping and not self._first:
-                        self._cond.notify_all()  # the first read's files are here: the rest of the plan starts
             finally:
                 with self._cond:
                     self._running.discard(file.key)

@@ -285,6 +285,10 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     def get_state(self) -> dict[str, Any]:
         return {self.SOURCE_KEY: self._flight.state(self.source, () if self._held is _NOTHING else (self._held,))}
 
+    def starts_processes(self) -> bool:
+        """Whether the next ``reset()`` starts worker processes (none of this process runs yet)."""
+        return self.method == "process" and self.num_workers > 0 and getattr(self._pool, "pid", None) != os.getpid()
+
     def worker_pids(self) -> list[int]:
         """The worker processes' pids (none for threads or before the first ``reset()``)."""
         return self._pool.pids() if isinstance(self._pool, ProcessPool) else []

@@ -118,15 +118,21 @@ class RowFetcher:
         return {k: self.__dict__[k] for k in self._KEPT} | {"_opened_in": None, "_made_in": (None, None, None)}
 
     def _open(self) -> None:
-        """Map the snapshot and the caches in this process (once per process)."""
+        """Map the snapshot and the caches in this process (once per process). A process forked from one that
+        opened them keeps its copies of that one's reader, snapshot and streams (no index read again, no order
+        built again: the loader's process plans the first batches before it forks its loading processes); only
+        the read-ahead and the reader threads are its own."""
         if self._opened_in == os.getpid():
             return
-        pid, reader, snapshot = self._made_in
-        here = pid == os.getpid()
-        opened = reader is not None and here
-        self._reader = reader if opened else CacheReader.open(self.caches, record_checks=self.record_checks)
-        self._snapshot = snapshot if snapshot is not None and here else Snapshot(self.snapshot_path)
-        self._new_streams()
+        if self._opened_in is None:  # (a pickled fetcher comes without them: see __getstate__)
+            pid, reader, snapshot = self._made_in
+            here = pid == os.getpid()
+            opened = reader is not None and here
+            self._reader = reader if opened else CacheReader.open(self.caches, record_checks=self.record_checks)
+            self._snapshot = snapshot if snapshot is not None and here else Snapshot(self.snapshot_path)
+            self._new_streams()
+        else:  # forked: the parent's read-ahead planned the parent's prefetch
+            self._ahead = {}
         self._remote = self._reader.remote
         self._counts = batch_counts(self.plans, self.batch_size)
         n = self.native_num_workers
@@ -171,14 +177,14 @@ class RowFetcher:
         self.seed = seed
         if self.events is not None:
             self.events.seed = seed
-        if self._opened_in == os.getpid():
+        if self._opened_in is not None:  # (streams opened here, or a parent's this process forked with)
             self._new_streams()
 
     def rewindow(self, window: int) -> None:
         """Read with shard window ``window`` from now on (``shard_window="auto"``, at an epoch's start): the streams
         and read-ahead this process built with the old one are built anew."""
         self.shard_window = window
-        if self._opened_in == os.getpid():
+        if self._opened_in is not None:
             self.stop_prefetch()
             self._new_streams()
 

@@ -115,7 +115,6 @@ class StreamMode(LoaderMode):
             transport=SharedMemoryTransport(pin=settings["pin_memory"]),
             worker_init=settings["worker_init_fn"],
         )
-        self._fetched_for: list[int] = []  # the loading processes whose first batches' shards this process fetched
 
     def resize(self, num_workers: int, in_flight: int) -> None:
         """Run ``num_workers`` loading processes from the next ``mapper.reset()`` on (``num_workers="tune"``): the
@@ -149,13 +148,13 @@ class StreamMode(LoaderMode):
     def _start(self, epoch: int, cursor: Cursor) -> dict[str, int]:
         return cursor or {self.EPOCH_KEY: epoch, self.DONE_KEY: 0}
 
-    def started(self, epoch: int, cursor: Cursor) -> None:
-        """When loading processes were started for this start, this process downloads the shards of their first
-        batches meanwhile (``RowFetcher.fetch_first``; after the fork: no process is forked with one in flight)."""
-        pids = self.mapper.worker_pids()
-        if not pids or pids == self._fetched_for:
+    def starting(self, epoch: int, cursor: Cursor) -> None:
+        """When this start forks loading processes, this process plans their first batches and requests their
+        shards first (``RowFetcher.fetch_first``): the downloads are under way while the processes start, and forked
+        processes inherit the reader and the streams it opened for that (a fork waits for the requests to go out:
+        ``torch_drt.nodecache._warm_start``)."""
+        if not self.mapper.starts_processes():
             return  # no processes, or the ones of the last start (they follow their own read-ahead)
-        self._fetched_for = pids
         planner = copy.copy(self.planner)  # the batches the processes load first, as the pipeline plans them
         start = self._start(epoch, cursor)
         planner.reset(start)
