@@ -81,18 +81,18 @@ def _present(ds) -> list[bool]:
     return [f.present() for f in ds.reader._caches[0].shards]
 
 
-def _dataset_batches(ds):  # 40 rows of ~8 bytes per batch, one shard in about 1.3 batches; a plan per batch
-    return ds.iter_batches(40), 6, 1
+def _dataset_batches(ds):  # 40 rows of ~8 bytes per batch, one shard in about 1.3 batches
+    return ds.iter_batches(40), 6
 
 
 def _cache_loader(ds):  # the row fetcher plans its consumer's next batches before reading
-    return iter(ds.to_torch_dataloader(sample_transform_fn=sample_id, batch_size=40, num_workers=0)), 6, 1
+    return iter(ds.to_torch_dataloader(sample_transform_fn=sample_id, batch_size=40, num_workers=0)), 6
 
 
 def _sampler_node(ds):  # blocks of AHEAD_ROWS=64 rows: 4 blocks ahead reach row 255, within 4 shards
     node = CacheReaderNode(CacheSampler(ds, shuffle=False), ds)
     node.reset()
-    return node, 4 * CacheSampler.AHEAD_ROWS, CacheSampler.AHEAD_ROWS
+    return node, 4 * CacheSampler.AHEAD_ROWS
 
 
 @pytest.mark.parametrize("reading", [_dataset_batches, _cache_loader, _sampler_node],
@@ -100,11 +100,8 @@ def _sampler_node(ds):  # blocks of AHEAD_ROWS=64 rows: 4 blocks ahead reach row
 def test_iteration_prefetches_the_next_shards_in_order_within_the_bytes_ahead(runtime, tmp_path, moto_endpoint,
                                                                               proxy, reading):
     ds = _sequential(runtime, tmp_path, moto_endpoint, proxy)
-    items, steps, per_plan = reading(ds)
+    items, steps = reading(ds)
     next(items)
-    assert not any(_present(ds)[2:])  # the first read's shards only (one or two), until...
-    for _ in range(per_plan):
-        next(items)  # ... the next plan (after a start, the rest of the plan waits for it)
     present = _present(ds)
     assert present[:4] == [True] * 4  # what the next reads need, in order...
     assert not any(present[6:])  # ... and no further than the bytes ahead allow

@@ -143,6 +143,17 @@ def test_after_a_start_the_first_reads_files_download_before_the_rest_of_the_pla
     time.sleep(0.2)  # idle download threads would have taken the rest of the plan by now
     assert [f.started.is_set() for f in files] == [True, True, False, False, False, False]
     gate.set()
+    _wait(lambda: prefetcher.fetched == 6)  # once they are here, the whole plan follows (no next plan needed:
+    assert [f.fetches for f in files] == [1] * 6  # a loader's own process plans again only after a training step)
+
+
+def test_in_a_loading_process_after_a_start_the_rest_of_the_plan_waits_for_the_next_plan(tmp_path):
+    gate = threading.Event()
+    files = [GatedFile(tmp_path, f"f{i}", gate) for i in range(6)]
+    prefetcher = ShardPrefetcher(concurrency=6, bytes_ahead=1 << 20)
+    prefetcher.update(files, first=2, hold=True)
+    _wait(lambda: files[0].started.is_set() and files[1].started.is_set())
+    gate.set()
     _wait(lambda: prefetcher.fetched == 2)
     time.sleep(0.2)  # the rest of the plan waits for the next plan: the first read has the CPU and network alone
     assert [f.started.is_set() for f in files] == [True, True, False, False, False, False]
@@ -157,7 +168,7 @@ def test_after_a_start_whose_first_files_are_local_the_rest_waits_for_the_next_p
     files = [CountedFile(tmp_path, f"f{i}") for i in range(4)]
     files[0].fetch()
     prefetcher = ShardPrefetcher(concurrency=4, bytes_ahead=1 << 20)
-    prefetcher.update(files, first=1)
+    prefetcher.update(files, first=1, hold=True)
     time.sleep(0.2)
     assert prefetcher.fetched == 0
     prefetcher.update(files[1:])

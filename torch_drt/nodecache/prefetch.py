@@ -105,7 +105,8 @@ class ShardPrefetcher:
                 _SHARED[key] = cls(concurrency, bytes_ahead)
             return _SHARED[key]
 
-    def update(self, upcoming: Sequence[Fetchable], first: int = 0, bytes_ahead: int | None = None) -> None:
+    def update(self, upcoming: Sequence[Fetchable], first: int = 0, bytes_ahead: int | None = None,
+               hold: bool = False) -> None:
         """Replace the plan: the files the next reads need, in the order they will be read (repeats are fine).
 
         Files that came within the bytes ahead are marked recently used, latest-needed first, and files that left
@@ -119,11 +120,14 @@ class ShardPrefetcher:
         Args:
             upcoming: the files, in read order.
             first: after a start or a resume, how many of the plan's first (distinct) files the next read needs:
-                only they download, and the rest of the plan waits for the next plan (the next batch planned,
-                once this read is done): the first batch shares neither the network nor the CPU with the whole
-                lookahead. 0 in a running pipeline.
+                only they download until they are all local (the first batch does not share the network with the
+                whole lookahead), then the whole plan. 0 in a running pipeline.
             bytes_ahead: this plan's bound (None: the prefetcher's ``bytes_ahead``), e.g. a node cache's quarter
                 split among a loader's loading processes (``RemoteConfig.bytes_ahead``).
+            hold: with ``first``, the rest of the plan waits for the next plan, not just for the first read's
+                files (a loading process: its next plan comes as soon as its first batch is out, and until then
+                the first batch shares neither the network nor the CPU with the lookahead). Not for a loader's
+                own process, whose next plan waits for the training step.
         """
         planned: dict[str, Fetchable] = {}
         plan = [planned.setdefault(f.key, f) for f in upcoming if f.key not in planned]
@@ -135,7 +139,7 @@ class ShardPrefetcher:
             same = [f.key for f in plan] == [f.key for f in self._plan]
             if not first and same and not self._first and not self._holding:
                 return  # the same plan (a warm pipeline between shard boundaries): nothing to hold or wake
-            self._plan, self._first, self._holding = plan, plan[:first], bool(first)
+            self._plan, self._first, self._holding = plan, plan[:first], bool(first) and hold
             self._bound = self.bytes_ahead if bytes_ahead is None else max(1, bytes_ahead)
             if first:
                 self._looked.clear()  # a start or a resume: every file is looked at again
@@ -155,10 +159,10 @@ class ShardPrefetcher:
 
     def _ahead(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always); after a start or a resume only the first
-        read's, until the next plan."""
+        read's, until they are local (``hold``: until the next plan)."""
         if self._holding:
             return self._first
-        return self._ahead_of_plan()
+        return self._first or self._ahead_of_plan()
 
     def _ahead_of_plan(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always)."""
