@@ -168,6 +168,13 @@ def node_processes(per_rank: int, world_size: int) -> int:
     return max(1, per_rank) * local_ranks(world_size)
 
 
+def in_loading_process() -> bool:
+    """Whether this process is a loader's loading process (a process worker: torch's ``get_worker_info()`` is
+    set); False without importing torch when nothing imported its data module (a writer, a CLI command)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
+
+
 def reading_processes(world_size: int | None = None) -> int:
     """``node_processes`` of the loader this process reads for: a process worker's ``num_workers`` (torch's
     ``get_worker_info()``; thread workers share their process), else this process alone, in each local rank

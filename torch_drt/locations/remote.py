@@ -24,8 +24,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import get_worker_info
-
+from torch_drt._cpu_budget import in_loading_process
 from torch_drt._stage_clock import count_bytes
 from torch_drt.locations._arrivals import arrivals
 from torch_drt.locations._open_reads import OpenReads
@@ -110,7 +109,7 @@ class RemoteBackend(CacheBackend):
             keep_mapped_only({f.key for f in planned})
             needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
             self.prefetcher.update(planned, first=needed, bytes_ahead=self.config.bytes_ahead(share),
-                                   hold=get_worker_info() is not None)
+                                   hold=in_loading_process())
 
     def fetch_first(self, files: Sequence[StoredFile]) -> None:
         """Start downloading ``files`` in this process now, in order (shards mode only), for the first reads of
