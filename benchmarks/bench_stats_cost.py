@@ -46,7 +46,8 @@ from collections.abc import Callable
 from types import GeneratorType
 from typing import Any
 
-from _stats_workload import BATCH, ITEMS, Constant, identity, make_loader
+from _ints_workload import BATCH, ITEMS, identity
+from _stats_workload import Constant, make_loader
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._stats_recorder import StatsRecorder
