@@ -62,10 +62,14 @@ def side_python(explicit: str | None) -> tuple[Path | None, str]:
     return None, f"no Python 3.13 side environment at {py.parents[1]} (build it: benchmarks/setup_peers.sh)"
 
 
-def run_side(py: Path, script: str, *args: str, timeout: float = 900) -> dict:
-    """Run a benchmark helper under the side interpreter; it prints one JSON object."""
+def run_side(py: Path, script: str, *args: str, timeout: float = 900, tree: bool = False) -> dict:
+    """Run a benchmark helper under the side interpreter; it prints one JSON object. ``tree``: torch_drt is imported
+    from this source tree (on ``PYTHONPATH``), not from the side environment."""
+    env = None
+    if tree:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run(
-        [str(py), str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=timeout
+        [str(py), str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=timeout, env=env
     )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}

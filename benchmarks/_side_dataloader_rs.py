@@ -7,18 +7,12 @@ import sys
 import time
 
 from _common import median_time as median  # stdlib-only helpers, importable under Python 3.13 too
+from _ints_workload import drain, rs_loader
 
 
 def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     from dataloader_rs import PyDataloader, PyDataset
-
-    class Ints(PyDataset):
-        def __len__(self):
-            return 100_000
-
-        def __getitem__(self, i):
-            return i
 
     class Sleepy(PyDataset):
         def __len__(self):
@@ -28,13 +22,9 @@ def main() -> None:
             time.sleep(0.01)
             return i
 
-    def drain(loader):
-        return lambda: sum(1 for _ in loader)
-
     out = {}
     for workers in (0, 2):
-        loader = PyDataloader(Ints(), batch_size=64, num_workers=workers, collate_fn=lambda b: b)
-        out[f"overhead_{workers}"] = median(drain(loader), repeats)
+        out[f"overhead_{workers}"] = median(drain(rs_loader(workers)), repeats)
     try:
         loader = PyDataloader(Sleepy(), batch_size=32, num_workers=2, item_concurrency=32, collate_fn=lambda b: b)
     except TypeError:  # dataloader-rs 0.2 calls it items_in_parallel

@@ -1,27 +1,14 @@
-"""bench_stats_cost.py's workload: bench_loader.py's 100,000-ints overhead loader, statistics on or off, and a
-constant source for the mapper alone."""
+"""bench_stats_cost.py's workload: the 100,000-ints overhead loader (``_ints_workload.py``), statistics on or off,
+and a constant source for the mapper alone."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from _ints_workload import BATCH, Ints, identity
 from torchdata.nodes import BaseNode
 
 from torch_drt import StatefulDataLoader
-
-ITEMS, BATCH = 100_000, 64
-
-
-class Ints:
-    def __len__(self) -> int:
-        return ITEMS
-
-    def __getitem__(self, i: int) -> int:
-        return i
-
-
-def identity(batch: Any) -> Any:
-    return batch
 
 
 class Constant(BaseNode):

@@ -4,6 +4,10 @@
    default) and 2 worker threads against torch's DataLoader with 0 workers and with 2 persistent worker processes,
    and dataloader-rs (Python 3.13 side venv); then per item (batch_size=None, 20,000 items): torch_drt's process
    default against torch's processes. Runs interleaved, medians.
+   Same interpreter: dataloader-rs needs Python 3.13, torch_drt runs here on 3.11, so that ratio mixes in the
+   interpreters' speed. The side venv also runs torch_drt (this tree, on PYTHONPATH) and torch's DataLoader at 0
+   workers, rounds interleaved with dataloader-rs's; a bare loop doing the same work without a loader, run in a
+   fresh interpreter of each kind in turn, gives the interpreters' own speed ratio.
 2. I/O-bound: 1,024 items that each sleep 10 ms, batch 32, 64 items in flight (2 workers x 32), against the ideal
    1,024 x 10 ms / 64.
 3. Token stream: a 128 MiB int32 stream, sequence 2,048, batch 8, shuffled and not, against a plain numpy
@@ -15,7 +19,9 @@
 from __future__ import annotations
 
 import argparse
+import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -26,17 +32,10 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import interleaved_times, machine, median_time, run_side, side_python
+from _ints_workload import Ints, drain, identity
 
 from torch_drt import StatefulDataLoader
 from torch_drt.storage import TokenStreamStorage, TokenStreamWriter
-
-
-class Ints:
-    def __len__(self) -> int:
-        return 100_000
-
-    def __getitem__(self, i: int) -> int:
-        return i
 
 
 class Sleepy:
@@ -46,14 +45,6 @@ class Sleepy:
     def __getitem__(self, i: int) -> int:
         time.sleep(0.01)
         return i
-
-
-def identity(batch):
-    return batch
-
-
-def drain(loader) -> callable:
-    return lambda: sum(1 for _ in loader)
 
 
 class FewInts(Ints):
@@ -87,6 +78,26 @@ def torchdata_nodes(ds, workers: int):
 
     node = Batcher(IterableWrapper(range(len(ds))), batch_size=64, drop_last=False)
     return Loader(ParallelMapper(node, map_fn=fetch, num_workers=workers, method="thread"))
+
+
+def same_interpreter(side: Path, repeats: int) -> dict:
+    """The 0-worker loaders on the side interpreter (``_side_same_interpreter.py``), and the bare loop in a fresh
+    interpreter of each kind, this one (``host_bare``) and the side's (``bare``) in turn, ``repeats`` rounds of 5
+    runs: medians, and their ratio (``interpreter_ratio``: > 1 where the side interpreter is faster)."""
+    figures = run_side(side, "_side_same_interpreter.py", str(repeats), tree=True)
+    if "error" in figures:
+        return figures
+    here: list[float] = []
+    there: list[float] = []
+    for _ in range(repeats):
+        for py, times in ((Path(sys.executable), here), (side, there)):
+            bare = run_side(py, "_side_same_interpreter.py", "--bare", "5")
+            if "error" in bare:
+                return bare
+            times.append(bare["bare"])
+    host_bare, side_bare = statistics.median(here), statistics.median(there)
+    return {**figures, "bare": side_bare, "host_python": platform.python_version(), "host_bare": host_bare,
+            "interpreter_ratio": host_bare / side_bare}
 
 
 def io_bound(repeats: int) -> float:
@@ -174,6 +185,18 @@ def main() -> None:
                 f"torch_drt/dataloader-rs {theirs / ov[f'drt_{w}']:.2f}x)"
             )
 
+    same = same_interpreter(side, args.repeats) if side else {"error": reason}
+    if "error" in same:
+        print(f"\nsame interpreter: skipped ({same['error']})")
+    else:
+        print(f"\n## same interpreter (Python {same['python']}): 100,000 int items, 0 workers (seconds per epoch)")
+        print(f"torch_drt:        {same['drt_0']:.4f}  (torch_drt/dataloader-rs {same['rs_0'] / same['drt_0']:.2f}x, "
+              f"{same['torch_0'] / same['drt_0']:.2f}x torch)")
+        print(f"dataloader-rs:    {same['rs_0']:.4f}")
+        print(f"torch DataLoader: {same['torch_0']:.4f}")
+        print(f"bare loop:        {same['bare']:.4f} (Python {same['host_python']}: {same['host_bare']:.4f}; "
+              f"Python {same['python']} {same['interpreter_ratio']:.2f}x as fast)")
+
     io = io_bound(args.repeats)
     ideal = 1024 * 0.010 / 64
     print("\n## I/O-bound: 1,024 items x 10 ms sleep, batch 32, 2 workers x 32 items in flight")
@@ -205,6 +228,7 @@ def main() -> None:
             "io": {"drt": io, "ideal": ideal},
             "tokens": tok,
             "dataloader-rs": rs,
+            "same_interpreter": same,
             "guideloom": gl,
         }
         Path(args.json).write_text(json.dumps(figures, indent=2))

@@ -46,11 +46,11 @@ from collections.abc import Callable
 from types import GeneratorType
 from typing import Any
 
-from _stats_workload import BATCH, ITEMS, Constant, identity, make_loader
+from _ints_workload import BATCH, ITEMS, identity
+from _stats_workload import Constant, make_loader
 
 from torch_drt import StatefulDataLoader
 from torch_drt.loader._stats_recorder import StatsRecorder
-from torch_drt.loader.iterator import Fetched
 from torch_drt.nodes.ordered_map import OrderedMapper
 
 BLOCK, CALLS = 100, 2_000
@@ -82,7 +82,7 @@ def untimed_iterator(loader: StatefulDataLoader) -> Callable[[], float]:
     """``LoaderIterator.__next__`` over a constant batch, never a timed call: its statistics lines only. The batch
     comes from a generator where the loader's does (its 0-worker path), else from a function."""
     it = iter(loader)
-    batch = Fetched(list(range(BATCH)), list(range(BATCH)), False)
+    batch = (list(range(BATCH)), list(range(BATCH)), False)
 
     def constant() -> Any:
         while True:

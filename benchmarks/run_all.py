@@ -132,6 +132,22 @@ def report(results: dict, outputs: dict, machine: str, plot: str | None) -> str:
                 f"| dataloader-rs (Python 3.13) | {rs['overhead_0']:.4f} | {rs['overhead_2']:.4f} | "
                 f"{ratio(rs['overhead_0'], ov['drt_0'])} / {ratio(rs['overhead_2'], ov['drt_2'])} |"
             )
+        same = lo.get("same_interpreter", {"error": "not measured"})
+        if reason := skip_reason(same):
+            lines.append(f"| same interpreter | skipped: {reason} | | |")
+        else:  # dataloader-rs's row above is across interpreters: these are both on the side one
+            py = same["python"]
+            lines += [
+                f"| torch_drt (Python {py}) | {same['drt_0']:.4f} | | |",
+                f"| dataloader-rs (Python {py}, same interpreter) | {same['rs_0']:.4f} | | "
+                f"{ratio(same['rs_0'], same['drt_0'])} / - |",
+                f"| torch DataLoader (Python {py}) | {same['torch_0']:.4f} | | "
+                f"{ratio(same['torch_0'], same['drt_0'])} / - |",
+                "",
+                f"A bare loop doing the same work without a loader: Python {same['host_python']} "
+                f"{same['host_bare']:.4f}s, Python {py} {same['bare']:.4f}s (the interpreter alone: "
+                f"{same['interpreter_ratio']:.2f}x as fast).",
+            ]
         io = lo["io"]
         lines += [
             "",

@@ -80,7 +80,7 @@ def _no_coroutines(dataset: Any, items: list[Any]) -> None:
 
 
 class BatchFetcher:
-    """Turns a ``BatchPlan`` into ``Fetched(batch, indices, last)``; runs on the loader's workers.
+    """Turns a ``BatchPlan`` into ``(batch, indices, last)`` (``Fetched``); runs on the loader's workers.
 
     Items come from ``__getitems__(indices)`` when the dataset has it and ``item_concurrency == 1``, else one
     ``__getitem__`` per item, ``item_concurrency`` at a time (threads, or coroutines on the loader's event loop
@@ -128,6 +128,7 @@ class BatchFetcher:
         # C call and new interpreter frame per item that map() makes (~30% of the calls' cost on Python 3.11)
         self._in_frame = isinstance(getattr(type(dataset), "__getitem__", None), FunctionType)
         self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
+        self._quick = False  # plain, unpinned, and its items seen not to be coroutines: __call__'s inline case
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None, "_early": EarlyItems()}
@@ -218,6 +219,7 @@ class BatchFetcher:
             if not self._checked:
                 _no_coroutines(self.dataset, items)
                 self._checked = bool(items)
+                self._quick = self._checked and self.plain
         return items, False
 
     def _async_items(self, plan: BatchPlan) -> list[Any]:
@@ -243,20 +245,18 @@ class BatchFetcher:
         try:
             if times is not None:
                 return self._timed_load(plan, times)
-            if self._checked and self._plain:  # the common case, inline: this costs a few attribute reads
-                getitem = self._getitem
-                items = [getitem(i) for i in indices] if self._in_frame else list(map(getitem, indices))
-                batch = self.collate_fn(items)
-            else:
+            if not self._quick:
                 return self._load(plan)
+            getitem = self._getitem  # the common case, inline: this costs a few attribute reads
+            items = [getitem(i) for i in indices] if self._in_frame else list(map(getitem, indices))
+            return self.collate_fn(items), indices, last
         finally:
             slot.batch = None
-        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, indices, last))
 
     def _load(self, plan: BatchPlan) -> Fetched:
         items = self._async_items(plan) if self.is_async else self._items(plan)
         batch = self.collate_fn(items)
-        return _fetched(Fetched, (pin_batch(batch) if self.pin else batch, plan.indices, plan.last))
+        return pin_batch(batch) if self.pin else batch, plan.indices, plan.last
 
     def _timed_load(self, plan: BatchPlan, times: BatchTimes) -> Fetched:
         """``_load``, each stage's time added to ``times``."""
@@ -278,7 +278,4 @@ class BatchFetcher:
         if self.pin:
             batch = pin_batch(batch)
             times.add("pin", perf_counter_ns() - t1, n)
-        return _fetched(Fetched, (batch, plan.indices, plan.last))
-
-
-_fetched = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per batch
+        return batch, plan.indices, plan.last

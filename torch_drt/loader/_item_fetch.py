@@ -18,7 +18,7 @@ from torch_drt.sampling.stride import stride_range
 
 
 class ItemBatchFetcher:
-    """Turns an ``ItemBatch`` from a node into ``Fetched(batch, numbers, False)``: transform, collate, pin.
+    """Turns an ``ItemBatch`` from a node into ``(batch, numbers, False)`` (``Fetched``): transform, collate, pin.
 
     A node's items have no dataset index: item ``p`` of the epoch is numbered ``p * stride + offset`` (a node:
     ``p``; an ``IterableDataset`` on rank r of W: ``p * W + r``). The number is what ``transform(number, item)``
@@ -68,4 +68,4 @@ class ItemBatchFetcher:
 
     def __call__(self, batch: ItemBatch) -> Fetched:
         numbers = self.numbers(batch.positions)
-        return Fetched(self.apply(batch.epoch, numbers, batch.items), list(numbers), False)
+        return self.apply(batch.epoch, numbers, batch.items), list(numbers), False

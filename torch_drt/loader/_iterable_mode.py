@@ -69,7 +69,7 @@ class StreamFetcher:
         n, w = self.num_workers, task.worker
         numbers = [stride_position(j * n + w, rank=self.items.offset, world_size=self.items.stride)
                    for j in batch.positions]
-        fetched = Fetched(self.items.apply(task.epoch, numbers, batch.items), numbers, False)
+        fetched = (self.items.apply(task.epoch, numbers, batch.items), numbers, False)
         return StreamResult(task.worker, fetched, self.batcher.get_state(), False)
 
 

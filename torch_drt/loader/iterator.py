@@ -7,7 +7,7 @@ from itertools import repeat
 from operator import length_hint
 from time import perf_counter_ns
 from types import GeneratorType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from weakref import ref
 
 from torch_drt.loader._stats_recorder import count_items
@@ -20,18 +20,10 @@ if TYPE_CHECKING:
 _SPENT: Iterator = iter(())  # a countdown with no untimed call left (shared: an exhausted iterator stays so)
 
 
-class Fetched(NamedTuple):
-    """What the fetch stage returns for one batch.
-
-    Attributes:
-        batch: the collated batch.
-        indices: what ``return_indices`` yields with it.
-        last: whether it is its epoch's last batch.
-    """
-
-    batch: Any
-    indices: Any
-    last: bool
+Fetched = tuple[Any, Any, bool]
+"""What the fetch stage returns for one batch: ``(batch, indices, last)``, a plain tuple (a NamedTuple's instance
+costs a C call and a second tuple per batch): the collated batch, what ``return_indices`` yields with it, and
+whether it is its epoch's last batch."""
 
 
 class LoaderIterator:

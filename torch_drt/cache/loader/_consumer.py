@@ -268,7 +268,7 @@ class RowFetcher:
             from torch.utils.data._utils.pin_memory import pin_memory
 
             out = pin_memory(out)
-        return Fetched(out, indices, batch.last)
+        return out, indices, batch.last
 
 
 def _lap(times: BatchTimes, stage: str, start_ns: int, items: int) -> int:
