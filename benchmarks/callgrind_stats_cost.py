@@ -13,7 +13,9 @@ forced instead to ``--every`` (default ``StatsRecorder.MAX_EVERY``, the 100k-int
 carried into the collected epochs set to that too (at the default, no timed batch falls in them: the untimed path,
 the per-epoch statistics work and the first call's start-up timing are measured). The hash seed is fixed.
 
-    python benchmarks/callgrind_stats_cost.py [--epochs 3] [--every 16384]
+    python benchmarks/callgrind_stats_cost.py [--epochs 3] [--every 16384] [--keep DIR]
+
+(``--keep DIR``: the two callgrind outputs are kept there, ``on`` and ``off``, for ``callgrind_annotate``.)
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3, help="epochs collected per arm")
     parser.add_argument("--every", type=int, default=StatsRecorder.MAX_EVERY, help="the statistics' period")
+    parser.add_argument("--keep", type=Path, default=None, help="keep the callgrind outputs in this directory")
     parser.add_argument("--child", choices=("on", "off"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
@@ -88,7 +91,9 @@ def main() -> None:
         sys.exit("valgrind is not installed")
     batches = -(-ITEMS // BATCH) * args.epochs
     with tempfile.TemporaryDirectory() as tmp:
-        arms = {name: measure(name == "on", args.epochs, args.every, Path(tmp) / name) for name in ("off", "on")}
+        where = Path(tmp) if args.keep is None else args.keep
+        where.mkdir(parents=True, exist_ok=True)
+        arms = {name: measure(name == "on", args.epochs, args.every, where / name) for name in ("off", "on")}
     print(f"# callgrind, 0 workers, {ITEMS:,} ints, batch {BATCH}: {args.epochs} epochs collected per arm, "
           f"statistics period {args.every}")
     for name, counts in arms.items():
