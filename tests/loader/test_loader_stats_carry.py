@@ -92,3 +92,23 @@ def test_counts_stay_exact_over_iterators_left_at_any_call_of_the_countdown(in_o
         del it
         assert loader.stats().batches == len(delivered), n
         assert loader.stats().items == 2 * len(delivered), n
+
+
+@pytest.mark.parametrize("restart", ["iter", "resume"])
+def test_counts_stay_exact_when_a_reset_cuts_the_inline_loops_run(restart, sampled):
+    """The 0-worker loop takes its planned chunk's batches in one run, the countdown taken per run: a new
+    ``iter()`` or a resume resets the mapper mid-run (the superseded iterator still referenced, its batches counted
+    after the reset), and the batches of the run it never delivered are not counted."""
+    loader = StatefulDataLoader(Ints(4000), batch_size=4, collate_fn=list)
+    delivered = list(loader)  # `every` grows past an epoch: the next epochs' batches are untimed
+    iterators = []
+    for n in (1, 5, 63, 64, 65, 130, 7):  # cut inside a planned chunk (64 batches) and at its ends
+        if restart == "resume":
+            loader.load_state_dict(loader.state_dict())
+        iterators.append(iter(loader))
+        delivered += [next(iterators[-1]) for _ in range(n)]
+        assert loader.stats().batches == len(delivered), n
+    delivered += list(iter(loader))
+    stats = loader.stats()
+    assert stats.batches == len(delivered) > 1000 + 335
+    assert stats.items == sum(len(b) for b in delivered)

@@ -90,19 +90,19 @@ def test_rank_positions_of_clips_at_the_epochs_end_only():
         assert part.rank_positions_of(offsets) == [range(o + 1, min(100, o + 16), 2) for o in offsets]
 
 
-def test_a_budget_cuts_the_planned_run_and_next_goes_on_with_the_rest():
-    """``planned(budget)`` ends after as many batches as the budget has left (a loader's statistics countdown), so
-    the 0-worker loop stops at a timed batch without a check per batch; the state and the batches are unchanged."""
+def test_a_limit_cuts_the_planned_run_and_next_goes_on_with_the_rest():
+    """``planned(limit)`` ends after ``limit`` batches (a loader's statistics countdown), so the 0-worker loop stops
+    at a timed batch without a check per batch; the state and the batches are unchanged."""
     whole = plans(BatchPlanner(SequentialSampler(1000), 3, world_size=2, rank=1))
     planner = BatchPlanner(SequentialSampler(1000), 3, world_size=2, rank=1)
     planner.reset(None)
     out, runs = [planner.next()], []  # (the first next() plans a chunk: 64 batches)
     for budget in (5, 0, 7, 100):
-        run = planner.planned(iter(range(budget)))
+        run = planner.planned(budget)
         if run is None:  # a spent budget, or the end of a cut run: next() takes the batch (and goes on with the rest)
             assert budget == 0 or runs
             out.append(planner.next())
-            run = planner.planned(iter(range(budget)))
+            run = planner.planned(budget)
             if budget == 0:
                 assert run is None
                 continue

@@ -4,7 +4,7 @@ generator, one resume per item and no call per stage."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import compress
+from operator import length_hint
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,28 +24,65 @@ def direct(fn: Callable[[T], R]) -> Callable[[T], R]:
     return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn
 
 
-def inline_batches(mapper: OrderedMapper[Any, R], ticks: Iterator[bool] | None = None) -> Iterator[R]:
+class Countdown:
+    """The statistics' countdown at 0 workers: the untimed items left before the timed one, which the loop
+    (``inline_batches``) counts down a run of items at a time, not per item.
+
+    ``length_hint()`` tells the ticks left: ``left`` and the items left in ``run``. The loop takes a run's items'
+    ticks before it maps them (``left -= length_hint(run)``, ``run`` kept), so an item taken from the run is a tick
+    taken, and the loop over the run is the one without statistics; its items left at the end are given back
+    (``settle()``; nothing to give back where the run was exhausted). A run drained by anyone else (a reset ends a
+    loop so) must be settled before: its items left were not delivered.
+
+    Attributes:
+        left: the ticks left, less the items left in ``run``.
+        run: the iterator of items (no more than the ticks, whose ``length_hint`` is its items left) being mapped.
+    """
+
+    __slots__ = ("left", "run")
+
+    def __init__(self, left: int) -> None:
+        self.left, self.run = left, None
+
+    def __length_hint__(self) -> int:
+        return self.left if self.run is None else self.left + length_hint(self.run)
+
+    def settle(self) -> None:
+        """Give back the run's items not taken, and let it go: items taken from it later are not ticks."""
+        if self.run is not None:
+            self.left += length_hint(self.run)
+            self.run = None
+
+
+def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None) -> Iterator[R]:
     """``mapper.next()``'s results as a generator at 0 workers: the items its source has planned (``planned()``)
     mapped in a loop, the mapper's state after each as ``next()`` leaves it; anything else through ``next()``.
 
-    ``ticks`` (``repeat(True, n)``, the caller's statistics countdown): the loop takes one per item and, when none
-    is left, ends returning ``DUE`` (the caller's timed call is due) instead of mapping another. The source's runs
-    are cut at the countdown's end, so the per-item loop is the same with or without it (``compress`` takes the
-    ticks, in C)."""
+    ``ticks`` (the caller's statistics countdown): the loop takes one per item and, when none is left, ends
+    returning ``DUE`` (the caller's timed call is due) instead of mapping another. The source's runs are cut at the
+    countdown's end and their ticks taken at once (``Countdown``), so the per-item loop is the same with or
+    without it. The mapper settles the countdown at a reset (``OrderedMapper.reset``)."""
     planned = getattr(mapper.source, "planned", None)
+    mapper._countdown = ticks
     while True:
+        if ticks is not None and ticks.run is not None:
+            ticks.settle()  # (a run left at a break)
         quick = not mapper.num_workers and mapper._held is NOTHING and not mapper.record_next and planned is not None
-        run = planned(ticks) if quick else None  # it ends with its chunk, with the ticks or at a reset (workers
-        if run is None:  # started mid-epoch)
-            if ticks is not None and next(ticks, None) is None:
-                return DUE
+        # the run ends with its chunk, with the ticks or at a reset (workers started mid-epoch)
+        run = (planned() if ticks is None else planned(ticks.left)) if quick else None
+        if run is None:
+            if ticks is not None:
+                if ticks.left <= 0:
+                    return DUE
+                ticks.left -= 1
             try:
                 yield mapper.next()
             except StopIteration:
                 return
             continue
-        if ticks is not None:
-            run = compress(run, ticks)  # (the run has no more items than ticks: no item is taken without its tick)
+        if ticks is not None:  # (the run has no more items than ticks: no item is taken without its tick)
+            ticks.left -= length_hint(run)
+            ticks.run = run
         map_fn = direct(mapper.map_fn)
         mapper._flight.delivered = None  # none in flight: the source's state is the delivered one
         for item in run:
@@ -59,3 +96,6 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Iterator[bool] | None =
                 raise
             mapper._held = NOTHING
             yield out
+        else:
+            if ticks is not None:
+                ticks.run = None  # (exhausted: nothing to give back)

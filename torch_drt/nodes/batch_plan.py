@@ -81,7 +81,7 @@ class BatchPlanner(BaseNode[BatchPlan]):
         self._chunk: list[BatchPlan] = []
         self._plans: Iterator[BatchPlan] = iter(self._chunk)  # the chunk's batches not handed out yet
         self._chunk_end = 0  # the offset after the chunk's last batch
-        self._later: list[BatchPlan] = []  # the chunk's batches after a cut (``planned(budget)``): next in line
+        self._later: list[BatchPlan] = []  # the chunk's batches after a cut (``planned(limit)``): next in line
         self._skip: frozenset[int] = frozenset()
 
     def __repr__(self) -> str:
@@ -147,21 +147,21 @@ class BatchPlanner(BaseNode[BatchPlan]):
         ends = valid.sum(axis=1).cumsum().tolist()
         return [values[a:b] for a, b in zip([0, *ends[:-1]], ends)]
 
-    def planned(self, budget: Iterator[Any] | None = None) -> Iterator[BatchPlan] | None:
+    def planned(self, limit: int | None = None) -> Iterator[BatchPlan] | None:
         """The batches planned and not handed out yet, for a caller that takes them in a loop: taking one is a
-        ``next()`` (the state moves past it). The iterator ends with the planned chunk, after as many batches as
-        ``budget`` (an iterator) has items left (the chunk is cut there: ``next()`` goes on with the rest), or at a
-        ``reset()``. None when ``next()`` has work to do per batch (``plan_reads``, batches to skip), none is planned
-        yet or the budget is spent: call ``next()`` then."""
+        ``next()`` (the state moves past it). The iterator ends with the planned chunk, after ``limit`` batches (the
+        chunk is cut there: ``next()`` goes on with the rest; a loader's statistics countdown), or at a ``reset()``;
+        its ``length_hint`` is its batches left. None when ``next()`` has work to do per batch (``plan_reads``,
+        batches to skip), none is planned yet or ``limit`` is 0: call ``next()`` then."""
         if self._skip or self.plan_reads is not None or not (planned := length_hint(self._plans)):
             return None
-        limit = planned if budget is None else length_hint(budget)
-        if not limit:
+        if limit is None or limit >= planned:
+            return self._plans
+        if limit <= 0:
             return None
-        if limit < planned:
-            plans = list(self._plans)
-            self._plans, self._later = iter(plans[:limit]), plans[limit:] + self._later
-            self._chunk_end -= (planned - limit) * self.partition.global_batch_size
+        plans = list(self._plans)
+        self._plans, self._later = iter(plans[:limit]), plans[limit:] + self._later
+        self._chunk_end -= (planned - limit) * self.partition.global_batch_size
         return self._plans
 
     def next(self) -> BatchPlan:

@@ -15,7 +15,7 @@ from torch_drt.describe import described
 from torch_drt.nodes._in_flight import InFlight
 from torch_drt.nodes._inline_cost import InlineCost, Timed, thread_cpu_clock
 from torch_drt.nodes._inline_loop import NOTHING as _NOTHING
-from torch_drt.nodes._inline_loop import inline_batches
+from torch_drt.nodes._inline_loop import Countdown, inline_batches
 from torch_drt.nodes._mapper_clock import MapperClock
 from torch_drt.nodes._mapper_pool import make_pool, sized_transport
 from torch_drt.nodes._ready_wait import wait_ready
@@ -122,6 +122,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._turn = 0
         self._exhausted = False
         self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
+        self._countdown: Countdown | None = None  # the statistics' countdown of the last inline_batches() loop
         self._inline = num_workers == 0
         self.stats: Any = None
         self.record_next = 0
@@ -165,6 +166,8 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self._drop_pending()
+        if self._countdown is not None:  # the source's reset drains the loop's run: its items left are not ticks
+            self._countdown.settle()
         self.source.reset(None if initial_state is None else initial_state[self.SOURCE_KEY])
         self._flight.delivered = None
         self._held = _NOTHING
@@ -271,7 +274,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._observe(seconds, False)
         return result
 
-    def inline_batches(self, ticks: Iterator[bool] | None = None) -> Iterator[R]:
+    def inline_batches(self, ticks: Countdown | None = None) -> Iterator[R]:
         """``next()``'s results as a generator (one resume per item, no call per stage), for a caller at 0 workers.
 
         The items the source has planned (its ``planned()`` iterator: ``BatchPlanner``) are mapped in a loop, the
