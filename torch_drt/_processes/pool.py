@@ -210,18 +210,22 @@ class ProcessPool:
                 )
         self._supervision.check(self._workers)
 
-    def wait(self, task: Task, timeout: float) -> bool:
-        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
-        w = task.worker
-        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
-            self._receive(w)
+    def _poll_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``done()``; True when it is (the one wait loop)."""
         deadline = monotonic() + timeout
-        while not task.done:
+        while not done():
             remaining = deadline - monotonic()
             if remaining <= 0:
                 return False
             self._poll(remaining)
         return True
+
+    def wait(self, task: Task, timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
+        w = task.worker
+        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
+            self._receive(w)
+        return task.done or self._poll_until(lambda: task.done, timeout)
 
     @staticmethod
     def done(task: Task) -> bool:
@@ -230,13 +234,7 @@ class ProcessPool:
 
     def wait_any(self, tasks: list[Task], timeout: float) -> bool:
         """Receive results for up to ``timeout`` seconds, until one of ``tasks`` is done; True when one is."""
-        deadline = monotonic() + timeout
-        while not any(task.done for task in tasks):
-            remaining = deadline - monotonic()
-            if remaining <= 0:
-                return False
-            self._poll(remaining)
-        return True
+        return self._poll_until(lambda: any(task.done for task in tasks), timeout)
 
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
