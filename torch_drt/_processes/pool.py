@@ -29,6 +29,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from torch_drt._processes.handle import WorkerHandle
+from torch_drt._processes.reaper import hand_over
 from torch_drt._processes.supervision import Supervision, WorkerExited
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def _release_slot(pool: weakref.ref, worker: WorkerHandle, task: Task) -> None:
 logger = logging.getLogger("torch_drt.loader")
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
+_CLOSE_GRACE_S = 1.0  # ``close(wait=True)``: how long each stopped worker has to exit before it is killed
 
 
 class Task:
@@ -260,21 +262,21 @@ class ProcessPool:
         if not task.done and task.worker in self._workers:
             self._replace(self._workers.index(task.worker), task, TimeoutError("abandoned after a time-out"))
 
-    def close(self) -> None:
-        """Stop the workers: idle ones exit, busy ones are killed; their ring files are removed."""
+    def close(self, wait: bool = False) -> None:
+        """Stop the workers: idle ones are told to exit, busy ones are killed. The reaper ends them in the background
+        (joined as they exit, killed after ``reaper.EXIT_GRACE_S``; their pipes closed and ring files removed), so
+        this returns at once; ``wait``: end them here instead (each given ``_CLOSE_GRACE_S`` to exit, then killed),
+        for an owner that needs them gone on return (a killed writer's staging lock released)."""
         if self.pid != os.getpid():  # a forked child must not stop its parent's workers
             self._workers = []
             return
         for w in self._workers:
-            try:
-                if w.queued:
-                    w.process.kill()
-                else:
-                    w.tasks.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            w.stop()
         for w in self._workers:
-            w.retire(grace=1.0)
+            if wait:
+                w.retire(grace=_CLOSE_GRACE_S)
+            else:
+                hand_over(w)
         if self._workers:
             logger.debug("stopped %d loader worker processes", len(self._workers))
         self._workers = []
