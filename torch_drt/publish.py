@@ -33,11 +33,13 @@ from torch_drt.describe import described
 __all__ = [
     "StagingDir",
     "fsync_dir",
+    "fsync_path",
     "fsync_paths",
     "move_aside",
     "publish_lock",
     "remove_stale_staging",
     "staging_name_of",
+    "sync_and_close",
     "write_json_atomic",
 ]
 
@@ -52,21 +54,22 @@ def staging_name_of(entry: str) -> str | None:
     return match.group(3) if match else None
 
 
+def sync_and_close(fd: int) -> None:
+    """fsync ``fd`` and close it (closed even when the sync fails, whose error is raised)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_path(path: Path, flags: int = 0) -> None:
+    """fsync a file or a directory (opened read-only, with ``flags`` added): the one sync by path."""
+    sync_and_close(os.open(path, os.O_RDONLY | flags))
+
+
 def fsync_dir(path: Path) -> None:
     """fsync a directory so that renames and new entries in it are durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path, os.O_DIRECTORY)
 
 
 def fsync_paths(paths: Sequence[Path]) -> None:
@@ -77,10 +80,10 @@ def fsync_paths(paths: Sequence[Path]) -> None:
     """
     if len(paths) < 2:
         for path in paths:
-            _fsync_path(path)
+            fsync_path(path)
         return
     with ThreadPoolExecutor(max_workers=len(paths), thread_name_prefix="torch_drt-fsync") as pool:
-        futures = [pool.submit(_fsync_path, path) for path in paths]
+        futures = [pool.submit(fsync_path, path) for path in paths]
     for future in futures:
         future.result()
 

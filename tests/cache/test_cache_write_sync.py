@@ -32,7 +32,7 @@ def test_each_write_back_start_targets_its_own_shard_while_a_full_shards_sync_is
     # a descriptor closed (or reused for another file) in between
     monkeypatch.setattr(ShardFiles, "_WRITEBACK_BYTES", 1)
     sealed = threading.Event()
-    real_seal, real_sync_and_close = ShardFiles.seal, _shard_files._sync_and_close
+    real_seal, real_sync_and_close = ShardFiles.seal, _shard_files.sync_and_close
 
     def seal(self) -> None:
         real_seal(self)
@@ -50,7 +50,7 @@ def test_each_write_back_start_targets_its_own_shard_while_a_full_shards_sync_is
         return real_range(fd, offset, nbytes, flags)
 
     monkeypatch.setattr(ShardFiles, "seal", seal)
-    monkeypatch.setattr(_shard_files, "_sync_and_close", slow_sync_and_close)
+    monkeypatch.setattr(_shard_files, "sync_and_close", slow_sync_and_close)
     monkeypatch.setattr(_shard_files, "_sync_file_range", sync_file_range)
     (res,) = runtime.write_cache([ListSource("slow", 40)], tmp_path, writer_config=_CONFIG)
     assert isinstance(res, drt.CacheWriteSuccess), res

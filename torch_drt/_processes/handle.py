@@ -4,6 +4,7 @@ count from)."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import os
@@ -72,15 +73,31 @@ class WorkerHandle:
         self.answered = False
         self.free_slots = list(range(transport.slots)) if transport is not None else []
 
+    def stop(self) -> None:
+        """Tell it to exit: an idle worker is sent the stop, a busy one (or one whose task pipe is gone) killed."""
+        try:
+            if self.queued or gc.is_finalized(self.tasks):
+                self.process.kill()
+            else:
+                self.tasks.send(None)
+        except OSError:  # its pipe is broken: it is exiting already
+            pass
+
     def retire(self, grace: float) -> None:
-        """Let it exit within ``grace`` seconds, else kill it; close its pipes and remove its ring files."""
+        """Let it exit within ``grace`` seconds, else kill it; close its pipes and remove its ring files.
+
+        A pipe the garbage collector finalized (this handle was collected in a cycle, then resurrected by a pool's
+        or a loader's close) closed its descriptor itself, which may be another file's by now: it is not closed
+        again.
+        """
         if grace:
             self.process.join(grace)
         if self.process.is_alive():
             self.process.kill()
         self.process.join()
         for conn in (self.tasks, self.results):
-            conn.close()
+            if not gc.is_finalized(conn):
+                conn.close()
         if self.rings is not None:
             from torch_drt._processes.transport import unlink_rings
 

@@ -29,6 +29,7 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from torch_drt._processes.handle import WorkerHandle
+from torch_drt._processes.reaper import hand_over
 from torch_drt._processes.supervision import Supervision, WorkerExited
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ def _release_slot(pool: weakref.ref, worker: WorkerHandle, task: Task) -> None:
 logger = logging.getLogger("torch_drt.loader")
 
 _STARTUP_FAILURES = 3  # workers in a row that die before their first answer: the pool cannot work
+_CLOSE_GRACE_S = 1.0  # ``close(wait=True)``: how long each stopped worker has to exit before it is killed
 
 
 class Task:
@@ -210,18 +212,22 @@ class ProcessPool:
                 )
         self._supervision.check(self._workers)
 
-    def wait(self, task: Task, timeout: float) -> bool:
-        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
-        w = task.worker
-        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
-            self._receive(w)
+    def _poll_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``done()``; True when it is (the one wait loop)."""
         deadline = monotonic() + timeout
-        while not task.done:
+        while not done():
             remaining = deadline - monotonic()
             if remaining <= 0:
                 return False
             self._poll(remaining)
         return True
+
+    def wait(self, task: Task, timeout: float) -> bool:
+        """Receive results for up to ``timeout`` seconds, until ``task`` is done; True when it is."""
+        w = task.worker
+        if not task.done and w is not None and w.results.poll():  # the usual case: its result is there already
+            self._receive(w)
+        return task.done or self._poll_until(lambda: task.done, timeout)
 
     @staticmethod
     def done(task: Task) -> bool:
@@ -230,13 +236,7 @@ class ProcessPool:
 
     def wait_any(self, tasks: list[Task], timeout: float) -> bool:
         """Receive results for up to ``timeout`` seconds, until one of ``tasks`` is done; True when one is."""
-        deadline = monotonic() + timeout
-        while not any(task.done for task in tasks):
-            remaining = deadline - monotonic()
-            if remaining <= 0:
-                return False
-            self._poll(remaining)
-        return True
+        return self._poll_until(lambda: any(task.done for task in tasks), timeout)
 
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
@@ -262,21 +262,21 @@ class ProcessPool:
         if not task.done and task.worker in self._workers:
             self._replace(self._workers.index(task.worker), task, TimeoutError("abandoned after a time-out"))
 
-    def close(self) -> None:
-        """Stop the workers: idle ones exit, busy ones are killed; their ring files are removed."""
+    def close(self, wait: bool = False) -> None:
+        """Stop the workers: idle ones are told to exit, busy ones are killed. The reaper ends them in the background
+        (joined as they exit, killed after ``reaper.EXIT_GRACE_S``; their pipes closed and ring files removed), so
+        this returns at once; ``wait``: end them here instead (each given ``_CLOSE_GRACE_S`` to exit, then killed),
+        for an owner that needs them gone on return (a killed writer's staging lock released)."""
         if self.pid != os.getpid():  # a forked child must not stop its parent's workers
             self._workers = []
             return
         for w in self._workers:
-            try:
-                if w.queued:
-                    w.process.kill()
-                else:
-                    w.tasks.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+            w.stop()
         for w in self._workers:
-            w.retire(grace=1.0)
+            if wait:
+                w.retire(grace=_CLOSE_GRACE_S)
+            else:
+                hand_over(w)
         if self._workers:
             logger.debug("stopped %d loader worker processes", len(self._workers))
         self._workers = []

@@ -104,7 +104,7 @@ def write_in_processes(
     except WorkerTimeout as e:
         failure = f"writer process timeout exceeded ({timeout:g} s for {'its start' if e.starting else 'a source'})"
     finally:
-        pool.close()  # idle children exit, busy ones are killed
+        pool.close(wait=True)  # idle children exit, busy ones are killed: gone on return, their locks released
         if isinstance(root, Path):  # a killed child's staging lock died with it (a URL's claim is taken over
             # after RemoteConfig.stale_writer_after)
             for index in running:

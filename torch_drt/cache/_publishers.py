@@ -48,6 +48,12 @@ class Publisher(ABC):
     def where(self) -> str:
         """Where the cache is published, fit for a log line (a URL without credentials or query)."""
 
+    @property
+    @abstractmethod
+    def syncs_staging(self) -> bool:
+        """Whether the files written into ``staging`` are synced before ``publish`` (when ``WriterConfig.durable``):
+        True where the staged directory itself becomes the cache, False where it is only a copy to upload."""
+
     @abstractmethod
     def existing(self, mode: WriteMode) -> CacheWriteResult | None:
         """The result when nothing needs writing (``mode="reuse"`` and a complete cache is there) or may be written
@@ -77,6 +83,10 @@ class LocalPublisher(Publisher):
     @property
     def where(self) -> str:
         return str(self.root / self.name)
+
+    @property
+    def syncs_staging(self) -> bool:
+        return True  # the staging directory is renamed into place: its files are the cache
 
     def existing(self, mode: WriteMode) -> CacheWriteResult | None:
         if mode != "reuse" or not is_complete_cache(self.root / self.name, verify=self.verify):
@@ -130,6 +140,10 @@ class RemotePublisher(Publisher):
     def where(self) -> str:
         return self.target.redacted()
 
+    @property
+    def syncs_staging(self) -> bool:
+        return False  # a private copy, removed after the upload: the object store holds the durable cache
+
     def _complete(self, verify: bool) -> bool:
         return is_complete_cache(self.store.url, verify=verify, storage_options=self.options,
                                  remote_config=self.remote)
@@ -157,7 +171,7 @@ class RemotePublisher(Publisher):
     def publish(
         self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True
     ) -> CacheWriteResult:
-        try:  # the local staging copy is never synced: the upload is what publishes
+        try:  # the local staging copy is never synced (``syncs_staging``): the upload is what publishes
             publish_directory(staged, self.store, MANIFEST_FILE)
         except FileExistsError as e:
             if mode == "reuse" and self._complete(False):

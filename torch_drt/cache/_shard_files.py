@@ -14,6 +14,7 @@ import numpy as np
 
 from torch_drt.cache._format import shard_name
 from torch_drt.cache._shard_hash import ShardHash
+from torch_drt.publish import sync_and_close
 
 _SYNC_FILE_RANGE_WRITE = 2
 _IOV_MAX = 1024  # buffers per writev (Linux's and macOS's limit)
@@ -130,7 +131,7 @@ class ShardFiles:
         fd, self._fd = self._fd, -1
         self._end_writeback()
         self._hashes.append(self._hasher.submit(self._shard_hash.finish, self._written))
-        self._synced.append(self._syncer.submit(_sync_and_close if self.durable else os.close, fd))
+        self._synced.append(self._syncer.submit(sync_and_close if self.durable else os.close, fd))
         self.sizes[-1] = self._pos
 
     def _end_writeback(self) -> None:
@@ -247,14 +248,6 @@ def _datasync(fd: int) -> None:
     """Sync the data of a shard being written (``fdatasync``; ``fsync`` where there is none): its error must be
     raised, as a later sync of the same file may no longer report it."""
     getattr(os, "fdatasync", os.fsync)(fd)
-
-
-def _sync_and_close(fd: int) -> None:
-    """Sync and close a shard whose writes are done (closed even when the sync fails)."""
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, buffers: list[Any]) -> None:

@@ -88,7 +88,8 @@ class WriterConfig(BaseModel):
             writers do: the cache is still published by one rename once every file is written, so a writer
             process that dies leaves no cache or the complete one, but an operating-system crash or a power loss
             may leave a published cache whose files are incomplete (it then fails to open, or its damaged records
-            fail their checks, with ``CacheCorruptError``).
+            fail their checks, with ``CacheCorruptError``). A cache written to a URL root is staged in a private
+            temporary copy that is uploaded, never synced, whatever ``durable`` says: the object store holds it.
     """
 
     model_config = _FROZEN

@@ -95,16 +95,16 @@ def _bar(config: WriterConfig, total: int | None, name: str, position: int) -> A
 
 
 def _write_records(
-    source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None
+    source: Any, staging: Path, config: WriterConfig, position: int, stages: SourceStages | None, sync: bool
 ) -> None:
     """Stream the source into shards, index, metadata and manifest under ``staging``, every file and directory synced
-    unless ``config.durable`` is False (the full shards' syncs start while the next ones are written; the last
-    shard's, the small files' and the directories' run together at the end)."""
+    when ``sync`` (the full shards' syncs start while the next ones are written; the last shard's, the small files'
+    and the directories' run together at the end)."""
     comp = config.shard_compression
     compress = compressor(comp.algo, comp.level)
     checksum = xxhash.xxh3_64_intdigest
     (staging / SHARD_DIR).mkdir()
-    shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes, config.durable)
+    shards = ShardFiles(staging / SHARD_DIR, config.max_shard_bytes, sync)
     columns = MetadataColumns()
     raw_lengths = array("Q")  # of compressed records (the index holds the stored lengths)
     total = len(source) if hasattr(source, "__len__") else None
@@ -158,9 +158,10 @@ def _finish(
     name: str,
     timed: Callable[[str], contextlib.AbstractContextManager[None]],
 ) -> None:
-    """Write the index, metadata and manifest of the sealed ``shards``, then sync them, the last shard (at once,
-    sharing one journal commit) and the directories, and wait for the other shards' syncs (every one durable on
-    return). The staging directory's sync here is its only one: the local publisher renames it without another."""
+    """Write the index, metadata and manifest of the sealed ``shards``, then (``shards.durable``) sync them, the last
+    shard (at once, sharing one journal commit) and the directories, and wait for the other shards' syncs (every one
+    durable on return). The staging directory's sync here is its only one: the local publisher renames it without
+    another."""
     comp = config.shard_compression
     with timed("finish_index"):
         index = np.frombuffer(shards.index, dtype=INDEX_DTYPES[FORMAT_VERSION])
@@ -191,7 +192,7 @@ def _finish(
     with timed("finish_manifest"):
         _new_file(staging / MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode())
         files = [staging / INDEX_FILE, staging / METADATA_FILE, staging / MANIFEST_FILE]
-        if config.durable:
+        if shards.durable:
             fsync_paths([*files, *shards.unsynced, staging / SHARD_DIR, staging])
         shards.close()
 
@@ -258,7 +259,8 @@ def write_source(
         stages = profile.source(name) if profile is not None else None
         timed = stages.stage if stages is not None else _untimed
         with publisher.staging() as staged:
-            _write_records(source, staged, config, position, stages)
+            sync = config.durable and publisher.syncs_staging  # a remote root's staging copy is only uploaded
+            _write_records(source, staged, config, position, stages, sync)
             if config.validate_cache:
                 with timed("validate"):
                     open_cache(staged, verify=True)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import pickle
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -28,10 +26,10 @@ from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader._split_loader import SplitLoader
+from torch_drt.loader._worker_payload import check_picklable, worker_start
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.loader.transform_rule import transform_hook
-from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.topology import RankSplit
 
@@ -212,20 +210,10 @@ class StatefulDataLoader(SplitLoader):
         self._restart_workers = num_workers > 0 and not persistent_workers
         self.__dict__["seed"] = seed  # the constructor's value where Lightning re-creates a loader from vars()
         mode = self._build_mode()
-        if self.worker_method == "process" and num_workers > 0 and not self._forks():
-            try:
-                pickle.dumps((mode.mapper.map_fn, worker_init_fn))
-            except Exception as e:
-                raise TypeError(
-                    f"worker_method='process' needs a picklable dataset, transform, collate_fn and worker_init_fn: {e}"
-                ) from e
+        check_picklable(self, mode.mapper.map_fn)
         self._setup_pipeline(mode, True if tune.tuning else stats)
         self._batch_sampler = batch_sampler  # (the base class resets it)
         self._autotune = tune.autotune(self)
-
-    def _forks(self) -> bool:
-        """Whether process workers fork (they inherit the dataset and functions: nothing needs to pickle)."""
-        return multiprocessing.get_context(self.multiprocessing_context).get_start_method() == "fork"
 
     def _build_mode(self) -> LoaderMode:
         """The pipeline for the current topology (``torch_drt.loader._modes.build_mode``)."""
@@ -275,9 +263,7 @@ class StatefulDataLoader(SplitLoader):
         mapper = self._mode.mapper
         if self._restart_workers:
             mapper.close()  # torch's persistent_workers=False: new workers every epoch
-        seed = base_seed(self.seed, epoch)
-        dataset = None if isinstance(self.dataset, BaseNode) else self.dataset  # a node stays in this process
-        mapper.worker_init = WorkerStart(self.num_workers, seed, dataset, self.worker_init_fn, self.worker_method)
+        mapper.worker_init = worker_start(self, epoch)
 
     def _end_epoch(self) -> None:
         if self._restart_workers:

@@ -9,7 +9,6 @@ progress is not saved. The configuration is published last, and an export never 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -18,6 +17,7 @@ import pyarrow.ipc as ipc
 from pydantic import BaseModel, ConfigDict, DirectoryPath, Field, FilePath, PositiveInt, TypeAdapter
 
 from torch_drt.cache.config import ReaderConfig
+from torch_drt.publish import fsync_path
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
@@ -42,11 +42,6 @@ class DatasetConfiguration(BaseModel):
     epoch_len: PositiveInt
     row_count: PositiveInt
     metadata_file: Literal["metadata.arrow"] = METADATA_NAME
-
-
-def _fsync(path: Path) -> None:
-    with path.open("rb") as f:
-        os.fsync(f.fileno())
 
 
 def dump_config(dataset: CachedDataset, directory: str | Path) -> Path:
@@ -76,9 +71,9 @@ def dump_config(dataset: CachedDataset, directory: str | Path) -> Path:
             epoch_len=len(dataset),
             row_count=table.num_rows,
         )
-        _fsync(pending_metadata)
+        fsync_path(pending_metadata)
         pending_config.write_text(config.model_dump_json(indent=2), encoding="utf-8")
-        _fsync(pending_config)
+        fsync_path(pending_config)
         pending_metadata.replace(metadata_path)
         pending_config.replace(config_path)
     except BaseException:
