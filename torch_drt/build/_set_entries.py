@@ -38,8 +38,10 @@ class SetEntries:
             self._made[outcome.index] = self._make(outcome)
 
     def _make(self, outcome: PartOutcome) -> CacheSetPart | Exception:
+        if outcome.path is None:  # never for a part written or reused
+            return ValueError(f"part {outcome.name} ({outcome.status}) has no path")
         try:
-            return describe_part(self.location, outcome.path or "", **self.remote)
+            return describe_part(self.location, outcome.path, **self.remote)
         except Exception as e:  # raised again when the set is published, at this part's turn
             return e
 

@@ -103,10 +103,13 @@ def publish_cache_set(
             or the set name is invalid.
     """
     set_location = Location.parse(path, storage_options, remote_config)
-    remote = {"storage_options": storage_options, "remote_config": remote_config}
-    return publish_described(
-        set_location, [functools.partial(describe_part, set_location, part, **remote) for part in parts], **remote
-    )
+    entries = [
+        functools.partial(
+            describe_part, set_location, part, storage_options=storage_options, remote_config=remote_config
+        )
+        for part in parts
+    ]
+    return publish_described(set_location, entries, storage_options=storage_options, remote_config=remote_config)
 
 
 def publish_described(
