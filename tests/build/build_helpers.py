@@ -121,3 +121,22 @@ def manifest_inodes(set_dir: Path) -> dict[str, int]:
     """Part name -> inode of its manifest (unchanged when a rerun reuses the part)."""
     manifests = [p / "manifest.json" for p in Path(set_dir).iterdir()]
     return {m.parent.name: m.stat().st_ino for m in manifests if m.is_file()}
+
+
+class WaitFor:
+    """Rows as usual, but the first row with label ``label`` waits (up to ``timeout`` seconds) for ``marker`` to
+    exist, and raises TimeoutError when it never appears."""
+
+    def __init__(self, label: int, marker: str | Path, timeout: float = 30.0) -> None:
+        self.label, self.marker, self.timeout = label, str(marker), timeout
+
+    def __call__(self, row: dict) -> drt.CacheInput:
+        import time
+
+        if row["label"] == self.label:
+            deadline = time.monotonic() + self.timeout
+            while not os.path.exists(self.marker):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{self.marker} never appeared")
+                time.sleep(0.01)
+        return ColumnsToInput()(row)

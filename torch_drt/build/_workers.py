@@ -99,6 +99,7 @@ def write_parts(
     remote: dict[str, Any],
     num_workers: int = 0,
     multiprocessing_context: str | None = None,
+    on_done: Callable[[PartOutcome], None] | None = None,
 ) -> list[PartOutcome]:
     """Write every part of ``plan``; one outcome each (never raises for a part: a failure is its outcome).
 
@@ -110,9 +111,16 @@ def write_parts(
         remote: ``storage_options`` and ``remote_config`` for a URL set directory.
         num_workers: worker processes (0: one after another in this process).
         multiprocessing_context: the workers' start method (None: fork where there is fork).
+        on_done: called in this process with each part's outcome as the part is done (with workers, once the free
+            workers were given their next parts: it overlaps the parts still being written).
     """
+    report = on_done or (lambda outcome: None)
     if num_workers == 0 or not plan:
-        return [write_part(p, set_dir, config, progress, **remote) for p in plan]
+        written = []
+        for p in plan:
+            written.append(write_part(p, set_dir, config, progress, **remote))
+            report(written[-1])
+        return written
     from concurrent.futures.process import BrokenProcessPool
 
     from torch_drt._processes.pool import ProcessPool
@@ -129,6 +137,7 @@ def write_parts(
     outcomes: dict[int, PartOutcome] = {}
     running: dict[int, tuple[Any, int]] = {}  # part -> (task, worker)
     shown = 0
+    unreported: list[int] = []  # parts done, their outcomes not yet passed to on_done
 
     def show() -> None:
         nonlocal shown
@@ -158,6 +167,9 @@ def write_parts(
                 if hint is not None:
                     hints[w] = hint
                 running[k] = (pool.submit((k, hint), affinity=w), w)
+            for k in unreported:
+                report(outcomes[k])
+            unreported.clear()
             pool.wait_any([task for task, _ in running.values()], _POLL_SECONDS)
             for k, (task, w) in list(running.items()):
                 if not pool.done(task):
@@ -170,7 +182,10 @@ def write_parts(
                     code = re.search(r"exit code -?\d+", str(e))
                     why = f"the worker processes writing it died twice ({code.group(0) if code else e})"
                     outcomes[k] = PartOutcome(plan[k].index, plan[k].name, "failed", message=why)
+                unreported.append(k)
             show()
+        for k in unreported:
+            report(outcomes[k])
     finally:
         pool.close()  # idle workers exit, busy ones (only on an error here) are killed
     return [outcomes[k] for k in range(len(plan))]

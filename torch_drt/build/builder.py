@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt.build._set_entries import SetEntries
 from torch_drt.build._workers import check_workers, write_parts
 from torch_drt.build.lifecycle import finish_build, start_build
 from torch_drt.build.plan import plan_parts
@@ -86,6 +87,9 @@ def build_cache_set(
     known = [p.rows for p in plan]
     with BuildProgress(name, None if None in known else sum(known), enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
+        entries = SetEntries(start.set_dir, start.remote)  # made as each part is done, not all at the end
+        for reused in start.done.values():
+            entries.add(reused)
         todo = [p for p in plan if p.index not in start.done]
-        written = write_parts(todo, start.set_dir, config, bar.add, start.remote, **workers)
-    return finish_build(start, name, [*start.done.values(), *written])
+        written = write_parts(todo, start.set_dir, config, bar.add, start.remote, **workers, on_done=entries.add)
+    return finish_build(start, name, [*start.done.values(), *written], entries)

@@ -16,14 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch_drt.build._set_entries import SetEntries
 from torch_drt.build.part import published_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import BuildReport, PartOutcome
-from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set, publish_cache_set
+from torch_drt.cache import CacheCorruptError, RemoteConfig, is_cache_set, open_cache_set
 from torch_drt.locations.location import Location
 from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import fsync_dir
 from torch_drt.sets.cache_set import read_cache_set
+from torch_drt.sets.cache_set_publish import publish_described
 
 JOURNAL_FILE = ".build-plan.json"
 _JOURNAL_FORMAT = "torch_drt.cacheset.plan"
@@ -144,8 +146,13 @@ def start_build(
     return BuildStart(set_dir, done, remote=remote)
 
 
-def finish_build(start: BuildStart, name: str, outcomes: Sequence[PartOutcome]) -> BuildReport:
+def finish_build(
+    start: BuildStart, name: str, outcomes: Sequence[PartOutcome], entries: SetEntries | None = None
+) -> BuildReport:
     """Publish the set when every part is written, reused or empty; else report the failures.
+
+    ``entries`` holds the set manifest's entries the driver made as parts were reported done (``_set_entries``);
+    those of the other parts are made here.
 
     Parts that failed publish nothing; the others stay published and a rerun reuses them. A local set directory is
     synced first, once: the parts' publishing renames (which ``write_part`` leaves unsynced) are durable before the
@@ -164,7 +171,9 @@ def finish_build(start: BuildStart, name: str, outcomes: Sequence[PartOutcome]) 
     if not kept:
         return BuildReport(name, None, outcomes, "every part is empty: there is nothing to publish")
     try:
-        publish_cache_set(start.set_dir, [o.path for o in kept], **start.remote)
+        if entries is None:
+            entries = SetEntries(start.set_dir, start.remote)
+        publish_described(entries.location, [entries.entry(o) for o in kept], **start.remote)
     except FileExistsError:
         if [p.location for p in read_cache_set(start.set_dir, **start.remote).parts] != [o.name for o in kept]:
             return BuildReport(name, None, outcomes, f"another set was published at {start.set_dir} meanwhile")

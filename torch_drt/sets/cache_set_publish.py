@@ -6,11 +6,12 @@ into place from a synced temporary file, a remote one is put conditionally where
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import posixpath
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,28 @@ def _location(set_dir: Location, part_dir: Location) -> str:
     return str(part)
 
 
+def describe_part(
+    set_location: Location,
+    part: str | Path,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> CacheSetPart:
+    """The set manifest's entry for part cache ``part``: the part opened (structure), its manifest hashed, and its
+    location as the set at ``set_location`` records it (see ``publish_cache_set``).
+
+    Raises:
+        CacheCorruptError: naming the file of a part that is not a valid cache.
+    """
+    part_location = Location.parse(part, storage_options, remote_config)
+    backend = part_location.backend()
+    layout = open_cache(backend)
+    return CacheSetPart(
+        _location(set_location, part_location), layout.cache_id, layout.sample_count, layout.schema,
+        _manifest_sha256(backend),
+    )
+
+
 def publish_cache_set(
     path: str | Path,
     parts: Sequence[str | Path],
@@ -80,26 +103,39 @@ def publish_cache_set(
             or the set name is invalid.
     """
     set_location = Location.parse(path, storage_options, remote_config)
+    entries = [
+        functools.partial(
+            describe_part, set_location, part, storage_options=storage_options, remote_config=remote_config
+        )
+        for part in parts
+    ]
+    return publish_described(set_location, entries, storage_options=storage_options, remote_config=remote_config)
+
+
+def publish_described(
+    set_location: Location,
+    entries: Sequence[Callable[[], CacheSetPart]],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    remote_config: RemoteConfig | None = None,
+) -> CacheSet:
+    """Publish the set at ``set_location`` from its parts' entries (``describe_part``): the set-level step of
+    ``publish_cache_set``, which see. Each entry is taken (called) once, in order, after the check that no set
+    is published there; a builder passes entries made as its parts were written.
+
+    Raises:
+        as ``publish_cache_set`` (and whatever taking an entry raises).
+    """
     set_dir, remote = set_location.target, set_location.is_remote
     name = validate_set_name(posixpath.basename(str(set_dir)))
-    if not parts:
+    if not entries:
         raise ValueError("a cache set needs at least one part")
     if not remote and (Path(set_dir) / SET_MANIFEST_FILE).exists():
         raise FileExistsError(f"cache set already exists: {set_dir}")
-    entries = []
-    for part in parts:
-        part_location = Location.parse(part, storage_options, remote_config)
-        backend = part_location.backend()
-        layout = open_cache(backend)
-        entries.append(
-            CacheSetPart(
-                _location(set_location, part_location), layout.cache_id, layout.sample_count, layout.schema,
-                _manifest_sha256(backend),
-            )
-        )
-    if problem := _disagreement(entries):
+    parts = [entry() for entry in entries]
+    if problem := _disagreement(parts):
         raise ValueError(problem)
-    cache_set = CacheSet(set_dir, name, tuple(entries))
+    cache_set = CacheSet(set_dir, name, tuple(parts))
     body = {
         "format": SET_FORMAT_NAME,
         "format_version": SET_FORMAT_VERSION,
@@ -113,7 +149,7 @@ def publish_cache_set(
                 "metadata_schema": _schema_json(p.schema),
                 "manifest_sha256": p.manifest_sha256,
             }
-            for p in entries
+            for p in parts
         ],
     }
     if remote:
