@@ -13,6 +13,14 @@ from torch_drt import StatefulDataLoader
 N = 50
 
 
+
+def write_gathered(out: str, value: object, rank: int, world_size: int) -> None:
+    """Gather every rank's ``value``; rank 0 writes the list to ``out`` as JSON."""
+    gathered: list[object] = [None] * world_size
+    dist.all_gather_object(gathered, value)
+    if rank == 0:
+        Path(out).write_text(json.dumps(gathered))
+
 def run(rank: int, world_size: int, port: int, out: str, stop_after: int | None, resume: str | None) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -29,10 +37,7 @@ def run(rank: int, world_size: int, port: int, out: str, stop_after: int | None,
             dist.barrier()  # a collective every step: unequal step counts would hang here
             if stop_after is not None and steps == stop_after:
                 break
-        gathered = [None] * world_size
-        dist.all_gather_object(gathered, {"seen": seen, "steps": steps, "state": loader.state_dict()})
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        write_gathered(out, {"seen": seen, "steps": steps, "state": loader.state_dict()}, rank, world_size)
     finally:
         dist.destroy_process_group()
 
@@ -52,11 +57,8 @@ def cache_budget(rank: int, world_size: int, port: int, out: str, cache: str, dr
             loader = dataset.to_torch_dataloader(collate_fn=len, batch_size=32, samples_per_epoch=1000,
                                                  seed="random", drop_last=drop_last)
         sizes = list(loader)
-        gathered = [None] * world_size
         warned = [str(w.message) for w in caught if "samples_per_epoch adjusted" in str(w.message)]
-        dist.all_gather_object(gathered, {"sizes": sizes, "warned": warned, "seed": loader.seed})
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        write_gathered(out, {"sizes": sizes, "warned": warned, "seed": loader.seed}, rank, world_size)
     finally:
         dist.destroy_process_group()
 
@@ -72,10 +74,7 @@ def cache_cover(rank: int, world_size: int, port: int, out: str, cache: str, wor
         loader = dataset.to_torch_dataloader(sample_transform_fn=sample_id, collate_fn=list, batch_size=64,
                                              shuffle=False, num_workers=workers, multiprocessing_context="fork")
         seen = [x for batch in loader for x in batch]
-        gathered = [None] * world_size
-        dist.all_gather_object(gathered, seen)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        write_gathered(out, seen, rank, world_size)
     finally:
         dist.destroy_process_group()
 
@@ -131,10 +130,7 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
             window = prefetcher._ahead_of_plan()
             report = {"bound": prefetcher._bound, "window": [f.rel for f in window],
                       "local": [f.present() for f in window]}
-        gathered = [None] * world_size
-        dist.all_gather_object(gathered, report)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
+        write_gathered(out, report, rank, world_size)
     finally:
         dist.destroy_process_group()
 
