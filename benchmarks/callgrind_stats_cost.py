@@ -31,7 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _stats_workload import BATCH, ITEMS, make_loader
+from _ints_workload import BATCH, ITEMS
+from _stats_workload import make_loader
 
 from torch_drt.loader._stats_recorder import StatsRecorder
 
