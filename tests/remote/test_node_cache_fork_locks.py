@@ -60,7 +60,7 @@ def test_a_lock_a_parent_thread_drops_as_the_process_forks_is_not_kept_by_the_ch
             super().discard(fd)
             if threading.current_thread() is holder:
                 closing.set()
-                forked.wait(3)  # (a fork cannot come in between since the fix: it waits for this, then goes on)
+                forked.wait(2)  # (a fork cannot come in between since the fix: it waits for this, then goes on)
 
     def hold() -> None:
         with locked(path):
