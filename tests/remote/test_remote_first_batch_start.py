@@ -177,7 +177,8 @@ def test_a_loading_process_collecting_its_parents_loader_as_a_download_thread_st
     old = _loader(_open(runtime, url, proxy, tmp_path, "old"), 0)
     expected = list(old)
     monkeypatch.setattr(prefetch, "threading", types.SimpleNamespace(**{**vars(threading), "Thread": _Collecting}))
-    gc.disable()  # (the old loader is collected in the loading processes, not before)
+    gc.collect()  # (the garbage of the tests before: the loading processes collect only the old loader)
+    gc.disable()  # (which is collected in the loading processes, not before)
     try:
         cycle: list = [old]
         cycle.append(cycle)
