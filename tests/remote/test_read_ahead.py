@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from torch_drt.cache.read_ahead import ReadAhead
@@ -80,3 +82,26 @@ def test_the_loaders_loading_processes_are_handed_to_the_reader_with_each_plan()
     reader = RecordingReader()
     ReadAhead(reader, _rows, share=3).before(0)  # type: ignore[arg-type]
     assert reader.share == 3
+
+
+def test_a_forked_child_withdraws_only_the_plans_it_made():
+    """A loader a forked loading process inherits and collects (its ``__del__`` closes it) withdraws no plan there:
+    the plan was its parent's, and the child's prefetcher (one per process) holds the child's own reads' plan."""
+    reader = RecordingReader()
+    ahead = ReadAhead(reader, _rows)  # type: ignore[arg-type]
+    ahead.before(0)
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited read-ahead's stop plans nothing; one that planned here withdraws
+        code = 9
+        try:
+            ahead.stop()
+            inherited = len(reader.plans)
+            ahead.before(5)
+            ahead.stop()
+            code = 10 * inherited + len(reader.plans)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 13  # (before: 24, the parent's plan withdrawn in the child)
+    ahead.stop()
+    assert reader.plans[-1] == ([], 0)  # its own process withdraws it

@@ -8,9 +8,12 @@ at 0 workers, from the start and from a resume."""
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
+import threading
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +23,7 @@ from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local,
 import torch_drt as drt
 from torch_drt.cache.reader import CacheReader
 from torch_drt.locations.remote import RemoteBackend
-from torch_drt.nodecache import _warm_start
+from torch_drt.nodecache import _warm_start, prefetch
 
 pytestmark = pytest.mark.timeout(120)
 _ENTERED: list[str] = []  # the downloads this process entered (a forked child sees its parent's, as at the fork)
@@ -35,9 +38,10 @@ def _report(out: str, worker_id: int) -> None:
     Path(out, f"entered-{worker_id}.json").write_text(json.dumps(_ENTERED))
 
 
-def _loader(ds, workers: int, init=None):
+def _loader(ds, workers: int, init=None, timeout: float = 0):
     return ds.to_torch_dataloader(batch_size=16, num_workers=workers, sample_transform_fn=_items, collate_fn=list,
-                                  multiprocessing_context="fork", native_num_workers=1, worker_init_fn=init)
+                                  multiprocessing_context="fork", native_num_workers=1, worker_init_fn=init,
+                                  timeout=timeout)
 
 
 def _open(runtime, url, proxy, tmp_path, name):
@@ -148,3 +152,38 @@ def test_a_resume_with_loading_processes_gives_the_inline_loaders_batches(runtim
     resumed = _loader(_open(runtime, url, proxy, tmp_path, "resumed"), 2)
     resumed.load_state_dict(state)
     assert head + list(resumed) == expected
+
+
+class _Collecting(threading.Thread):
+    """A thread on which a garbage collection runs first, before it reports started (as one may, any time): the
+    first one a process starts."""
+
+    collected_in: set[int] = set()
+
+    def _bootstrap_inner(self) -> None:
+        if os.getpid() not in self.collected_in:
+            self.collected_in.add(os.getpid())
+            gc.collect()
+        super()._bootstrap_inner()
+
+
+def test_a_loading_process_collecting_its_parents_loader_as_a_download_thread_starts_reads_on(
+        runtime, tmp_path, moto_endpoint, proxy, monkeypatch):
+    """A forked loading process inherits its parent's garbage: a loader no longer referenced, waiting for the
+    collector. Collected there on a prefetch download thread as it starts, its ``__del__`` closes it; that close
+    waited for the prefetcher's lock, held by the process's first plan while it started that thread: the process
+    hung in its first batch (under load, once in a while; here the first download thread starts with a collection)."""
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=200, max_shard_bytes=1024, payload_bytes=64)
+    old = _loader(_open(runtime, url, proxy, tmp_path, "old"), 0)
+    expected = list(old)
+    monkeypatch.setattr(prefetch, "threading", types.SimpleNamespace(**{**vars(threading), "Thread": _Collecting}))
+    gc.collect()  # (the garbage of the tests before: the loading processes collect only the old loader)
+    gc.disable()  # (which is collected in the loading processes, not before)
+    try:
+        cycle: list = [old]
+        cycle.append(cycle)
+        del old, cycle
+        got = list(_loader(_open(runtime, url, proxy, tmp_path, "new"), 2, timeout=30))
+    finally:
+        gc.enable()
+    assert got == expected  # (before: a TimeoutError, the loading processes stuck in their first batch)

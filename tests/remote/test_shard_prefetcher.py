@@ -276,3 +276,41 @@ def test_looking_for_the_next_download_skips_the_files_already_held(tmp_path):
     _wait(lambda: prefetcher.fetched == len(files))
     assert [f.fetches for f in files] == [1] * len(files)
     assert max(f.checks for f in files) <= 3, [f.checks for f in files]
+
+
+class _Closing:
+    """Garbage with a finalizer that withdraws the plan, as a collected loader's ``__del__`` does (its ``close``)."""
+
+    def __init__(self, prefetcher: ShardPrefetcher) -> None:
+        self.prefetcher, self.cycle = prefetcher, self
+
+    def __del__(self) -> None:
+        self.prefetcher.update([])
+
+
+def test_a_collection_as_a_download_thread_starts_may_withdraw_the_plan(tmp_path, monkeypatch):
+    """A garbage collection can run on a new thread before it reports started (``Thread.start`` waits for that),
+    and a loader collected then withdraws its plan (the prefetcher's lock): a plan that starts the download threads
+    while it holds that lock waited for ever (a loading process stuck in its first batch)."""
+    import gc
+
+    from torch_drt.nodecache import prefetch
+
+    prefetcher = ShardPrefetcher(concurrency=2, bytes_ahead=100)
+    files = [CountedFile(tmp_path, f"k{i}") for i in range(2)]
+
+    class Collecting(threading.Thread):
+        def _bootstrap_inner(self) -> None:  # (the collection runs first on the new thread)
+            gc.collect()
+            super()._bootstrap_inner()
+
+    monkeypatch.setattr(prefetch, "threading", type("Threading", (), {"Thread": Collecting}))
+    gc.disable()  # (the garbage is collected on the download thread, not before)
+    try:
+        _Closing(prefetcher)
+        planning = threading.Thread(target=prefetcher.update, args=(files,), daemon=True)
+        planning.start()
+        planning.join(20)
+    finally:
+        gc.enable()
+    assert not planning.is_alive(), "the plan waited for a download thread that waited for the plan's lock"

@@ -10,6 +10,7 @@ costs little more than itself). For a reader of local caches it does nothing and
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -53,6 +54,7 @@ class ReadAhead:
         if self.depth < 1:
             raise ValueError(f"depth={self.depth} must be >= 1")
         self._view: collections.deque[tuple[int, np.ndarray]] = collections.deque()
+        self._planned_in: int | None = None  # the process whose prefetcher holds the last plan (``stop``)
 
     def before(self, k: int, rows: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Call before reading batch ``k``: batches ``k .. k + depth - 1`` are planned, in order.
@@ -79,12 +81,17 @@ class ReadAhead:
         if not view:
             return
         planned = first_seen(np.concatenate([g for _, g in view]))
+        self._planned_in = os.getpid()
         self.reader.prefetch(planned, first=len(view[0][1]) if starting else 0, share=self.share)
 
     def stop(self) -> None:
-        """Withdraw the plan (the loader is closed): downloads in flight finish, no further one starts."""
-        if self.active and self._view:
-            self._view.clear()
+        """Withdraw the plan (the loader is closed): downloads in flight finish, no further one starts. Only in the
+        process that made it: a forked child that closes a loader it inherited (collected there: its ``__del__``)
+        leaves the plan of its own prefetcher (one per process, the child's own reads') alone."""
+        if not (self.active and self._view):
+            return
+        self._view.clear()
+        if self._planned_in == os.getpid():
             self.reader.prefetch(np.empty(0, dtype=np.int64))
 
     def _groups(self, k: int, n: int) -> list[np.ndarray]:

@@ -56,9 +56,12 @@ def lock_fd(open_fd: Callable[[], int]) -> int:
 
 
 def close_lock_fd(fd: int) -> None:
-    """Close a descriptor of ``lock_fd`` (which drops its lock)."""
-    _HELD.discard(fd)
-    os.close(fd)
+    """Close a descriptor of ``lock_fd`` (which drops its lock). Under the guard, as its opening: a fork between
+    forgetting the descriptor and closing it would leave the child a copy it does not know of, which holds the
+    lock for the child's whole life (the child would wait ``lock_wait`` for each of its own tries of it)."""
+    with _GUARD:
+        _HELD.discard(fd)
+        os.close(fd)
 
 
 def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] | None = None) -> int:

@@ -34,7 +34,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from torch_drt.nodecache._node_dir import file_mode, prepare
-from torch_drt.nodecache._node_files import create, disk_full, locked, not_shared, too_large
+from torch_drt.nodecache._node_files import (
+    close_lock_fd,
+    create,
+    disk_full,
+    free,
+    lock_fd,
+    locked,
+    not_shared,
+    too_large,
+)
 from torch_drt.nodecache._node_small import ManifestCopies
 from torch_drt.nodecache._node_space import NodeSpace
 from torch_drt.nodecache.pinned_file import PinnedFile
@@ -146,18 +155,16 @@ class NodeCache(ManifestCopies, NodeSpace):
         """Mark ``key`` as wanted by no planned read: it is evicted before every file not demoted (the files
         demoted earlier first). A file some reader holds (another process's next reads need it) is left as it
         is: the caller releases its own holds first."""
-        try:
-            fd = os.open(self._file(key), os.O_RDONLY | os.O_CLOEXEC)
+        try:  # (a lock file's descriptor: a child forked meanwhile must not keep the exclusive lock, see lock_fd)
+            fd = lock_fd(lambda: os.open(self._file(key), os.O_RDONLY | os.O_CLOEXEC))
         except FileNotFoundError:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # only when nobody holds it (closing unlocks)
-            old = time.time() - _DEMOTED_AGE
-            os.utime(fd, (old, old))
-        except BlockingIOError:
-            pass
+            if free(fd):  # only when nobody holds it (closing unlocks)
+                old = time.time() - _DEMOTED_AGE
+                os.utime(fd, (old, old))
         finally:
-            os.close(fd)
+            close_lock_fd(fd)
 
     def discard(self, key: str) -> None:
         """Remove the verified file ``key`` whoever holds it (it is damaged: readers that map it see it gone)."""

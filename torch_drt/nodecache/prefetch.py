@@ -146,12 +146,14 @@ class ShardPrefetcher:
             self._deferred.clear()  # reads moved on: files they read may be evicted now
             self._failed.clear()  # and failed downloads are tried again (a read that needs one surfaces its error)
             self._hold_ahead()
+            starting = []
             if self._due():
-                self._start()
+                starting = self._threads_to_start()
                 self._cond.notify_all()
             window = self._ahead_of_plan()
             came = [f for f in window if f.key not in self._window]
             self._window = {f.key for f in window}
+        _start(starting)
         for file in reversed(came):  # the next reads' files: evicted after the files read before them
             file.touch()
         for file in read:  # after this process let go of them: a file another one holds stays wanted
@@ -221,8 +223,9 @@ class ShardPrefetcher:
             if file.key in self._running or file.key in self._failed:
                 return
             self._urgent.append((file, waited))
-            self._start()
+            starting = self._threads_to_start()
             self._cond.notify()
+        _start(starting)
 
     def pending(self, key: str) -> bool:
         """True while ``key`` is being downloaded by this process or waits to be (``demand``)."""
@@ -234,11 +237,14 @@ class ShardPrefetcher:
         with self._cond:
             return key in self._running
 
-    def _start(self) -> None:
+    def _threads_to_start(self) -> list[threading.Thread]:
+        """The download threads still missing (under the lock; counted from now on): the caller starts them once
+        it released the lock (``_start``)."""
+        new = []
         while len(self._threads) < self.concurrency:
-            thread = threading.Thread(target=self._work, name="torch_drt-prefetch", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            new.append(threading.Thread(target=self._work, name="torch_drt-prefetch", daemon=True))
+            self._threads.append(new[-1])
+        return new
 
     def _next(self) -> tuple[Fetchable, bool] | None:
         """The next file to download and whether a read waits for it (under the lock), or None when nothing is
@@ -284,3 +290,10 @@ class ShardPrefetcher:
                 with self._cond:
                     self._running.discard(file.key)
                     self._cond.notify_all()
+
+
+def _start(threads: list[threading.Thread]) -> None:
+    """Start ``threads`` (not under the prefetcher's lock: ``Thread.start`` waits for the new thread, where a
+    garbage collection may run first, and a loader collected then withdraws its plan, which takes that lock)."""
+    for thread in threads:
+        thread.start()
