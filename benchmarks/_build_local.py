@@ -24,6 +24,7 @@ of their own (a worker's next part, converted while its previous part ended).
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
 import threading
@@ -108,6 +109,14 @@ def forked(shares: list[list[dict]]) -> tuple[float, float, list]:
     return seconds, c1.children_user + c1.children_system - c0.children_user - c0.children_system, outs
 
 
+def _reaped(limit_s: float = 30.0) -> None:
+    """Wait until the build's worker processes are reaped (a closed pool ends them in the background), so that
+    their CPU is in ``os.times()``'s children fields."""
+    deadline = time.time() + limit_s
+    while multiprocessing.active_children() and time.time() < deadline:
+        time.sleep(0.005)
+
+
 def main() -> None:
     mode, list_file = sys.argv[1], sys.argv[2]
     with open(list_file) as f:
@@ -132,7 +141,9 @@ def main() -> None:
     t0, c0 = time.time(), os.times()
     report = build_cache_set(split_rows(rows, fn, num_parts=parts), out, "local",
                              writer_config=WriterConfig(show_progress=False), num_workers=workers)
-    t1, c1 = time.time(), os.times()
+    t1 = time.time()
+    _reaped()
+    c1 = os.times()
     assert report.ok, report.summary()
     cpu = sum(getattr(c1, k) - getattr(c0, k) for k in ("user", "system", "children_user", "children_system"))
     driver = sum(getattr(c1, k) - getattr(c0, k) for k in ("user", "system"))
