@@ -96,6 +96,8 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
     import torch_drt as drt
     from torch_drt.cache.loader import CacheSampler
 
+    loader = None
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(world_size))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
@@ -105,7 +107,9 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
             from torch_drt.formats import MDSDataset
 
             mds = MDSDataset(url, storage_options=storage, remote_config=config)
-            next(iter(drt.StatefulDataLoader(mds, batch_size=MDS_ROWS, shuffle=False, collate_fn=len)))
+            loader = drt.StatefulDataLoader(mds, batch_size=MDS_ROWS, shuffle=False, collate_fn=len)
+            reading = (loader, iter(loader))
+            next(reading[1])
             prefetcher = mds._remote_file(0).backend.prefetcher
         else:
             ds = drt.DatasetRuntime(1).cached_dataset(
@@ -113,13 +117,18 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
                 storage_options=storage)
             prefetcher = ds.layouts[0].backend.prefetcher
         if path == "sampler":
-            sampler = CacheSampler(ds, shuffle=False)
-            sampler.reset()
-            sampler.next()
+            reading = CacheSampler(ds, shuffle=False)
+            reading.reset()
+            reading.next()
         elif path == "dataset":
-            next(iter(ds))
+            reading = iter(ds)
+            next(reading)
         elif path == "loader":
-            next(iter(ds.to_torch_dataloader(collate_fn=len, batch_size=128, shuffle=False, num_workers=0)))
+            loader = ds.to_torch_dataloader(collate_fn=len, batch_size=128, shuffle=False, num_workers=0)
+            reading = (loader, iter(loader))
+            next(reading[1])
+        # ``reading`` stays referenced until the report: a loader collected before it (in a reference cycle, at a
+        # garbage collection's whim) withdraws its plan, and the withdrawn plan's bound is not the share
         deadline = time.time() + 60
         while time.time() < deadline:
             with prefetcher._cond:
@@ -131,6 +140,7 @@ def prefetch_window(rank: int, world_size: int, port: int, out: str, url: str, e
             report = {"bound": prefetcher._bound, "window": [f.rel for f in window],
                       "local": [f.present() for f in window]}
         write_gathered(out, report, rank, world_size)
+        del reading, loader
     finally:
         dist.destroy_process_group()
 
