@@ -41,3 +41,22 @@ def make_pool(
         timed = Timed(fn) if adaptive else None
         return ThreadPool(timed or fn, num_workers, initializer=init), timed
     return ProcessPool(fn, num_workers, multiprocessing_context, transport, init), None
+
+
+class ItemRouting:
+    """The worker an item goes to: its own ``worker``, else (processes) the next in round robin from the reset, as
+    torch's loader assigns batches, so each worker's global generators see the same items in every run; threads
+    (None) take the least busy worker."""
+
+    def __init__(self, method: str) -> None:
+        self.method, self.turn = method, 0
+
+    def reset(self) -> None:
+        self.turn = 0
+
+    def worker(self, item: Any) -> int | None:
+        worker = getattr(item, "worker", None)
+        if worker is not None or self.method == "thread":
+            return worker
+        self.turn += 1
+        return self.turn - 1

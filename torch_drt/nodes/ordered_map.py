@@ -17,7 +17,7 @@ from torch_drt.nodes._inline_cost import InlineCost, Timed, thread_cpu_clock
 from torch_drt.nodes._inline_loop import NOTHING as _NOTHING
 from torch_drt.nodes._inline_loop import Countdown, inline_batches
 from torch_drt.nodes._mapper_clock import MapperClock
-from torch_drt.nodes._mapper_pool import make_pool, sized_transport
+from torch_drt.nodes._mapper_pool import ItemRouting, make_pool, sized_transport
 from torch_drt.nodes._ready_wait import wait_ready
 from torch_drt.nodes.thread_pool import ThreadPool
 
@@ -119,7 +119,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self.on_submit, self.on_drop = on_submit, on_drop
         self._pool: ThreadPool | ProcessPool | None = None
         self._flight = InFlight()  # submitted, not delivered yet; the delivered state
-        self._turn = 0
+        self._routing = ItemRouting(method)
         self._exhausted = False
         self._held: Any = _NOTHING  # an inline item whose mapping was interrupted
         self._countdown: Countdown | None = None  # the statistics' countdown of the last inline_batches() loop
@@ -172,7 +172,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         self._flight.delivered = None
         self._held = _NOTHING
         self._exhausted = False
-        self._turn = 0
+        self._routing.reset()
         if self.stats is not None and (self._clock is None or self._clock.stats is not self.stats):
             self._clock = MapperClock(self.stats)
         if self.num_workers and (self._pool is None or self._pool.pid != os.getpid()):
@@ -190,16 +190,6 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         """One more item's own time, measured in the calling thread (``inline``) or on a worker."""
         self._inline = self._cost.inline(seconds, self._inline, inline)
 
-    def _affinity(self, item: Any) -> int | None:
-        """The worker an item goes to: its own ``worker``, else (processes) the next in round robin from the
-        reset, as torch's loader assigns batches, so each worker's global generators see the same items in
-        every run; threads (None) take the least busy worker."""
-        worker = getattr(item, "worker", None)
-        if worker is not None or self.method == "thread":
-            return worker
-        self._turn += 1
-        return self._turn - 1
-
     def _submit(self) -> None:
         assert self._pool is not None
         clock = self._clock
@@ -212,7 +202,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
                 return
             if self.on_submit is not None and self.method == "thread":
                 self.on_submit(item)
-            task = self._pool.submit(item if clock is None else (weight, item), self._affinity(item))
+            task = self._pool.submit(item if clock is None else (weight, item), self._routing.worker(item))
             self._flight.add(self.source.state_dict(), task, item)
 
     def _next_inline(self) -> R:
