@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from torch_drt._inherited_clients import client_lock, made
 from torch_drt.locations._chunked_download import download
 from torch_drt.locations._client_options import client_options
-from torch_drt.locations._inherited_clients import client_lock, made
 from torch_drt.locations._store_errors import described_failure, s3_error_code
 from torch_drt.locations._store_url import check_url
 from torch_drt.locations.location import split_protocol

@@ -7,7 +7,7 @@ A fork of the process (the loading processes, a restarted one, the user's) waits
 requested (each download's ``requested`` call: its request is about to go out), at most ``FORK_WAIT_S``, so that
 the first requests are under way while the children start; the downloads go on in this process after the fork.
 A child starts without them: it drops its copies of their lock files' descriptors (``_node_files``), makes its
-own store client (``_inherited_clients``) and waits for the files as for any other process's downloads.
+own store client (``torch_drt._inherited_clients``) and waits for the files as for any other process's downloads.
 """
 
 from __future__ import annotations

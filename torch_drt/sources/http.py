@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from http import HTTPStatus
 from typing import Any
 
+from torch_drt._inherited_clients import made
 from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size, check_timeout
 from torch_drt.sources._deadlines import Deadlines
 from torch_drt.sources._locations import Locations
@@ -116,14 +117,14 @@ class HttpDataset(LocatedDataset):
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout)  # the total: Deadlines
             connector = aiohttp.TCPConnector(limit=0, loop=loop)
             headers = {"Accept-Encoding": "identity", **self.headers}  # bodies as served: no decoding work
-            session = aiohttp.ClientSession(
+            session = made(aiohttp.ClientSession(  # a forked child keeps it alive, unused (_inherited_clients)
                 headers=headers,
                 timeout=timeout,
                 connector=connector,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,
                 requote_redirect_url=False,  # a redirect target goes on the wire as the server wrote it
-            )
+            ))
             client = self._sessions[id(loop)] = (session, Deadlines(self.timeout))
         return client
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torch_drt._inherited_clients import made
 from torch_drt._protocol import split_protocol
 from torch_drt.sources._base import DEFAULT_MAX_BYTES, LocatedDataset, check_size
 from torch_drt.sources._locations import Locations
@@ -15,15 +16,18 @@ from torch_drt.sources.retry import is_transient
 
 
 def _open_store(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
-    """``fsspec.core.url_to_fs(url, **options)``, with errors that show neither the URL's secrets nor options."""
+    """``fsspec.core.url_to_fs(url, **options)``, with errors that show neither the URL's secrets nor options; a
+    forked child keeps the client alive, unused (``torch_drt._inherited_clients``)."""
     import fsspec
 
     try:
-        return fsspec.core.url_to_fs(url, **options)
+        fs, root = fsspec.core.url_to_fs(url, **options)
     except ImportError as e:  # fsspec's own message: which package a protocol needs
         error: Exception = ImportError(f"cannot open {redact(url)}: {e}")
     except Exception as e:
         error = ValueError(f"cannot open {redact(url)} with fsspec ({type(e).__name__}): check the URL and options")
+    else:
+        return made(fs), root
     raise error
 
 
