@@ -43,11 +43,25 @@ def fetch_now(files: Sequence[Fetchable], threads: int) -> None:
         return
     with _cond:
         _queue.extend(files)
-        _threads[:] = [t for t in _threads if t.is_alive()]
-        for _ in range(min(threads, len(_queue)) - len(_threads)):
-            thread = threading.Thread(target=_work, name="torch_drt-first-shards", daemon=True)
+        _threads[:] = [t for t in _threads if t.ident is None or t.is_alive()]  # (made but not started yet: counts)
+        starting = [threading.Thread(target=_work, name="torch_drt-first-shards", daemon=True)
+                    for _ in range(min(threads, len(_queue)) - len(_threads))]
+        _threads.extend(starting)
+    _start(starting)
+
+
+def _start(threads: list[threading.Thread]) -> None:
+    """Start ``threads`` (counted in ``_threads`` already), not under the lock: ``Thread.start`` waits for the new
+    thread, where a garbage collection may run first, and a finalizer run there that takes the lock would wait for
+    ever. The ones that cannot start are forgotten (the error is the caller's)."""
+    for n, thread in enumerate(threads):
+        try:
             thread.start()
-            _threads.append(thread)
+        except BaseException:
+            with _cond:
+                _threads[:] = [t for t in _threads if t not in threads[n:]]
+                _cond.notify_all()
+            raise
 
 
 def running() -> bool:
