@@ -12,10 +12,12 @@ worker threads, measured two ways in one run:
 - **Accounting**: the statistics code the loader runs, timed in tight loops on the loader's own classes (minimum
   of interleaved repeats of CPU time, which load only ever raises), on minus off:
   an untimed batch (``LoaderIterator.__next__`` over a constant batch; ``OrderedMapper.next`` over a constant
-  source, in the mode the loader's mapper is in); a timed batch (the real loader with every batch timed, less the
-  loader with statistics off, per batch); per epoch (``iter()`` and the epoch-end flush); and the timed batches
-  per epoch, counted on the loader of the A/B. Cost per batch = untimed + timed x timed/batches + epoch/batches,
-  as a share of the loader's per-batch time with statistics off (its minimum: the smallest denominator).
+  source, in the mode the loader's mapper is in, where the loader calls it: its inline loop, which 0 workers and
+  threads mapping inline take, runs no statistics code per batch); a timed batch (the real loader with every batch
+  timed, less the loader with statistics off, per batch); per epoch (``iter()`` and the epoch-end flush); and the
+  timed batches per epoch, counted on the loader of the A/B. Cost per batch = untimed + timed x timed/batches +
+  epoch/batches, as a share of the loader's per-batch time with statistics off (its minimum: the smallest
+  denominator).
 
 - **A/A control**: the A/B's method run again with both loaders of each pair statistics-off, printed beside it:
   what the method reads where there is no difference (its order, layout and GC biases together).
@@ -30,7 +32,7 @@ run's ticks taken at once, ``Countdown``): an untimed batch runs the statistics-
 (callgrind_stats_cost.py: instructions +0.13%, L1 instruction-cache misses +1.9%, against +0.23% and +8.3% with
 a ``compress`` step per batch).
 
-    python benchmarks/bench_stats_cost.py [--pairs 100] [--repeats 200] [--processes 3]
+    python benchmarks/bench_stats_cost.py [--pairs 100] [--repeats 200] [--processes 3] [--workers 0 2]
 """
 
 from __future__ import annotations
@@ -214,7 +216,8 @@ def accounting(workers: int, repeats: int) -> dict[str, Any]:
     it = untimed_iterator(on), untimed_iterator(off)
     consumer = min_of({"on": it[0], "off": it[1]}, repeats)
     (m_on, inline), (m_off, _) = untimed_mapper(on, True), untimed_mapper(off, False)
-    mapper = min_of({"on": m_on, "off": m_off}, repeats)
+    looped = isinstance(getattr(iter(on)._next, "__self__", None), GeneratorType)  # the inline loop, not next()
+    mapper = {"on": 0.0, "off": 0.0} if looped else min_of({"on": m_on, "off": m_off}, repeats)
     blocks = min_of({"timed": block_timer(every1), "off": block_timer(off)}, repeats)
     return {
         "consumer": consumer["on"] - consumer["off"],
@@ -223,6 +226,7 @@ def accounting(workers: int, repeats: int) -> dict[str, Any]:
         "epoch": epoch_fixed(on, off, repeats),
         "batch_off": blocks["off"],
         "inline": inline and on._mode.mapper._inline,
+        "looped": looped,
     }
 
 
@@ -231,6 +235,8 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=100, help="A/B: epoch pairs per configuration")
     parser.add_argument("--repeats", type=int, default=200, help="accounting: rounds of each tight loop")
     parser.add_argument("--processes", type=int, default=3, help="A/B: fresh interpreters, their pairs pooled")
+    parser.add_argument("--workers", type=int, nargs="+", choices=(0, 2), default=[0, 2],
+                        help="the configurations: 0 workers, 2 threads")
     parser.add_argument("--ab-only", type=int, default=None, help=argparse.SUPPRESS)  # one process's A/B, as JSON
     parser.add_argument("--control", action="store_true", help=argparse.SUPPRESS)  # ... its A/A control
     args = parser.parse_args()
@@ -241,7 +247,7 @@ def main() -> None:
     batches = -(-ITEMS // BATCH)
     print(f"# statistics on vs off: {ITEMS:,} ints, batch {BATCH}, identity collate; goal <= {GOAL:.0%}")
     verdicts = []
-    for workers in (0, 2):
+    for workers in args.workers:
         label = "0 workers" if workers == 0 else "2 threads"
         acc = accounting(workers, args.repeats)
         diffs, timed, cpu_off, where, medians = ab_processes(workers, args.pairs, args.processes)
@@ -251,7 +257,8 @@ def main() -> None:
         mid, low, high = interval(diffs)
         control, _, _, _, control_medians = ab_processes(workers, args.pairs, args.processes, control=True)
         c_mid, c_low, c_high = interval(control)
-        print(f"{label} (mapper {'inline' if acc['inline'] else 'on the workers'}):")
+        print(f"{label} (mapper {'inline' if acc['inline'] else 'on the workers'}"
+              f"{', its loop' if acc['looped'] else ''}):")
         print(f"  accounting: untimed batch +{untimed * 1e9:.0f} ns (iterator {acc['consumer'] * 1e9:+.0f}, mapper "
               f"{acc['mapper'] * 1e9:+.0f}), timed batch +{acc['timed'] * 1e6:.1f} us "
               f"x {timed:.1f} of {batches} per epoch, epoch +{acc['epoch'] * 1e6:.1f} us; per batch "

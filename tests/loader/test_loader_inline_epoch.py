@@ -1,4 +1,5 @@
-"""The 0-worker fast path of a map-style loader (``OrderedMapper.inline_batches`` in ``torch_drt.nodes``):
+"""The inline fast path of a map-style loader (``OrderedMapper.inline_batches`` in ``torch_drt.nodes``; 0 workers,
+or threads mapping cheap batches in the calling thread):
 torch's DataLoader is the oracle for the batches; the general path (``OrderedMapper.next``, forced by switching the
 fast path off) is the oracle for the states, the item generators, the statistics and the errors."""
 
@@ -56,7 +57,11 @@ def on_fast_path(it) -> bool:
 def test_a_plain_loader_takes_the_fast_path_and_others_do_not():
     assert on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2)))
     assert not on_fast_path(iter(StatefulDataLoader(Many(10), batch_size=2)))  # __getitems__: the general path
-    assert not on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, num_workers=1, worker_method="thread")))
+    threads = {"num_workers": 1, "worker_method": "thread"}
+    assert on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, **threads)))  # adaptive: inline when cheap
+    assert not on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, worker_init_fn=abs, **threads)))
+    assert not on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, num_workers=1, worker_method="process",
+                                                    multiprocessing_context="fork")))
 
 
 @pytest.mark.parametrize("n, batch_size, drop_last", [(103, 8, False), (103, 8, True), (64, 8, False), (5, 8, False),

@@ -315,14 +315,18 @@ def calls_per_epoch(loader) -> Counter:
     return calls
 
 
-def test_an_untimed_inline_batch_calls_nothing_more_than_statistics_off(monkeypatch):
-    """The 0-worker path's untimed batches run the statistics-off code: the countdown to the next timed batch runs in
-    C, so statistics on call no more functions per epoch than a timed batch and the epoch's ends do (old: one
-    ``next()`` per batch)."""
+@pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2, "persistent_workers": True, **THREADS}],
+                         ids=["inline", "threads"])
+def test_an_untimed_inline_batch_calls_nothing_more_than_statistics_off(kwargs, monkeypatch):
+    """The inline loop's untimed batches (0 workers; threads mapping cheap batches inline) run the statistics-off
+    code: the loop counts down to the next timed batch a run of batches at a time, so statistics on call no more
+    functions per epoch than a timed batch and the epoch's ends do (old: one ``next()`` per batch; with threads,
+    until the loop took their batches too)."""
     monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)  # one timed batch in MAX_EVERY
     monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
-    on, off = (StatefulDataLoader(Ints(4000), batch_size=4, collate_fn=list, stats=s) for s in (True, False))
+    on, off = (StatefulDataLoader(Ints(4000), batch_size=4, collate_fn=list, stats=s, **kwargs) for s in (True, False))
     for loader in (on, off):
+        loader._mode.mapper._cost.below_s = 1.0  # threads: inline after their first batches, however slow profiled
         for _ in range(12):  # `every` grows to MAX_EVERY (it at most doubles at each timed batch)
             drain(loader)
     assert on.stats().every >= 1000  # 1000 batches per epoch: at most one or two of them timed

@@ -46,10 +46,10 @@ class LoaderIterator:
         self._stats = loader._stats  # a StatsRecorder, or None; it times one call in `_period` (see _timed_next)
         self._period = 1
         # (statistics on) the countdown to the next timed call costs no Python code per batch (which costs ~1% of a
-        # 100k-ints batch): `_ticks` holds one tick per untimed call left (`_arm`). A generator (the 0-worker loop,
-        # `inline_batches`) is given the ticks (a `Countdown`): it takes them a run of batches at a time and returns
-        # DUE when none is left, so an untimed call runs the statistics-off code; a method's calls are preceded by
-        # next(_ticks, True) in __next__ (`_check`), in C.
+        # 100k-ints batch): `_ticks` holds one tick per untimed call left (`_arm`). A generator (the inline loop,
+        # `inline_batches`: 0 workers, or threads that map cheap batches inline) is given the ticks (a `Countdown`):
+        # it takes them a run of batches at a time and returns DUE when none is left, so an untimed call runs the
+        # statistics-off code; a method's calls are preceded by next(_ticks, True) in __next__ (`_check`), in C.
         self._ticks: Iterator | None = None
         self._check = False
         self._armed: Iterator | None = None  # the countdown `_next` was made with, for the calls after the first

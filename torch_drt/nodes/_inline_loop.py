@@ -1,10 +1,11 @@
-"""The 0-worker loop of an ``OrderedMapper`` (``OrderedMapper.inline_batches``): ``next()``'s results as one
-generator, one resume per item and no call per stage."""
+"""The inline loop of an ``OrderedMapper`` (``OrderedMapper.inline_batches``): ``next()``'s results as one
+generator, one resume per item and no call per stage, at 0 workers and while an adaptive mapper maps inline."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from operator import length_hint
+from time import perf_counter
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,7 +26,7 @@ def direct(fn: Callable[[T], R]) -> Callable[[T], R]:
 
 
 class Countdown:
-    """The statistics' countdown at 0 workers: the untimed items left before the timed one, which the loop
+    """The statistics' countdown of the inline loop: the untimed items left before the timed one, which the loop
     (``inline_batches``) counts down a run of items at a time, not per item.
 
     ``length_hint()`` tells the ticks left: ``left`` and the items left in ``run``. The loop takes a run's items'
@@ -55,8 +56,12 @@ class Countdown:
 
 
 def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None) -> Iterator[R]:
-    """``mapper.next()``'s results as a generator at 0 workers: the items its source has planned (``planned()``)
-    mapped in a loop, the mapper's state after each as ``next()`` leaves it; anything else through ``next()``.
+    """``mapper.next()``'s results as a generator: the items its source has planned (``planned()``) mapped in a loop
+    while the mapper maps in the calling thread (0 workers, or ``adaptive`` and inline with nothing in flight), the
+    mapper's state after each as ``next()`` leaves it; anything else (the workers' items) through ``next()``.
+
+    An adaptive mapper's loop times each item as ``next()`` does and leaves the run when its mean sends the items
+    back to the workers (``OrderedMapper._observe``).
 
     ``ticks`` (the caller's statistics countdown): the loop takes one per item and, when none is left, ends
     returning ``DUE`` (the caller's timed call is due) instead of mapping another. The source's runs are cut at the
@@ -67,7 +72,11 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
     while True:
         if ticks is not None and ticks.run is not None:
             ticks.settle()  # (a run left at a break)
-        quick = not mapper.num_workers and mapper._held is NOTHING and not mapper.record_next and planned is not None
+        adaptive = mapper.adaptive  # (a resize changes it: read per run)
+        quick = (
+            (mapper._inline and not mapper._flight if adaptive else not mapper.num_workers)
+            and mapper._held is NOTHING and not mapper.record_next and planned is not None
+        )
         # the run ends with its chunk, with the ticks or at a reset (workers started mid-epoch)
         run = (planned() if ticks is None else planned(ticks.left)) if quick else None
         if run is None:
@@ -85,6 +94,27 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
             ticks.run = run
         map_fn = direct(mapper.map_fn)
         mapper._flight.delivered = None  # none in flight: the source's state is the delivered one
+        if adaptive:
+            observe = mapper._observe
+            for item in run:
+                mapper._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
+                if mapper.record_next:  # to be timed: next() maps it with its clock
+                    break
+                try:
+                    t0 = perf_counter()
+                    out = map_fn(item)
+                    observe(perf_counter() - t0, True)
+                except Exception:
+                    mapper._held = NOTHING  # a failed item counts as delivered
+                    raise
+                mapper._held = NOTHING
+                yield out
+                if not mapper._inline:  # slower items: the next ones go to the workers
+                    break
+            else:
+                if ticks is not None:
+                    ticks.run = None  # (exhausted: nothing to give back)
+            continue
         for item in run:
             mapper._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
             if mapper.record_next:  # to be timed: next() maps it with its clock

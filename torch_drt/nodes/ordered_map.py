@@ -265,13 +265,14 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         return result
 
     def inline_batches(self, ticks: Countdown | None = None) -> Iterator[R]:
-        """``next()``'s results as a generator (one resume per item, no call per stage), for a caller at 0 workers.
+        """``next()``'s results as a generator (one resume per item, no call per stage), for a caller at 0 workers or
+        with ``adaptive`` threads.
 
-        The items the source has planned (its ``planned()`` iterator: ``BatchPlanner``) are mapped in a loop, the
-        state after each as ``next()`` leaves it; everything else (an item to plan, a timed one, an interrupted
-        one, workers started by a ``resize()``) goes through ``next()``. It ends at the source's end or at the first
-        exception, as a generator does: ask for a new one then. ``ticks``: a countdown of the items to map before
-        it returns ``DUE`` (``torch_drt.nodes._inline_loop.inline_batches``).
+        The items the source has planned (its ``planned()`` iterator: ``BatchPlanner``) are mapped in a loop while
+        they are mapped in the calling thread, the state after each as ``next()`` leaves it; everything else (an
+        item to plan, a timed one, an interrupted one, the workers' items) goes through ``next()``. It ends at the
+        source's end or at the first exception, as a generator does: ask for a new one then. ``ticks``: a countdown
+        of the items to map before it returns ``DUE`` (``torch_drt.nodes._inline_loop.inline_batches``).
         """
         return inline_batches(self, ticks)  # (the module function: the loop)
 
