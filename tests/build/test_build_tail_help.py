@@ -1,8 +1,8 @@
 """The build's tail shared between local worker processes (``torch_drt/build/_tail_help.py``): a worker with no part
 left converts the last rows of the part another worker still writes, and the set is the same, byte for byte.
 
-Each test holds the last part's writer at one of its first rows until a row only a helper would convert first (the
-part's last) has been converted: without the help the writer waits out its timeout and the part fails.
+Each test holds the last part's writer at one of its first rows until a helper converted the part's last row
+(which only a helper converts first): without the help the writer waits out its timeout and the part fails.
 """
 
 from __future__ import annotations
@@ -21,18 +21,22 @@ HELD = 21  # the row at which that writer waits for the last row to be converted
 
 
 class HeldWriter(WaitFor):
-    """Row ``HELD`` waits until row ``LAST`` was converted (``marker``); each row's converting process is recorded
-    (``<label>-<pid>`` in ``pids``); ``at_last``: what converting row ``LAST`` does once the marker is left."""
+    """Row ``HELD`` waits until row ``LAST`` was converted (``marker``, left as row ``LAST`` is converted, or with
+    ``at_last=""`` as row ``LAST - 1`` is: the helper's next row, once it handed row ``LAST`` over); each row's
+    converting process is recorded (``<label>-<pid>`` in ``pids``); ``at_last``: what converting row ``LAST`` does
+    then ("raise", "kill": the first time)."""
 
     def __init__(self, marker: Path, pids: Path, at_last: str = "") -> None:
         super().__init__(HELD, marker, timeout=20.0)
         self.pids, self.at_last = str(pids), at_last
+        self.release = LAST if at_last else LAST - 1
 
     def __call__(self, row: dict) -> drt.CacheInput:
         Path(self.pids, f"{row['label']}-{os.getpid()}").touch()
-        if row["label"] == LAST:
-            first = not os.path.exists(self.marker)
+        first = not os.path.exists(self.marker)
+        if row["label"] == self.release:
             Path(self.marker).touch()
+        if row["label"] == LAST:
             if self.at_last == "raise":
                 raise ValueError(f"undecodable row {LAST}")
             if self.at_last == "kill" and first:

@@ -1,18 +1,18 @@
 """The build's tail shared: a worker with no part left converts the last rows of a part another worker still writes.
 
 Parts are dealt whole, so at a build's end the worker that finishes first would idle while another converts the
-rest of its part (up to a whole part: with 8 parts over 2 workers, up to an eighth of the build). Instead the driver
-(``_workers.py``, fork only) gives the idle worker a help task for the running part with the most rows left. The
-helper converts that part's rows from its last row backwards, each into a file of a scratch directory
+rest of its part (up to a part's time: with 8 parts over 2 workers, up to a quarter of the build). Instead the
+driver (``_workers.py``, fork only) gives the idle worker a help task for the running part with the most rows left.
+The helper converts that part's rows from its last row backwards, each into a file of a scratch directory
 (``<part>-<row>``, renamed into place once complete), and counts them in a shared array (``tail[k]``: how many of
 the part's last rows are converted); the part's writer, going forwards, records the row it is at (``position[k]``)
-and takes a converted row's file instead of converting the row. The helper stops where the writer is, so the two
-finish together; where they meet a row may be converted by both (the writer keeps its own). The writer still
-writes every sample in order, so the set is the same, byte for byte. Only parts over a ``RowRange`` (random access)
-are helped. A row whose conversion raises ends the help there (the writer converts it again and reports its
-error); a part is helped at most once in a build (a shared flag, set as the help starts), so a row that kills its
-worker kills one helper at most once. Files are kept until the build ends: a writer that dies is replaced, and its
-replacement takes them again.
+and takes a converted row's file instead of converting the row. The helper stops where the writer is (or once the
+part is done, whatever its outcome), so the two finish together; where they meet a row may be converted by both
+(the writer keeps its own). The writer still writes every sample in order, so the set is the same, byte for byte.
+Only parts over a ``RowRange`` (random access) are helped. A row whose conversion raises ends the help there (the
+writer converts it again and reports its error); a part is helped at most once in a build (a shared flag, set as
+the help starts), so a row that kills its worker kills one helper at most once. Files are kept until the build
+ends: a writer that dies is replaced, and its replacement takes them again.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ class TailHelp:
         fit = [k for k in running if k not in asked and not self.helped[k] and can_prefetch(self.plan[k])]
         best = max(fit, key=self._rows_left, default=None)
         return best if best is not None and self._rows_left(best) >= MIN_ROWS_LEFT else None
+
+    def end(self, k: int) -> None:
+        """Part ``k`` is done, written or failed (in the driver): its helper converts no further row."""
+        self.position[k] = self.plan[k].rows or 0
 
     def _file(self, k: int, row: int) -> str:
         return os.path.join(self.directory, f"{k}-{row}")

@@ -212,6 +212,8 @@ def write_parts(
                     why = f"the worker processes writing it died twice ({code.group(0) if code else e})"
                     outcomes[k] = PartOutcome(plan[k].index, plan[k].name, "failed", message=why)
                 unreported.append(k)
+                if tail is not None:
+                    tail.end(k)  # its helper stops (a part that failed early would keep it converting)
             show()
         for k in unreported:
             report(outcomes[k])
