@@ -88,3 +88,33 @@ def test_a_row_that_kills_the_helper_kills_it_once_and_the_writer_converts_it(tm
     (writer,) = by_row[20]
     assert writer in by_row[LAST] and len(by_row[LAST]) == 2, by_row
     assert tree_bytes(tmp_path / "w" / "s") == _alone(tmp_path)
+
+
+def _tail_help(tmp_path: Path, n: int, **kw):
+    import multiprocessing
+
+    from torch_drt.build._tail_help import TailHelp
+    from torch_drt.build.plan import plan_parts
+
+    plan = plan_parts("s", split_rows(make_rows(n), ColumnsToInput(), num_parts=1))
+    return TailHelp(multiprocessing.get_context("fork"), plan, str(tmp_path), **kw)
+
+
+def test_the_helper_converts_from_the_last_row_down_to_the_writers_row_and_the_writer_takes_them(tmp_path):
+    tail = _tail_help(tmp_path, 10)
+    tail.position[0] = 3  # the writer is at row 3
+    assert tail.pick([0], set()) == 0 and tail.pick([0], {0}) is None  # 6 rows left (unless a help was asked)
+    assert tail.help(0) == 6 and tail.tail[0] == 6  # rows 9 down to 4
+    assert tail.help(0) == 0 and tail.pick([0], set()) is None  # once per build
+    take, mine = tail.taker(0), []
+    got = [take(row, lambda row=row: mine.append(row) or f"own {row}") for row in range(3, 10)]
+    assert mine == [3] and got[0] == "own 3"
+    assert got[1:] == [ColumnsToInput()(r) for r in make_rows(10)[4:]]  # the helper's conversions, in order
+
+
+def test_the_helper_stops_at_its_byte_bound_and_at_the_parts_end(tmp_path):
+    tail = _tail_help(tmp_path, 10, max_bytes=1)  # every row's payload is over a byte
+    assert tail.help(0) == 1 and tail.tail[0] == 1  # the last row only
+    ended = _tail_help(tmp_path, 10)
+    ended.end(0)  # the part is done (written or failed): nothing to convert, nothing to pick
+    assert ended.pick([0], set()) is None and ended.help(0) == 0

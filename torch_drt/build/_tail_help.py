@@ -11,8 +11,9 @@ part is done, whatever its outcome), so the two finish together; where they meet
 (the writer keeps its own). The writer still writes every sample in order, so the set is the same, byte for byte.
 Only parts over a ``RowRange`` (random access) are helped. A row whose conversion raises ends the help there (the
 writer converts it again and reports its error); a part is helped at most once in a build (a shared flag, set as
-the help starts), so a row that kills its worker kills one helper at most once. Files are kept until the build
-ends: a writer that dies is replaced, and its replacement takes them again.
+the help starts), so a row that kills its worker kills one helper at most once. A helper stops at ``max_bytes``
+of payloads (``_prefetch.MAX_BYTES``: the scratch directory may be in memory). Files are kept until the build ends:
+a writer that dies is replaced, and its replacement takes them again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torch_drt.build._prefetch import can_prefetch
+from torch_drt.build._prefetch import MAX_BYTES, can_prefetch
 from torch_drt.build.plan import PartPlan, RowRange
 
 MIN_ROWS_LEFT = 4  # a part with fewer rows left than this is not helped (the task's round trip would not pay)
@@ -36,10 +37,11 @@ class TailHelp:
         ctx: the multiprocessing context (fork) whose shared arrays the workers inherit.
         plan: the parts being written, indexed as the workers' tasks index them.
         directory: an empty scratch directory for the helpers' rows (removed by the caller).
+        max_bytes: the payload bytes a helper converts at most.
     """
 
-    def __init__(self, ctx: Any, plan: Sequence[PartPlan], directory: str) -> None:
-        self.plan, self.directory = plan, directory
+    def __init__(self, ctx: Any, plan: Sequence[PartPlan], directory: str, max_bytes: int = MAX_BYTES) -> None:
+        self.plan, self.directory, self.max_bytes = plan, directory, max_bytes
         self.position = ctx.RawArray("q", len(plan))  # the row the part's writer is at
         self.tail = ctx.RawArray("q", len(plan))  # how many of the part's last rows a helper converted
         self.helped = ctx.RawArray("b", len(plan))  # a help of the part started (never twice in a build)
@@ -69,12 +71,13 @@ class TailHelp:
         part = self.plan[k]
         rows, convert, n = part.input, part.convert, part.rows or 0
         assert isinstance(rows, RowRange)
-        done = 0
+        done = held = 0
         for row in range(n - 1, -1, -1):
-            if row <= self.position[k]:  # the writer is there (or past it)
+            if row <= self.position[k] or held >= self.max_bytes:  # the writer is there (or past it), or enough held
                 break
             try:
                 sample = convert(rows.rows[rows.start + row])
+                held += len(sample.data) if sample is not None else 0
                 tmp = self._file(k, row) + ".tmp"
                 with open(tmp, "wb") as f:
                     pickle.dump(sample, f, protocol=pickle.HIGHEST_PROTOCOL)

@@ -147,7 +147,10 @@ def write_parts(
     counts = ctx.RawArray("q", len(plan)) if fork else None  # inherited, never pickled
     ahead = ctx.RawArray("b", len(plan)) if fork else None  # parts converted ahead once already
     workers = min(num_workers, len(plan))
-    tail = TailHelp(ctx, plan, tempfile.mkdtemp(prefix="torch_drt-build-")) if fork and workers > 1 else None
+    tail = None
+    if fork and workers > 1:
+        with contextlib.suppress(OSError):  # no scratch directory: no help
+            tail = TailHelp(ctx, plan, tempfile.mkdtemp(prefix="torch_drt-build-"))
     write = _WritePart(plan, set_dir, config, remote, counts, ahead, tail)
     pool = ProcessPool(write, workers, method, torch_threads=None)
     outcomes: dict[int, PartOutcome] = {}
