@@ -90,13 +90,13 @@ def test_a_row_that_kills_the_helper_kills_it_once_and_the_writer_converts_it(tm
     assert tree_bytes(tmp_path / "w" / "s") == _alone(tmp_path)
 
 
-def _tail_help(tmp_path: Path, n: int, **kw):
+def _tail_help(tmp_path: Path, n: int, fn=None, **kw):
     import multiprocessing
 
     from torch_drt.build._tail_help import TailHelp
     from torch_drt.build.plan import plan_parts
 
-    plan = plan_parts("s", split_rows(make_rows(n), ColumnsToInput(), num_parts=1))
+    plan = plan_parts("s", split_rows(make_rows(n), fn or ColumnsToInput(), num_parts=1))
     return TailHelp(multiprocessing.get_context("fork"), plan, str(tmp_path), **kw)
 
 
@@ -118,3 +118,15 @@ def test_the_helper_stops_at_its_byte_bound_and_at_the_parts_end(tmp_path):
     ended = _tail_help(tmp_path, 10)
     ended.end(0)  # the part is done (written or failed): nothing to convert, nothing to pick
     assert ended.pick([0], set()) is None and ended.help(0) == 0
+
+
+def _as_memoryview(row: dict) -> drt.CacheInput:
+    sample = ColumnsToInput()(row)
+    return drt.CacheInput(memoryview(sample.data), sample.metadata)
+
+
+def test_a_memoryview_payload_is_handed_over_as_its_bytes(tmp_path):
+    tail = _tail_help(tmp_path, 4, _as_memoryview)
+    assert tail.help(0) == 3  # rows 3 down to 1 (a memoryview does not pickle: handed over as bytes)
+    take = tail.taker(0)
+    assert [take(row, lambda: None) for row in (1, 2, 3)] == [ColumnsToInput()(r) for r in make_rows(4)[1:]]

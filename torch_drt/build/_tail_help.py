@@ -25,6 +25,7 @@ from typing import Any
 
 from torch_drt.build._prefetch import MAX_BYTES, can_prefetch
 from torch_drt.build.plan import PartPlan, RowRange
+from torch_drt.cache import CacheInput
 
 MIN_ROWS_LEFT = 4  # a part with fewer rows left than this is not helped (the task's round trip would not pay)
 
@@ -77,6 +78,8 @@ class TailHelp:
                 break
             try:
                 sample = convert(rows.rows[rows.start + row])
+                if sample is not None and isinstance(sample.data, memoryview):  # pickles as bytes: the same payload
+                    sample = CacheInput(bytes(sample.data), sample.metadata)
                 held += len(sample.data) if sample is not None else 0
                 tmp = self._file(k, row) + ".tmp"
                 with open(tmp, "wb") as f:
