@@ -18,7 +18,8 @@ kept in shared arrays the forked workers inherit): ``driver_cpu`` (this process)
 in the workers: the rest of the workers' CPU is the writer's), and per worker ``start`` (build start to its first
 row), ``between`` (wall time between its rows: part boundaries, the writer, waits for the CPU), ``tail`` (its last
 row to the build's end: idle while another worker finishes) and ``rows``; ``ahead``: the rows converted on a thread
-of their own (a worker's next part, converted while its previous part ended).
+of their own (a worker's next part, converted while its previous part ended); ``helped``: the rows converted by
+another worker than their part's writer (the build's tail shared, ``torch_drt/build/_tail_help.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from bench_build import ToInput
 
 from torch_drt import WriterConfig
 from torch_drt.build import build_cache_set, split_rows
+from torch_drt.build.plan import part_bounds
 from torch_drt.cache.writer import warm_up
 
 
@@ -56,8 +58,10 @@ class Accounted(ToInput):
         return sample
 
 
-def accounting(fn: Accounted, start: float, end: float) -> dict:
-    """The build's conversion CPU and each worker's start, between-rows and tail wall time."""
+def accounting(fn: Accounted, start: float, end: float, bounds: list[tuple[int, int]]) -> dict:
+    """The build's conversion CPU, each worker's start, between-rows and tail wall time, and the rows converted by
+    another worker than their part's writer (whose first row a part's writer always converts)."""
+    helped = sum(fn.pid[i] != fn.pid[a] for a, b in bounds for i in range(a, b))
     by_pid: dict[int, list[int]] = {}
     for i in range(len(fn.pid)):
         by_pid.setdefault(fn.pid[i], []).append(i)
@@ -68,7 +72,7 @@ def accounting(fn: Accounted, start: float, end: float) -> dict:
         span = fn.t1[rows[-1]] - fn.t0[rows[0]]
         workers.append({"rows": len(rows), "start": fn.t0[rows[0]] - start, "between": span - busy,
                         "tail": end - fn.t1[rows[-1]]})
-    return {"convert_cpu": sum(fn.cpu), "workers": workers, "ahead": sum(fn.ahead)}
+    return {"convert_cpu": sum(fn.cpu), "workers": workers, "ahead": sum(fn.ahead), "helped": helped}
 
 
 def print_accounting(a: dict, conversion: float) -> None:
@@ -78,7 +82,8 @@ def print_accounting(a: dict, conversion: float) -> None:
           f"{a['driver_cpu']:.2f} + workers {workers_cpu:.2f} (converting {a['convert_cpu']:.2f}, writer and the rest "
           f"{workers_cpu - a['convert_cpu']:.2f}); converting is {a['convert_cpu'] / a['cpu']:.1%} of the build's CPU "
           f"(the same images converted in one process: {conversion:.2f} s); {a.get('ahead', 0)} rows converted ahead, "
-          "while the worker's previous part ended")
+          f"while the worker's previous part ended; {a.get('helped', 0)} rows of a part converted by another worker "
+          "than its writer (the build's tail shared)")
     for k, w in enumerate(a["workers"]):
         print(f"  worker {k}: {w['rows']} rows, first row {w['start']:.3f} s after the start, {w['between']:.3f} s "
               f"between rows (writer, part ends, waits for a CPU), idle tail {w['tail']:.3f} s")
@@ -147,7 +152,8 @@ def main() -> None:
     assert report.ok, report.summary()
     cpu = sum(getattr(c1, k) - getattr(c0, k) for k in ("user", "system", "children_user", "children_system"))
     driver = sum(getattr(c1, k) - getattr(c0, k) for k in ("user", "system"))
-    print(json.dumps({"seconds": t1 - t0, "cpu": cpu, "driver_cpu": driver, **accounting(fn, t0, t1)}))
+    bounds = part_bounds(len(rows), num_parts=parts)
+    print(json.dumps({"seconds": t1 - t0, "cpu": cpu, "driver_cpu": driver, **accounting(fn, t0, t1, bounds)}))
 
 
 if __name__ == "__main__":

@@ -14,19 +14,27 @@ A part is converted ahead at most once in a build (a shared flag), so a row that
 once outside its own part: the part being ended then is written again by the replacement, which converts nothing
 ahead, and the killing part fails alone as it would have. A part a dead worker had already published is found
 published by the replacement: written by this build, it is reported ``"written"``.
+
+With fork and several workers, once no part is left to start a free worker helps a running part: it converts that
+part's last rows, which the part's writer takes instead of converting them, so the workers end together rather than
+one idling while another converts the rest of its part (``_tail_help.py``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import multiprocessing
 import re
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from torch_drt.build._prefetch import Prefetch, can_prefetch
+from torch_drt.build._tail_help import TailHelp
 from torch_drt.build.part import write_part
 from torch_drt.build.plan import PartPlan
 from torch_drt.build.report import PartOutcome
@@ -51,13 +59,15 @@ def check_workers(num_workers: int, multiprocessing_context: str | None) -> None
 
 
 class _WritePart:
-    """The workers' function: write part ``plan[k]`` for the task ``(k, hint)``, counting its rows in ``counts[k]``
-    and converting part ``hint``'s first rows ahead while part ``k`` ends (when ``ahead``, a flag per part, allows)."""
+    """The workers' function: for the task ``(k, hint, False)`` write part ``plan[k]``, counting its rows in
+    ``counts[k]``, converting part ``hint``'s first rows ahead while part ``k`` ends (when ``ahead``, a flag per
+    part, allows) and taking the last rows a helper converted (``tail``); for ``(k, None, True)`` help part ``k``'s
+    writer with its last rows (``_tail_help.py``), returning how many."""
 
     def __init__(self, plan: Sequence[PartPlan], set_dir: Path | str, config: WriterConfig, remote: dict,
-                 counts: Any, ahead: Any) -> None:
+                 counts: Any, ahead: Any, tail: TailHelp | None = None) -> None:
         self.plan, self.set_dir, self.config, self.remote, self.counts = plan, set_dir, config, remote, counts
-        self.ahead = ahead
+        self.ahead, self.tail = ahead, tail
         self._prefetch: Prefetch | None = None
 
     def _start_prefetch(self, hint: int) -> None:
@@ -65,12 +75,15 @@ class _WritePart:
             self.ahead[hint] = 1
             self._prefetch = Prefetch(self.plan[hint])
 
-    def __call__(self, task: tuple[int, int | None]) -> PartOutcome:
-        k, hint = task
+    def __call__(self, task: tuple[int, int | None, bool]) -> PartOutcome | int:
+        k, hint, helps = task
         prefetch, self._prefetch = self._prefetch, None
         head = prefetch.take() if prefetch is not None else []
         if prefetch is not None and prefetch.index != k:
             head = []  # another worker took the hinted part (the build's tail)
+        if helps:
+            assert self.tail is not None
+            return self.tail.help(k)
         progress = None
         if self.counts is not None:
             counts = self.counts
@@ -82,8 +95,9 @@ class _WritePart:
         at_end = None
         if hint is not None and self.ahead is not None and can_prefetch(self.plan[hint]):
             at_end = functools.partial(self._start_prefetch, hint)
+        take = self.tail.taker(k) if self.tail is not None and can_prefetch(self.plan[k]) else None
         outcome = write_part(self.plan[k], self.set_dir, self.config, progress, **self.remote, head=head,
-                             at_end=at_end)
+                             at_end=at_end, take=take)
         if self._prefetch is not None:
             self._prefetch.stop()  # the rows it converted wait for the next task
         if outcome.status == "reused":  # published by this build's worker that died after publishing it
@@ -133,9 +147,15 @@ def write_parts(
     counts = ctx.RawArray("q", len(plan)) if fork else None  # inherited, never pickled
     ahead = ctx.RawArray("b", len(plan)) if fork else None  # parts converted ahead once already
     workers = min(num_workers, len(plan))
-    pool = ProcessPool(_WritePart(plan, set_dir, config, remote, counts, ahead), workers, method, torch_threads=None)
+    tail = None
+    if fork and workers > 1:
+        with contextlib.suppress(OSError):  # no scratch directory: no help
+            tail = TailHelp(ctx, plan, tempfile.mkdtemp(prefix="torch_drt-build-"))
+    write = _WritePart(plan, set_dir, config, remote, counts, ahead, tail)
+    pool = ProcessPool(write, workers, method, torch_threads=None)
     outcomes: dict[int, PartOutcome] = {}
     running: dict[int, tuple[Any, int]] = {}  # part -> (task, worker)
+    helping: dict[int, tuple[Any, int]] = {}  # worker -> (help task, part)
     shown = 0
     unreported: list[int] = []  # parts done, their outcomes not yet passed to on_done
 
@@ -152,7 +172,7 @@ def write_parts(
         pending = list(range(len(plan)))
         idle = list(range(workers))
         hints: dict[int, int] = {}  # worker -> the part it was told comes next
-        while pending or running:
+        while pending or running or helping:
             starting = []
             while pending and idle:  # every idle worker's part first, then their hints
                 w = idle.pop(0)
@@ -166,11 +186,23 @@ def write_parts(
                 hint = next((p for p in pending if p not in told), None) if fork else None
                 if hint is not None:
                     hints[w] = hint
-                running[k] = (pool.submit((k, hint), affinity=w), w)
+                running[k] = (pool.submit((k, hint, False), affinity=w), w)
+            while tail is not None and not pending and idle:  # the tail: a free worker helps a running part
+                k = tail.pick(list(running), {part for _, part in helping.values()})
+                if k is None:
+                    break
+                w = idle.pop(0)
+                helping[w] = (pool.submit((k, None, True), affinity=w), k)
             for k in unreported:
                 report(outcomes[k])
             unreported.clear()
-            pool.wait_any([task for task, _ in running.values()], _POLL_SECONDS)
+            pool.wait_any([task for task, _ in (*running.values(), *helping.values())], _POLL_SECONDS)
+            for w, (task, _) in list(helping.items()):
+                if pool.done(task):
+                    del helping[w]
+                    idle.append(w)
+                    with contextlib.suppress(BrokenProcessPool):  # a row killed the helper twice: its writer fails it
+                        pool.result(task)
             for k, (task, w) in list(running.items()):
                 if not pool.done(task):
                     continue
@@ -183,9 +215,13 @@ def write_parts(
                     why = f"the worker processes writing it died twice ({code.group(0) if code else e})"
                     outcomes[k] = PartOutcome(plan[k].index, plan[k].name, "failed", message=why)
                 unreported.append(k)
+                if tail is not None:
+                    tail.end(k)  # its helper stops (a part that failed early would keep it converting)
             show()
         for k in unreported:
             report(outcomes[k])
     finally:
         pool.close()  # idle workers exit, busy ones (only on an error here) are killed
+        if tail is not None:
+            shutil.rmtree(tail.directory, ignore_errors=True)
     return [outcomes[k] for k in range(len(plan))]

@@ -44,7 +44,8 @@ def published_part(
 
 class _TrackedRows:
     """The part's samples as the writer pulls them, remembering the input row of each (for error reports); the
-    first rows' conversions may be given (``head``), and ``at_end`` is called once the rows are exhausted."""
+    first rows' conversions may be given (``head``), ``at_end`` is called once the rows are exhausted, and ``take``
+    (``_tail_help.py``) may hand over a row's conversion made by another worker."""
 
     def __init__(
         self,
@@ -52,8 +53,10 @@ class _TrackedRows:
         progress: Callable[[int], None] | None,
         head: Sequence[Any] = (),
         at_end: Callable[[], None] | None = None,
+        take: Callable[[int, Callable[[], Any]], Any] | None = None,
     ) -> None:
         self.name = part.name
+        self._take = take
         self._head = deque(head)
         self._rows = itertools.islice(iter(part.input), len(head), None) if head else iter(part.input)
         self._at_end = at_end
@@ -89,7 +92,10 @@ class _TrackedRows:
                 self.pulled += 1
                 self._tick()
                 try:
-                    sample = self._convert(row)
+                    if self._take is None:
+                        sample = self._convert(row)
+                    else:
+                        sample = self._take(row_index, lambda row=row: self._convert(row))
                 except Exception:
                     self.error_row = row_index
                     raise
@@ -138,6 +144,7 @@ def write_part(
     remote_config: RemoteConfig | None = None,
     head: Sequence[Any] = (),
     at_end: Callable[[], None] | None = None,
+    take: Callable[[int, Callable[[], Any]], Any] | None = None,
 ) -> PartOutcome:
     """Write ``part`` to ``parts_root/<part.name>`` unless it is already published there; never raises.
 
@@ -151,6 +158,8 @@ def write_part(
         head: the conversions of the part's first rows, already made (``_prefetch.py``); its other rows are
             converted here.
         at_end: called once the part's rows are exhausted (the writer then finishes and publishes it).
+        take: ``take(row, convert_row)``: row ``row``'s conversion (within the part), by another worker
+            (``_tail_help.py``) or ``convert_row()``.
 
     Returns:
         ``"reused"``, ``"written"``, ``"empty"`` (no sample: nothing written) or ``"failed"`` naming the input
@@ -162,7 +171,7 @@ def write_part(
         if progress is not None and part.rows:
             progress(part.rows)
         return done
-    rows = _TrackedRows(part, progress, head, at_end)
+    rows = _TrackedRows(part, progress, head, at_end, take)
     try:
         if not rows.peek():
             return PartOutcome(part.index, part.name, "empty")
