@@ -10,6 +10,7 @@ import time
 
 import pytest
 from test_loader_inline_epoch import on_fast_path, states_and_batches  # (the 0-worker tests' helpers)
+from test_loader_stats import calls_per_epoch
 
 import torch_drt.loader._map_mode as map_mode
 from torch_drt import StatefulDataLoader
@@ -78,3 +79,16 @@ def test_statistics_count_every_batch_and_states_resume_as_on_the_general_path(s
         resumed.load_state_dict(states[k])
         assert list(resumed) == batches[k:], k
         assert (resumed.stats().batches, resumed.stats().items) == (len(batches) - k, 2000 - 7 * k), k
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_threads_mapping_inline_map_the_planned_chunks_in_the_loop_not_through_next(stats):
+    """Once the mapper maps inline, the loop's runs take the planned batches: ``OrderedMapper.next`` only plans each
+    chunk of 64 batches (and maps its first), it is not called per batch (as it was before the loop took threads)."""
+    loader = StatefulDataLoader(list(range(2000)), batch_size=7, collate_fn=list, num_workers=2,
+                                worker_method="thread", persistent_workers=True, stats=stats)
+    loader._mode.mapper._cost.below_s = 1.0  # inline after the workers' first batches, however slow profiled
+    assert len(list(loader)) == 286
+    assert loader._mode.mapper._inline
+    calls = calls_per_epoch(loader)
+    assert calls["OrderedMapper.next"] <= 286 // 64 + 3, calls["OrderedMapper.next"]
