@@ -105,6 +105,9 @@ class _Paused(threading.Thread):
 def test_a_thread_still_starting_counts_for_a_call_from_another_thread(tmp_path, monkeypatch):
     """A thread that has its ident but has not reported itself started is not alive yet: it still counts (another
     call starts no thread in its place), and it leaves the count once, without an error, as its queue runs dry."""
+    _Paused.made.clear()
+    _Paused.starting.clear()
+    _Paused.go.clear()
     errors: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
     threads = types.SimpleNamespace(Thread=_Paused, current_thread=threading.current_thread)
