@@ -83,7 +83,8 @@ def per_call(fn: Callable[[], Any], calls: int = CALLS) -> Callable[[], float]:
 
 def untimed_iterator(loader: StatefulDataLoader) -> Callable[[], float]:
     """``LoaderIterator.__next__`` over a constant batch, never a timed call: its statistics lines only. The batch
-    comes from a generator where the loader's does (its 0-worker path), else from a function."""
+    comes from a generator where the loader's does (its inline loop: 0 workers, threads mapping inline), else from a
+    function."""
     it = iter(loader)
     batch = (list(range(BATCH)), list(range(BATCH)), False)
 
@@ -94,7 +95,7 @@ def untimed_iterator(loader: StatefulDataLoader) -> Callable[[], float]:
     it._next = fn = constant().__next__ if generator else lambda: batch
     if hasattr(it, "_arm"):  # statistics on: the next timed call never comes
         it._arm(1 << 62)
-        if it._next is not fn:  # a new 0-worker loop, counting its ticks down itself: the constant one stands for it
+        if it._next is not fn:  # a new inline loop, counting its ticks down itself: the constant one stands for it
             it._next = it._pull = fn
     elif it._stats is not None:  # (the tree before the countdown wrapped the 0-worker generator, to compare)
         it._ticks = itertools.repeat(False, 1 << 62)

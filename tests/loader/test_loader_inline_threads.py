@@ -9,6 +9,8 @@ import threading
 import time
 
 import pytest
+from test_loader_inline_epoch import on_fast_path, states_and_batches  # (the 0-worker tests' helpers)
+from test_loader_stats import calls_per_epoch
 
 import torch_drt.loader._map_mode as map_mode
 from torch_drt import StatefulDataLoader
@@ -34,23 +36,9 @@ class Phases:
         return i
 
 
-def on_loop(it) -> bool:
-    code = getattr(getattr(it._next, "__self__", None), "gi_code", None)
-    return code is not None and code.co_name == "inline_batches"
-
-
 def make(stats: bool = True) -> StatefulDataLoader:
     return StatefulDataLoader(Phases(2000), batch_size=7, collate_fn=list, num_workers=2, worker_method="thread",
                               persistent_workers=True, seed=3, stats=stats)
-
-
-def states_and_batches(loader) -> tuple[list, list]:
-    it = iter(loader)
-    states, batches = [loader.state_dict()], []
-    for batch in it:
-        batches.append(batch)
-        states.append(loader.state_dict())
-    return states, batches
 
 
 @pytest.fixture
@@ -66,7 +54,7 @@ def test_threads_mapping_inline_take_the_loop_and_slow_batches_leave_it_for_the_
     loader = make(stats)  # (statistics off: the loop's runs are whole 64-batch chunks)
     loader._mode.mapper._cost.below_s = 0.001  # inline under 1 ms, back on the workers over 4: load cannot blur it
     it = iter(loader)
-    assert on_loop(it)
+    assert on_fast_path(it)
     got = list(it)
     assert got == [list(range(i, min(i + 7, 2000))) for i in range(0, 2000, 7)]
     where, me = loader.dataset.where, threading.current_thread().name
@@ -91,3 +79,16 @@ def test_statistics_count_every_batch_and_states_resume_as_on_the_general_path(s
         resumed.load_state_dict(states[k])
         assert list(resumed) == batches[k:], k
         assert (resumed.stats().batches, resumed.stats().items) == (len(batches) - k, 2000 - 7 * k), k
+
+
+@pytest.mark.parametrize("stats", [False, True])
+def test_threads_mapping_inline_map_the_planned_chunks_in_the_loop_not_through_next(stats):
+    """Once the mapper maps inline, the loop's runs take the planned batches: ``OrderedMapper.next`` only plans each
+    chunk of 64 batches (and maps its first), it is not called per batch (as it was before the loop took threads)."""
+    loader = StatefulDataLoader(list(range(2000)), batch_size=7, collate_fn=list, num_workers=2,
+                                worker_method="thread", persistent_workers=True, stats=stats)
+    loader._mode.mapper._cost.below_s = 1.0  # inline after the workers' first batches, however slow profiled
+    assert len(list(loader)) == 286
+    assert loader._mode.mapper._inline
+    calls = calls_per_epoch(loader)
+    assert calls["OrderedMapper.next"] <= 286 // 64 + 3, calls["OrderedMapper.next"]

@@ -81,3 +81,50 @@ def test_threads_that_could_not_start_do_not_count(tmp_path, monkeypatch):
     _warm_start.fetch_now(files[2:], 2)
     for file in files:
         assert file.done.wait(30), file.key
+
+
+class _Paused(threading.Thread):
+    """The first one made stops as it starts, between taking its ident and reporting itself started (where a thread
+    switch may come), until ``go`` is set."""
+
+    made: list[_Paused] = []
+    starting = threading.Event()
+    go = threading.Event()
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.made.append(self)
+
+    def _set_tstate_lock(self) -> None:
+        if self is self.made[0]:
+            self.starting.set()
+            self.go.wait(30)
+        super()._set_tstate_lock()
+
+
+def test_a_thread_still_starting_counts_for_a_call_from_another_thread(tmp_path, monkeypatch):
+    """A thread that has its ident but has not reported itself started is not alive yet: it still counts (another
+    call starts no thread in its place), and it leaves the count once, without an error, as its queue runs dry."""
+    _Paused.made.clear()
+    _Paused.starting.clear()
+    _Paused.go.clear()
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    threads = types.SimpleNamespace(Thread=_Paused, current_thread=threading.current_thread)
+    monkeypatch.setattr(_warm_start, "threading", threads)
+    files = [LocalFile(tmp_path, f"k{i}") for i in range(3)]
+    first = threading.Thread(target=_warm_start.fetch_now, args=(files[:1], 2), daemon=True)
+    first.start()
+    try:
+        assert _Paused.starting.wait(30)
+        _warm_start.fetch_now(files[1:], 2)  # the queue holds 3 files: one more thread makes 2
+    finally:
+        _Paused.go.set()
+    first.join(30)
+    for file in files:
+        assert file.done.wait(30), file.key
+    for thread in _Paused.made:
+        thread.join(30)
+    assert not errors, errors
+    assert len(_Paused.made) == 2
+    assert not _warm_start.running()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import weakref
 
 import pytest
 from aiohttp import web
@@ -140,3 +141,15 @@ def test_a_forked_child_that_lets_go_of_an_http_dataset_leaves_the_parents_sessi
     assert os.waitpid(pid, 0)[1] == 0
     assert _epoch(parent) == PARENT
     assert len(r.roles) >= 1
+
+
+def test_the_registry_keeps_none_of_the_clients_alive_in_the_process_that_made_them():
+    """The clients a process made are recorded weakly: one it lets go of is collected (only a forked child keeps
+    its copies of them, for its whole life)."""
+    from torch_drt.sources.object_store import _open_store
+
+    fs, _ = _open_store("memory://bucket", {"skip_instance_cache": True})  # (outside fsspec's instance cache)
+    gone = weakref.ref(fs)
+    del fs
+    gc.collect()
+    assert gone() is None

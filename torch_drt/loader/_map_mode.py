@@ -18,8 +18,9 @@ from torch_drt.sampling.stride import world_total
 
 
 def runs_inline(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetcher) -> bool:
-    """Whether batches load through ``mapper.inline_batches()``: 0 workers or threads that map cheap batches in the
-    calling thread (``adaptive``), a plain dataset (``fetcher.plain``), nothing told per batch (``plan_reads``)."""
+    """Whether batches load through ``mapper.inline_batches()``: 0 workers or ``adaptive`` threads (the loop maps
+    cheap batches in the calling thread and takes the workers' through ``next()``), a plain dataset
+    (``fetcher.plain``), nothing told per batch (``plan_reads``)."""
     return (mapper.num_workers == 0 or mapper.adaptive) and planner.plan_reads is None and fetcher.plain
 
 

@@ -43,7 +43,6 @@ def fetch_now(files: Sequence[Fetchable], threads: int) -> None:
         return
     with _cond:
         _queue.extend(files)
-        _threads[:] = [t for t in _threads if t.ident is None or t.is_alive()]  # (made but not started yet: counts)
         starting = [threading.Thread(target=_work, name="torch_drt-first-shards", daemon=True)
                     for _ in range(min(threads, len(_queue)) - len(_threads))]
         _threads.extend(starting)
@@ -84,12 +83,29 @@ def wait_taken(timeout: float) -> bool:
 
 
 def _work() -> None:
+    """A download thread: counted in ``_threads`` from before it starts (``fetch_now``) until it leaves here (not
+    ``is_alive()``: a thread starting has its ident before it is alive), under the lock that finds the queue dry."""
+    me = threading.current_thread()
+    try:
+        _download_queued(me)
+    finally:
+        with _cond:  # (an error outside a fetch: it counts no more)
+            _uncount(me)
+
+
+def _uncount(thread: threading.Thread) -> None:
+    """(Under the lock.) ``thread`` counts no more (one that ``_start`` forgot already: nothing to do)."""
+    if thread in _threads:
+        _threads.remove(thread)
+        _cond.notify_all()
+
+
+def _download_queued(me: threading.Thread) -> None:
     global _asking, _busy
     while True:
         with _cond:
             if not _queue:
-                _threads.remove(threading.current_thread())
-                _cond.notify_all()
+                _uncount(me)
                 return
             file = _queue.popleft()
             _asking += 1

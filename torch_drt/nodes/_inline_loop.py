@@ -94,7 +94,8 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
             ticks.run = run
         map_fn = direct(mapper.map_fn)
         mapper._flight.delivered = None  # none in flight: the source's state is the delivered one
-        if adaptive:
+        if adaptive:  # the loop below, timed as OrderedMapper._next_inline times: a change to one is one to all
+            # three (kept apart so that the 0-worker loop runs no check and no clock per item)
             observe = mapper._observe
             for item in run:
                 mapper._held = item  # (a KeyboardInterrupt keeps it: next() maps the same item)
