@@ -1,4 +1,4 @@
-"""What the autotuner measures memory by: a batch's bytes, a process's private memory, and the default cap."""
+"""What the autotuner measures memory by: a batch's bytes, a process worker's memory, and the default cap."""
 
 from __future__ import annotations
 
@@ -32,11 +32,6 @@ def batch_bytes(batch: Any, depth: int = 0) -> int:
     if isinstance(batch, list | tuple):
         return sum(batch_bytes(value, depth + 1) for value in batch)
     return 0
-
-
-def private_bytes(pid: int) -> int:
-    """A process's private memory (``Private_Clean + Private_Dirty`` of ``/proc/<pid>/smaps_rollup``); 0 unknown."""
-    return _rollup(pid, ("Private_Clean", "Private_Dirty"))
 
 
 def worker_bytes(pid: int) -> int:
