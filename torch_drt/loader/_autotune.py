@@ -6,7 +6,8 @@ delivered is counted and timed here (``delivered``): after a warm-up (a first ro
 the mean time a measured batch spent in flight) over ``1 / PLANNED_TRIALS`` of the search's budget, at least a round
 of the pipeline (``in_flight`` batches) and ``MIN_TRIAL``: the longer the epoch, the longer each trial and the less
 a moment of load sways it; one longer than an epoch goes on in the next (``TrialClock.restart``). It measures the
-caller's share of waiting (``loader.stats()``), the largest batch's bytes and process workers' private memory. The
+caller's share of waiting (``loader.stats()``), the largest batch's bytes and process workers' memory
+(``worker_bytes``: what each holds or may come to own of what it shares with the parent). The
 ``HillClimb`` (``torch_drt.loader._tuner``) proposes the next setting, which the loader applies from the delivered
 position (the batches in flight are loaded again by the new workers: the data is the same). The search settles
 when it stops paying, or after ``BUDGET_SHARE`` of an epoch (at least ``MIN_BUDGET`` batches; it starts no trial
@@ -31,7 +32,7 @@ from typing import Any
 
 from torch_drt._state_fields import StateFields
 from torch_drt.loader._arguments import MAX_WORKERS
-from torch_drt.loader._memory import batch_bytes, default_memory_cap, private_bytes
+from torch_drt.loader._memory import batch_bytes, default_memory_cap, worker_bytes
 from torch_drt.loader._tuner import MIN_BUDGET, HillClimb, MemoryModel, Setting, Trial, TrialClock
 
 STATE_KEY = "autotune"
@@ -138,7 +139,7 @@ class LoaderAutotune:
     def _measured(self, loader: Any, batch: Any, setting: Setting, batches: int, elapsed_ns: int) -> Trial:
         wall, wait = self._recorded(loader)
         wall, wait = wall - self._mark[0], wait - self._mark[1]
-        workers = sum(map(private_bytes, loader._mode.mapper.worker_pids())) if self.processes else 0
+        workers = sum(map(worker_bytes, loader._mode.mapper.worker_pids())) if self.processes else 0
         return Trial(
             throughput=batches * 1e9 / max(1, elapsed_ns),
             wait_share=min(1.0, wait / wall) if wall > 0 else 1.0,
