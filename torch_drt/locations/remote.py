@@ -30,7 +30,6 @@ from torch_drt.locations._arrivals import arrivals
 from torch_drt.locations._open_reads import OpenReads
 from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
 from torch_drt.locations._remote_gather import gather
-from torch_drt.locations._request_sent import announced
 from torch_drt.locations.base import CacheBackend, StoredFile
 from torch_drt.locations.errors import CacheCorruptError, MissingFile
 from torch_drt.locations.location import ANY_URL, Location, register_backend
@@ -252,28 +251,27 @@ class RemoteBackend(CacheBackend):
         """Write a remote file's bytes into ``fd`` (for the node cache); with its ``checksum``, the copy fetched
         with the manifest when it is that file, and the bytes of a file fetched in one request are also posted to
         the reads of this process waiting for it (``_arrivals``: before the sync, SHA-256 and rename).
-        ``requested()`` is called as the first request is sent (``_request_sent``), or once the bytes are in hand."""
+        ``requested()`` is called just before the first request goes out (or once the bytes are in hand)."""
         guess = None if checksum is None else self._guessed(rel, checksum)
+        if requested is not None:
+            requested()
         if guess is not None and len(guess) == size:
-            with announced(None, requested):  # the copy in hand: no request
-                _write_all(fd, guess)
+            _write_all(fd, guess)
             count_bytes("download", size)
             return
-        with announced(self.store.fs, requested):
-            try:
-                if checksum is not None and 0 < size <= self.config.chunk_bytes:  # one request: its bytes are posted
-                    data = self._run(lambda: self.store.read_range(rel, 0, size), rel)
-                    if len(data) != size:
-                        raise EOFError(rel)
-                    arrivals().post(f"{checksum[0]}-{checksum[1]}", data)  # for this process's reads waiting for it
-                    _write_all(fd, data)
-                else:
-                    self._run(lambda: self.store.download(rel, fd, size), rel)
-                count_bytes("download", size)
-            except EOFError:
-                error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest "
-                                          "records")
-                raise error from None
+        try:
+            if checksum is not None and 0 < size <= self.config.chunk_bytes:  # one request: its bytes are posted
+                data = self._run(lambda: self.store.read_range(rel, 0, size), rel)
+                if len(data) != size:
+                    raise EOFError(rel)
+                arrivals().post(f"{checksum[0]}-{checksum[1]}", data)  # for this process's reads waiting for it
+                _write_all(fd, data)
+            else:
+                self._run(lambda: self.store.download(rel, fd, size), rel)
+            count_bytes("download", size)
+        except EOFError:
+            error = CacheCorruptError(self.where(rel), f"file is shorter than the {size} bytes the manifest records")
+            raise error from None
 
     def ranges(self, rels: Sequence[str], starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
         """Bytes ``[starts[i], ends[i])`` of ``rels[i]`` by range requests, each checked to be whole."""
