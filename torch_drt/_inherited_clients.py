@@ -10,8 +10,10 @@ socket that is the parent's. A child drops its copies when it makes its own clie
 dataset it inherited. Each of them records the clients it makes here (``made``); a forked child keeps the ones it
 inherits referenced, with those of fsspec's instance cache, so their finalizers never run in the child (a loading
 worker ends with ``os._exit``, which runs none), and it never uses them (each of its clients is its own).
-``client_lock()`` is the lock a process makes its clients under (a new one in each child, so that a lock the
-parent held at the fork does not block it).
+``client_lock()`` is the lock a process makes its clients under. A fork waits for it (a client being made is made
+before the fork): a thread making the process's first client imports its modules (``aiobotocore.session``...), and
+a child forked in the middle of that import finds the module's import lock held by a thread it does not have, and
+waits for ever when it makes its own client. The child takes a new lock.
 """
 
 from __future__ import annotations
@@ -61,4 +63,14 @@ def _after_fork_in_child() -> None:
         _INHERITED.extend(getattr(cls, "_cache", {}).values())
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+def _before_fork() -> None:
+    _LOCK.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _LOCK.release()
+
+
+# Registered before the warm start's hook (``nodecache._warm_start`` imports this module first): hooks run before a
+# fork in the reverse order, so the fork waits for the first shards' requests (which make clients) before this lock.
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

@@ -20,7 +20,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torch_drt.nodecache import _node_files  # noqa: F401  its fork hook first: see the end of this module
+from torch_drt import _inherited_clients  # noqa: F401  its fork hook first: see the end of this module
+from torch_drt.nodecache import _node_files  # noqa: F401  (the same)
 
 if TYPE_CHECKING:
     from torch_drt.nodecache.prefetch import Fetchable
@@ -143,6 +144,7 @@ def _after_fork_in_child() -> None:
     _asking = _busy = 0
 
 
-# Hooks run before a fork in the reverse order of their registration: this one (registered after _node_files's,
-# imported above) waits for the requests before _node_files's takes its guard, which their lock files need.
+# Hooks run before a fork in the reverse order of their registration: this one (registered after _node_files's and
+# _inherited_clients's, imported above) waits for the requests before _node_files's takes its guard, which their
+# lock files need, and before _inherited_clients's takes the lock clients are made under, which they may need.
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
