@@ -144,13 +144,14 @@ class CacheReader:
         if remote:
             remote[0].backend.prefetch(self._shard_files(groups), first, share)
 
-    def fetch_first(self, groups: np.ndarray) -> None:
+    def fetch_first(self, groups: np.ndarray, first: int | None = None) -> None:
         """Start downloading the shards numbered ``groups`` in this process now, in this order, for the first reads
-        of the loading processes it starts (``RemoteBackend.fetch_first``); a no-op when every cache is local. The
-        plan of ``prefetch`` stays as it is."""
+        of the loading processes it starts (``RemoteBackend.fetch_first``: the requests of the shards after the
+        first ``first``, the first batch's, wait until those ended); a no-op when every cache is local. The plan of
+        ``prefetch`` stays as it is."""
         remote = [c for c in self._caches if not c.backend.stats_cheaply]
         if remote:
-            remote[0].backend.fetch_first(self._shard_files(groups))
+            remote[0].backend.fetch_first(self._shard_files(groups), first)
 
     def _shard_files(self, groups: np.ndarray) -> list[StoredFile]:
         """The shard files numbered ``groups`` (as ``shard_groups`` numbers them), in this order."""

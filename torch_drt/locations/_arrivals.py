@@ -2,11 +2,12 @@
 
 A download into the node cache ends with a disk sync, a SHA-256 of the file and a rename; a read that waits for
 the shard (a cold start: the first batch's shards, at 0 workers) need not wait for those. The download posts the
-shard's bytes here as soon as they are all in (a download of one request: up to ``RemoteConfig.chunk_bytes``), and
-a waiting read of a cache whose records carry their own checksums (format 2: the reader checks every record read
-from a URL, as for byte ranges) slices them from memory. The bytes are held while the download is in flight only;
-nothing here is trusted beyond what the reader's record checks prove, and the node cache's copy is verified by its
-SHA-256 as before.
+shard's bytes here as soon as they are all in (a download of one request: up to ``RemoteConfig.chunk_bytes``; a
+fetch that waits for another process's download posts them once that download wrote them all, read from its file:
+``nodecache._whole_files``), and a waiting read of a cache whose records carry their own checksums (format 2: the
+reader checks every record read from a URL, as for byte ranges) slices them from memory. The bytes are held while
+the download is in flight only; nothing here is trusted beyond what the reader's record checks prove, and the node
+cache's copy is verified by its SHA-256 as before.
 """
 
 from __future__ import annotations

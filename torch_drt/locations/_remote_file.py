@@ -105,10 +105,16 @@ class RemoteFile(StoredFile):
         ``requested()`` is called when this process's request for it is about to go out (not when it finds the
         file local or another process's download)."""
         backend = self.backend
+        # another process's download: its bytes as soon as they are all in, for this process's reads that check
+        # every record (as a download of this process posts them, up to the same size)
+        whole = self._post if self.ranges_ok and 0 < self.size <= backend.config.chunk_bytes else None
         with arrivals().expecting(self.key):  # a read waiting for it meanwhile may take its bytes as they come
             return backend.node.fetch(self.key, self.size,
                                       lambda fd: backend.download(self.rel, fd, self.size, self.checksum, requested),
-                                      self._check, str(self.where), optional)
+                                      self._check, str(self.where), optional, whole)
+
+    def _post(self, data: bytes) -> None:
+        arrivals().post(self.key, data)
 
     def arrived(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes] | None:
         """The ranges sliced from the bytes a download of this process received for this file (before its sync,

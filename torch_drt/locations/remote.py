@@ -11,8 +11,10 @@ SHA-256 and memory-mapped from there. A read whose shard is being downloaded (by
 process of the node) waits for it, and so does one that wants more than half of the shard's bytes; any other read
 whose shard nobody fetches yet (a cold start, a resume) is served by coalesced byte-range requests while the shard
 downloads in the background (format 2 caches, whose records carry their own checksums; older formats wait for the
-shard). A read of a format 2 cache that waits for a download of its own process takes the shard's bytes as they
-come, before the download's sync, SHA-256 and rename (``_arrivals``; its records are checked as every read's).
+shard). A read of a format 2 cache that waits for a download takes the shard's bytes before the download's sync,
+SHA-256 and rename (``_arrivals``; its records are checked as every read's): as they come when the download is
+its own process's, once they are all written when it is another process's of the node (a loading process
+waiting for its parent's: ``nodecache._whole_files``).
 ``read_mode="ranges"`` always reads by ranges and keeps no shard copy.
 """
 
@@ -111,14 +113,17 @@ class RemoteBackend(CacheBackend):
             self.prefetcher.update(planned, first=needed, bytes_ahead=self.config.bytes_ahead(share),
                                    hold=in_loading_process())
 
-    def fetch_first(self, files: Sequence[StoredFile]) -> None:
+    def fetch_first(self, files: Sequence[StoredFile], first: int | None = None) -> None:
         """Start downloading ``files`` in this process now, in order (shards mode only), for the first reads of
         the loading processes it is about to start (see ``torch_drt.nodecache._warm_start``: a fork waits for
         their requests to go out); at most ``prefetch_shards`` at once, only what fits under the node cache's
-        limit now."""
+        limit now. The requests of the files after the first ``first`` (the first batch's; None: all) wait until
+        those ended."""
         if self.config.read_mode == "shards":
             planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
-            _warm_start.fetch_now(planned, self.config.prefetch_shards)
+            if first is not None:
+                first = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
+            _warm_start.fetch_now(planned, self.config.prefetch_shards, first)
 
     def expect(self, rels: Sequence[str]) -> None:
         self._open_reads.expect(rels)

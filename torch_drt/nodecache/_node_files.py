@@ -87,16 +87,21 @@ def create(path: str | Path, flags: int, mode: int, remake: Callable[[], None] |
 
 @contextlib.contextmanager
 def locked(
-    path: Path, mode: int = 0o600, wait: float | None = None, remake: Callable[[], None] | None = None
+    path: Path,
+    mode: int = 0o600,
+    wait: float | None = None,
+    remake: Callable[[], None] | None = None,
+    polled: Callable[[], None] | None = None,
 ) -> Iterator[bool]:
     """Hold the exclusive lock of ``path`` (the holder's pid is written into it); True when held. After ``wait``
     seconds without the lock (its holder stopped or hung: a suspended job, say) it goes on without it (False) and
     logs the holder's pid; the callers' work is safe without it, only done twice. ``remake`` makes the lock's
-    directory again when it is missing (removed while in use)."""
+    directory again when it is missing (removed while in use); ``polled()`` is called at each try while another
+    process holds the lock."""
     deadline = None if wait is None else time.monotonic() + wait
     entry, taken = _path_locks.acquire(str(path), wait)  # this process's threads queue here, without polling
     try:
-        with _flocked(path, mode, wait, deadline if taken else time.monotonic(), remake) as held:
+        with _flocked(path, mode, wait, deadline if taken else time.monotonic(), remake, polled) as held:
             yield held
     finally:
         _path_locks.release(str(path), entry, taken)
@@ -104,12 +109,17 @@ def locked(
 
 @contextlib.contextmanager
 def _flocked(
-    path: Path, mode: int, wait: float | None, deadline: float | None, remake: Callable[[], None] | None
+    path: Path,
+    mode: int,
+    wait: float | None,
+    deadline: float | None,
+    remake: Callable[[], None] | None,
+    polled: Callable[[], None] | None,
 ) -> Iterator[bool]:
     """``locked``'s file lock, against the other processes (waiting until ``deadline``: None waits forever)."""
     fd = lock_fd(lambda: create(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode, remake))
     try:
-        held = _wait_for(fd, deadline)
+        held = _wait_for(fd, deadline, polled)
         if held:
             with contextlib.suppress(OSError):  # padded to the reader's width: no truncation (a journal write each)
                 os.pwrite(fd, f"{os.getpid():<{_PID_BYTES}}".encode(), 0)
@@ -122,8 +132,8 @@ def _flocked(
         close_lock_fd(fd)  # closing drops the lock
 
 
-def _wait_for(fd: int, deadline: float | None) -> bool:
-    if deadline is None:
+def _wait_for(fd: int, deadline: float | None, polled: Callable[[], None] | None = None) -> bool:
+    if deadline is None and polled is None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return True
     pause = 0.001
@@ -132,9 +142,14 @@ def _wait_for(fd: int, deadline: float | None) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            if polled is not None:
+                polled()
+            if deadline is None:
+                time.sleep(pause)
+            elif time.monotonic() >= deadline:
                 return False
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            else:
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, _MAX_PAUSE)
 
 

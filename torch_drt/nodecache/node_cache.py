@@ -3,7 +3,8 @@
 Layout under the directory::
 
     data/<algo>-<digest>     verified files, named by their content checksum (shards, index and metadata files)
-    tmp/<key>.<pid>.<hex>    downloads in progress (never read)
+    tmp/<key>.<pid>.<hex>    downloads in progress (``.whole`` added once all their bytes are written: read before
+                             their check only by waiters that check every record, ``_whole_files``)
     locks/<key>.lock         one download at a time per file, across processes
     small/<name>             manifests, reused for ``ttl`` seconds (their age is their mtime)
     .space.lock              space accounting and eviction, one process at a time
@@ -46,6 +47,7 @@ from torch_drt.nodecache._node_files import (
 )
 from torch_drt.nodecache._node_small import ManifestCopies
 from torch_drt.nodecache._node_space import NodeSpace
+from torch_drt.nodecache._whole_files import WholeLook, show
 from torch_drt.nodecache.pinned_file import PinnedFile
 
 logger = logging.getLogger("torch_drt.cache")
@@ -86,8 +88,8 @@ class NodeCache(ManifestCopies, NodeSpace):
                        self.directory)
         prepare(self.directory, self.group)
 
-    def _lock(self, name: str) -> contextlib.AbstractContextManager[bool]:
-        return locked(self.directory / name, self._mode, self.lock_wait, self._remake)
+    def _lock(self, name: str, polled: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[bool]:
+        return locked(self.directory / name, self._mode, self.lock_wait, self._remake, polled)
 
     def _create(self, path: Path, flags: int) -> int:
         return create(path, flags, self._mode, self._remake)
@@ -188,6 +190,7 @@ class NodeCache(ManifestCopies, NodeSpace):
         check: Callable[[Path], None],
         shown: str,
         optional: bool = False,
+        whole: Callable[[bytes], None] | None = None,
     ) -> bool:
         """Make sure the verified file ``key`` is here: wait for another process downloading it, or download it.
 
@@ -199,6 +202,9 @@ class NodeCache(ManifestCopies, NodeSpace):
             shown: the file's URL, for messages.
             optional: nobody waits for the file (a prefetch): it is not downloaded when it does not fit under the
                 limit now (every other file is in use or downloading).
+            whole: while this process waits for another process's download of the file, called once with its
+                bytes as soon as they are all in, before that download's sync, check and rename (not verified:
+                for a caller that checks what it reads; ``_whole_files``). Needs ``size``.
 
         Returns:
             True when the file is here; False when ``optional`` and there was no room for it.
@@ -212,7 +218,8 @@ class NodeCache(ManifestCopies, NodeSpace):
             raise too_large(self.directory, self.limit, shown, size)
         if self.has(key, size):
             return True
-        with self._lock(f"locks/{key}.lock") as held:
+        look = None if whole is None or not size else WholeLook(self.directory / "tmp", key, size, whole)
+        with self._lock(f"locks/{key}.lock", look) as held:
             if self.has(key, size):  # another process downloaded it while this one waited
                 return True
             if held:
@@ -224,6 +231,8 @@ class NodeCache(ManifestCopies, NodeSpace):
                 fd = os.open(tmp, os.O_RDWR | os.O_CLOEXEC)
                 try:
                     download(fd)
+                    if size is not None:  # all its bytes are in: the node's waiters may read them now
+                        tmp = show(tmp)
                     os.fdatasync(fd)
                     if size is None:  # its size is known now: make it fit under the limit with the others
                         self._fit(os.fstat(fd).st_size, shown)

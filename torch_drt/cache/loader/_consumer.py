@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torch_drt._cpu_budget import node_processes
-from torch_drt._distinct import first_seen
+from torch_drt._distinct import distinct, first_seen
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.cache.loader._snapshot import Snapshot
 from torch_drt.cache.read_ahead import ReadAhead
@@ -168,8 +168,11 @@ class RowFetcher:
         if not self._remote or not batches:
             return
         snap = self._snapshot
-        rows = np.concatenate([self.rows(batch) for batch in batches])
-        self._reader.fetch_first(first_seen(self._reader.shard_groups(snap.cache_pos[rows], snap.sample_ids[rows])))
+        rows = [self.rows(batch) for batch in batches]
+        every = np.concatenate(rows)
+        shards = self._reader.shard_groups(snap.cache_pos[every], snap.sample_ids[every])
+        first = len(distinct(shards[: len(rows[0])]))  # the first batch's shards lead: the others wait for them
+        self._reader.fetch_first(first_seen(shards), first)
 
     def reseed(self, seed: int) -> None:
         """Read with ``seed`` from now on (a checkpoint's, adopted by a ``seed="random"`` loader): the streams this

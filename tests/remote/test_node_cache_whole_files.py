@@ -1,0 +1,120 @@
+"""A process waiting for another process's download of a node-cache file gets its bytes once they are all in
+(``NodeCache.fetch(whole=...)``, ``nodecache._whole_files``), before that download's sync, check and rename: a
+loading process's first batch does not wait for its parent's SHA-256 of the shards. What a planted file in the
+download directory holds is never delivered unless it is a regular file of the expected size, and reading it never
+blocks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from torch_drt.nodecache._whole_files import SUFFIX, WholeLook
+from torch_drt.nodecache.node_cache import NodeCache
+
+pytestmark = pytest.mark.timeout(120)
+DATA = bytes(range(256)) * 64  # 16 KiB
+
+
+def _download(directory: str, marker: str) -> None:
+    """Another process's download of ``sha256-k``: its check waits until ``marker`` says ``go on``."""
+
+    def check(path: Path) -> None:
+        Path(marker).write_text("checking")
+        while Path(marker).read_text() != "go on":
+            time.sleep(0.01)
+
+    NodeCache(directory, 1 << 20).fetch("sha256-k", len(DATA), lambda fd: os.pwrite(fd, DATA, 0), check, "s3://b/k")
+
+
+def _wait_for(marker: Path, text: str, process) -> None:
+    deadline = time.monotonic() + 60
+    while not marker.exists() or marker.read_text() != text:
+        assert process.is_alive() and time.monotonic() < deadline, f"the downloader did not reach {text!r}"
+        time.sleep(0.01)
+
+
+def test_a_waiting_process_gets_the_bytes_before_the_downloads_check_and_rename(tmp_path):
+    directory, marker = tmp_path / "node", tmp_path / "marker"
+    cache = NodeCache(directory, 1 << 20)  # made by this process: the child finds it private and its own user's
+    downloader = multiprocessing.get_context("fork").Process(target=_download, args=(str(directory), str(marker)))
+    downloader.start()
+    got: list[bytes] = []
+    arrived = threading.Event()
+    ended: list[bool] = []
+    try:
+        _wait_for(marker, "checking", downloader)  # its bytes are written; its check has not ended
+        assert not cache.has("sha256-k", len(DATA))
+
+        def whole(data: bytes) -> None:
+            got.append(data)
+            arrived.set()
+
+        def fetch() -> None:
+            ended.append(cache.fetch("sha256-k", len(DATA), _never, _never, "s3://b/k", whole=whole))
+
+        waiter = threading.Thread(target=fetch, daemon=True)
+        waiter.start()
+        assert arrived.wait(60), "the waiter did not get the bytes of the download in flight"
+        assert got == [DATA]
+        assert waiter.is_alive() and not cache.has("sha256-k", len(DATA))  # the download has not ended yet
+        marker.write_text("go on")
+        waiter.join(60)
+        assert ended == [True] and got == [DATA]  # delivered once; the verified file is here now
+        assert cache.path("sha256-k").read_bytes() == DATA
+    finally:
+        marker.write_text("go on")
+        downloader.join(60)
+    assert downloader.exitcode == 0
+    assert not list((directory / "tmp").iterdir())  # the whole file was renamed into data/
+
+
+def _never(*args) -> None:
+    raise AssertionError("the waiter downloaded or checked the file itself")
+
+
+def _look(tmp_dir: Path, got: list) -> WholeLook:
+    return WholeLook(tmp_dir, "sha256-k", len(DATA), got.append)
+
+
+def test_only_a_regular_file_of_the_expected_size_is_delivered(tmp_path):
+    tmp_dir, got = tmp_path / "tmp", []
+    tmp_dir.mkdir()
+    look = _look(tmp_dir, got)
+    look()
+    assert got == [] and not look.done  # nothing whole yet
+    (tmp_dir / "sha256-k.123.abc").write_bytes(DATA)  # a download still being written: not whole
+    (tmp_dir / f"sha256-other.123.abc{SUFFIX}").write_bytes(DATA)  # another file's
+    (tmp_dir / f"sha256-k.124.abc{SUFFIX}").write_bytes(DATA[:-1])  # not the expected size
+    look()
+    assert got == []
+    (tmp_dir / f"sha256-k.125.abc{SUFFIX}").write_bytes(DATA)
+    look()
+    look()
+    assert got == [DATA] and look.done  # once
+
+
+def test_a_planted_fifo_or_link_is_not_read(tmp_path):
+    tmp_dir, got = tmp_path / "tmp", []
+    tmp_dir.mkdir()
+    os.mkfifo(tmp_dir / f"sha256-k.1.a{SUFFIX}")  # opening a FIFO to read would wait for a writer for ever
+    secret = tmp_path / "secret"
+    secret.write_bytes(DATA)
+    (tmp_dir / f"sha256-k.2.b{SUFFIX}").symlink_to(secret)  # a link to another file is not followed
+    look = _look(tmp_dir, got)
+    done = threading.Event()
+    thread = threading.Thread(target=lambda: (look(), done.set()), daemon=True)
+    thread.start()
+    assert done.wait(60), "reading a planted FIFO blocked"
+    assert got == []
+
+
+def test_a_missing_download_directory_delivers_nothing(tmp_path):
+    got: list = []
+    _look(tmp_path / "gone", got)()
+    assert got == []
