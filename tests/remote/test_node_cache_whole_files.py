@@ -12,13 +12,33 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
 
+import torch_drt as drt
+from torch_drt.locations._remote_file import RemoteFile
 from torch_drt.nodecache._whole_files import SUFFIX, WholeLook
 from torch_drt.nodecache.node_cache import NodeCache
 
 pytestmark = pytest.mark.timeout(120)
 DATA = bytes(range(256)) * 64  # 16 KiB
+
+
+class Receiver:
+    """Takes the bytes while ``wanted`` is set."""
+
+    def __init__(self, wanted: bool = True) -> None:
+        self.got: list[bytes] = []
+        self.arrived = threading.Event()
+        self.wanted_now = wanted
+
+    def wanted(self) -> bool:
+        return self.wanted_now
+
+    def take(self, data: bytes) -> None:
+        self.got.append(data)
+        self.arrived.set()
 
 
 def _download(directory: str, marker: str) -> None:
@@ -44,28 +64,25 @@ def test_a_waiting_process_gets_the_bytes_before_the_downloads_check_and_rename(
     cache = NodeCache(directory, 1 << 20)  # made by this process: the child finds it private and its own user's
     downloader = multiprocessing.get_context("fork").Process(target=_download, args=(str(directory), str(marker)))
     downloader.start()
-    got: list[bytes] = []
-    arrived = threading.Event()
+    receiver = Receiver(wanted=False)
     ended: list[bool] = []
     try:
         _wait_for(marker, "checking", downloader)  # its bytes are written; its check has not ended
         assert not cache.has("sha256-k", len(DATA))
 
-        def whole(data: bytes) -> None:
-            got.append(data)
-            arrived.set()
-
         def fetch() -> None:
-            ended.append(cache.fetch("sha256-k", len(DATA), _never, _never, "s3://b/k", whole=whole))
+            ended.append(cache.fetch("sha256-k", len(DATA), _never, _never, "s3://b/k", whole=receiver))
 
         waiter = threading.Thread(target=fetch, daemon=True)
         waiter.start()
-        assert arrived.wait(60), "the waiter did not get the bytes of the download in flight"
-        assert got == [DATA]
+        assert not receiver.arrived.wait(0.5)  # nobody wants them yet: not read
+        receiver.wanted_now = True  # a read waits for them now
+        assert receiver.arrived.wait(60), "the waiter did not get the bytes of the download in flight"
+        assert receiver.got == [DATA]
         assert waiter.is_alive() and not cache.has("sha256-k", len(DATA))  # the download has not ended yet
         marker.write_text("go on")
         waiter.join(60)
-        assert ended == [True] and got == [DATA]  # delivered once; the verified file is here now
+        assert ended == [True] and receiver.got == [DATA]  # taken once; the verified file is here now
         assert cache.path("sha256-k").read_bytes() == DATA
     finally:
         marker.write_text("go on")
@@ -78,14 +95,15 @@ def _never(*args) -> None:
     raise AssertionError("the waiter downloaded or checked the file itself")
 
 
-def _look(tmp_dir: Path, got: list) -> WholeLook:
-    return WholeLook(tmp_dir, "sha256-k", len(DATA), got.append)
+def _look(tmp_dir: Path, receiver: Receiver) -> WholeLook:
+    return WholeLook(tmp_dir, "sha256-k", len(DATA), receiver)
 
 
 def test_only_a_regular_file_of_the_expected_size_is_delivered(tmp_path):
-    tmp_dir, got = tmp_path / "tmp", []
+    tmp_dir, receiver = tmp_path / "tmp", Receiver()
+    got = receiver.got
     tmp_dir.mkdir()
-    look = _look(tmp_dir, got)
+    look = _look(tmp_dir, receiver)
     look()
     assert got == [] and not look.done  # nothing whole yet
     (tmp_dir / "sha256-k.123.abc").write_bytes(DATA)  # a download still being written: not whole
@@ -100,21 +118,78 @@ def test_only_a_regular_file_of_the_expected_size_is_delivered(tmp_path):
 
 
 def test_a_planted_fifo_or_link_is_not_read(tmp_path):
-    tmp_dir, got = tmp_path / "tmp", []
+    tmp_dir, receiver = tmp_path / "tmp", Receiver()
     tmp_dir.mkdir()
     os.mkfifo(tmp_dir / f"sha256-k.1.a{SUFFIX}")  # opening a FIFO to read would wait for a writer for ever
     secret = tmp_path / "secret"
     secret.write_bytes(DATA)
     (tmp_dir / f"sha256-k.2.b{SUFFIX}").symlink_to(secret)  # a link to another file is not followed
-    look = _look(tmp_dir, got)
+    look = _look(tmp_dir, receiver)
     done = threading.Event()
     thread = threading.Thread(target=lambda: (look(), done.set()), daemon=True)
     thread.start()
     assert done.wait(60), "reading a planted FIFO blocked"
-    assert got == []
+    assert receiver.got == []
 
 
 def test_a_missing_download_directory_delivers_nothing(tmp_path):
-    got: list = []
-    _look(tmp_path / "gone", got)()
-    assert got == []
+    receiver = Receiver()
+    _look(tmp_path / "gone", receiver)()
+    assert receiver.got == []
+
+
+def test_a_forked_reader_reads_its_parents_download_before_the_parents_check(
+        runtime, tmp_path, moto_endpoint, proxy, monkeypatch):
+    """End to end on moto: a loading process's read of a shard its parent downloads gets the records (checked, the
+    right ones) while the parent's SHA-256 of the shard has not ended."""
+    _, url = publish_local(runtime, tmp_path, moto_endpoint, n=40, max_shard_bytes=1 << 20, payload_bytes=64)
+    seq = drt.ReaderConfig(seed=0, shuffle=False)
+    other = runtime.cached_dataset(url, reader_config=seq, storage_options=options(proxy),
+                                   remote_config=remote_config(tmp_path / "other"))
+    expected = [bytes(s.data) for s in other]  # (another node cache: this one stays empty, nothing in flight)
+    ds = runtime.cached_dataset(url, reader_config=seq, storage_options=options(proxy),
+                                remote_config=remote_config(tmp_path / "node"))
+    (shard,) = ds.reader._caches[0].shards
+    assert not shard.present()
+    marker = tmp_path / "marker"
+    check = RemoteFile._check
+
+    def slow_check(self, path):  # the parent's SHA-256 waits until the child read the records
+        marker.write_text("checking")
+        deadline = time.monotonic() + 60
+        while marker.read_text() != "go on" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        marker.write_text("checked")
+        check(self, path)
+
+    monkeypatch.setattr(RemoteFile, "_check", slow_check)
+    outcome: list = []
+
+    def fetch() -> None:
+        try:
+            outcome.append(shard.fetch())
+        except BaseException as e:
+            outcome.append(e)
+
+    fetcher = threading.Thread(target=fetch, daemon=True)
+    fetcher.start()
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert time.monotonic() < deadline and not outcome, f"the download did not reach its check: {outcome}"
+        time.sleep(0.01)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's download has all its bytes; its check has not ended
+        code = 3
+        try:
+            got = ds.reader.read_many(np.zeros(40, dtype=np.int64), np.arange(40))
+            code = 0 if [bytes(d) for d in got] == expected and marker.read_text() == "checking" else 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        marker.write_text("go on")
+        fetcher.join(60)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert shard.present()

@@ -4,6 +4,7 @@ the node cache's sync, SHA-256 and rename; those bytes are trusted no further th
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -41,6 +42,21 @@ def test_a_wait_gets_the_bytes_a_fetch_of_this_process_posts():
     release.set()
     fetcher.join(30)
     assert box.wait("sha256-a") is None  # the fetch is over: the node cache's copy is read now
+
+
+def test_the_bytes_are_waited_for_only_while_a_read_waits():
+    box, got = Arrivals(), []
+    assert not box.waited("sha256-w")
+    with box.expecting("sha256-w"):
+        assert not box.waited("sha256-w")  # a fetch in flight, nobody reading
+        waiter = _waiter(box, "sha256-w", got)
+        deadline = time.monotonic() + 60
+        while not box.waited("sha256-w"):
+            assert time.monotonic() < deadline, "the waiting read was not seen"
+            time.sleep(0.01)
+        box.post("sha256-w", b"bytes")
+        waiter.join(30)
+        assert got == [b"bytes"] and not box.waited("sha256-w")  # received: nobody waits any more
 
 
 def test_a_wait_ends_with_none_when_the_fetch_ends_without_bytes():

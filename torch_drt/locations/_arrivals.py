@@ -21,12 +21,13 @@ _STARTING_S = 0.001  # how often a read asks again whether the fetch it waits fo
 
 
 class _Entry:
-    """One file's downloads in flight in this process (``users``) and the bytes one of them received."""
+    """One file's downloads in flight in this process (``users``), the reads waiting for its bytes (``waiting``)
+    and the bytes one of them received."""
 
-    __slots__ = ("data", "users")
+    __slots__ = ("data", "users", "waiting")
 
     def __init__(self) -> None:
-        self.users, self.data = 0, None
+        self.users, self.waiting, self.data = 0, 0, None
 
 
 class Arrivals:
@@ -60,17 +61,27 @@ class Arrivals:
                 entry.data = data
                 self._cond.notify_all()
 
+    def waited(self, key: str) -> bool:
+        """True while a read waits for the bytes of ``key`` (a fetch in flight, no bytes received yet)."""
+        with self._cond:
+            entry = self._entries.get(key)
+            return entry is not None and entry.data is None and entry.waiting > 0
+
     def wait(self, key: str, pending: Callable[[], bool] | None = None) -> bytes | None:
         """The bytes of ``key`` once a fetch of this process received them; None when no fetch of ``key`` is in
-        flight here, or when it ends without them (found local, another process's download, several requests,
-        a failure). ``pending()`` says whether a fetch of ``key`` is queued or starting (the prefetcher's, which
-        a read just asked for): the wait goes on until that fetch is in flight. The wait is bounded by the
-        fetch's (the store's time-outs)."""
+        flight here, or when it ends without them (found local, several requests, a failure, another process's
+        download that ended before all its bytes were seen). ``pending()`` says whether a fetch of ``key`` is
+        queued or starting (the prefetcher's, which a read just asked for): the wait goes on until that fetch is
+        in flight. The wait is bounded by the fetch's (the store's time-outs)."""
         while True:
             with self._cond:
                 entry = self._entries.get(key)
                 while entry is not None and entry.data is None:
-                    self._cond.wait()
+                    entry.waiting += 1
+                    try:
+                        self._cond.wait()
+                    finally:
+                        entry.waiting -= 1
                     entry = self._entries.get(key)
                 if entry is not None:
                     return entry.data
@@ -82,6 +93,22 @@ class Arrivals:
 
 
 _ARRIVALS = Arrivals()
+
+
+class Arrival:
+    """The receiver of another process's download of ``key`` for this process's reads (``NodeCache.fetch``'s
+    ``whole``): its bytes are read only while a read waits for them."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def wanted(self) -> bool:
+        return arrivals().waited(self.key)
+
+    def take(self, data: bytes) -> None:
+        arrivals().post(self.key, data)
 
 
 def arrivals() -> Arrivals:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_drt.checksums import sha256_file, xxh3_128_hex
-from torch_drt.locations._arrivals import arrivals
+from torch_drt.locations._arrivals import Arrival, arrivals
 from torch_drt.locations._open_maps import MapKey, Mapped, maps
 from torch_drt.locations.base import StoredFile
 from torch_drt.locations.errors import CacheCorruptError
@@ -107,14 +107,11 @@ class RemoteFile(StoredFile):
         backend = self.backend
         # another process's download: its bytes as soon as they are all in, for this process's reads that check
         # every record (as a download of this process posts them, up to the same size)
-        whole = self._post if self.ranges_ok and 0 < self.size <= backend.config.chunk_bytes else None
+        whole = Arrival(self.key) if self.ranges_ok and 0 < self.size <= backend.config.chunk_bytes else None
         with arrivals().expecting(self.key):  # a read waiting for it meanwhile may take its bytes as they come
             return backend.node.fetch(self.key, self.size,
                                       lambda fd: backend.download(self.rel, fd, self.size, self.checksum, requested),
                                       self._check, str(self.where), optional, whole)
-
-    def _post(self, data: bytes) -> None:
-        arrivals().post(self.key, data)
 
     def arrived(self, starts: Sequence[int], ends: Sequence[int]) -> list[bytes] | None:
         """The ranges sliced from the bytes a download of this process received for this file (before its sync,

@@ -13,10 +13,19 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 SUFFIX = ".whole"
+
+
+class Receiver(Protocol):
+    """Who takes the bytes of another process's download: ``wanted()`` says whether they are wanted now (they
+    are read only then), ``take(data)`` gets them (not verified: the receiver checks what it reads)."""
+
+    def wanted(self) -> bool: ...
+
+    def take(self, data: bytes) -> None: ...
 
 
 def show(tmp: Path) -> Path:
@@ -31,29 +40,29 @@ def show(tmp: Path) -> Path:
 
 
 class WholeLook:
-    """Called at each poll of a download's lock another process holds: once that download's bytes are all in,
-    ``deliver`` gets them (once).
+    """Called at each poll of a download's lock another process holds: once that download's bytes are all in and
+    the receiver wants them, it gets them (once).
 
     Args:
         tmp_dir: the node cache's ``tmp/``.
         key: the file's key.
         size: its size (a file of another size is not the download's).
-        deliver: takes the bytes (not verified: the caller checks what it reads).
+        receiver: who takes the bytes.
     """
 
-    def __init__(self, tmp_dir: Path, key: str, size: int, deliver: Callable[[bytes], None]) -> None:
-        self.tmp_dir, self.size, self.deliver = str(tmp_dir), size, deliver
+    def __init__(self, tmp_dir: Path, key: str, size: int, receiver: Receiver) -> None:
+        self.tmp_dir, self.size, self.receiver = str(tmp_dir), size, receiver
         self._prefix = f"{key}."
         self.done = False
 
     def __call__(self) -> None:
-        if self.done:
+        if self.done or not self.receiver.wanted():
             return
         for name in self._names():
             data = self._read(f"{self.tmp_dir}/{name}")
             if data is not None:
                 self.done = True
-                self.deliver(data)
+                self.receiver.take(data)
                 return
 
     def _names(self) -> list[str]:

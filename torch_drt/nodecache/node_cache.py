@@ -47,7 +47,7 @@ from torch_drt.nodecache._node_files import (
 )
 from torch_drt.nodecache._node_small import ManifestCopies
 from torch_drt.nodecache._node_space import NodeSpace
-from torch_drt.nodecache._whole_files import WholeLook, show
+from torch_drt.nodecache._whole_files import Receiver, WholeLook, show
 from torch_drt.nodecache.pinned_file import PinnedFile
 
 logger = logging.getLogger("torch_drt.cache")
@@ -190,7 +190,7 @@ class NodeCache(ManifestCopies, NodeSpace):
         check: Callable[[Path], None],
         shown: str,
         optional: bool = False,
-        whole: Callable[[bytes], None] | None = None,
+        whole: Receiver | None = None,
     ) -> bool:
         """Make sure the verified file ``key`` is here: wait for another process downloading it, or download it.
 
@@ -202,8 +202,8 @@ class NodeCache(ManifestCopies, NodeSpace):
             shown: the file's URL, for messages.
             optional: nobody waits for the file (a prefetch): it is not downloaded when it does not fit under the
                 limit now (every other file is in use or downloading).
-            whole: while this process waits for another process's download of the file, called once with its
-                bytes as soon as they are all in, before that download's sync, check and rename (not verified:
+            whole: while this process waits for another process's download of the file, takes its bytes once
+                they are all in and it wants them, before that download's sync, check and rename (not verified:
                 for a caller that checks what it reads; ``_whole_files``). Needs ``size``.
 
         Returns:
