@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import itertools
 import logging
+import multiprocessing.util
 import os
 from collections import deque
 from time import monotonic
@@ -19,6 +20,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("torch_drt.loader")
 _UIDS = itertools.count()  # worker ids of every pool of this process (ring file names, torch_drt-worker-<uid>)
+
+
+def temp_dir() -> str:
+    """This process's ``multiprocessing`` temporary directory (made now when it has none; removed when this process
+    exits). A process made after it inherits it (``Process`` copies its maker's config, whatever the start method)
+    and puts its own files there, so that one killed (a busy worker at a close) leaves no directory behind (torch's
+    tensors sent through file descriptors start a listener socket in the sender's)."""
+    return multiprocessing.util.get_temp_dir()
 
 
 def _parent_pid(ctx: Any) -> int | None:
@@ -58,6 +67,7 @@ class WorkerHandle:
 
             self.rings = ring_prefix(receiver, self.uid)
         ring = None if self.rings is None else (transport, self.rings)
+        temp_dir()  # before the process is made: it copies this process's config, the directory with it
         self.process = ctx.Process(
             target=worker_main,
             args=(payload, index, tasks_r, results_w, ring, threads, _parent_pid(ctx)),
