@@ -5,9 +5,12 @@ removed when that process exits (``_processes.handle.temp_dir``)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 from script_runner import script_env
@@ -38,11 +41,13 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_killed_workers_leave_no_temporary_directory(tmp_path, context):
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    script = tmp_path / "drop_iterators.py"  # (a file: spawned workers import the dataset's class from it)
-    script.write_text(textwrap.dedent(SCRIPT))
-    done = subprocess.run([sys.executable, str(script), context], env={**script_env(), "TMPDIR": str(temp)},
-                          capture_output=True, text=True, timeout=150)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(p.name for p in temp.iterdir()) == []
+    temp = Path(tempfile.mkdtemp(prefix="td"))  # short: a socket's path there must fit AF_UNIX's 108 bytes
+    try:
+        script = tmp_path / "drop_iterators.py"  # (a file: spawned workers import the dataset's class from it)
+        script.write_text(textwrap.dedent(SCRIPT))
+        done = subprocess.run([sys.executable, str(script), context], env={**script_env(), "TMPDIR": str(temp)},
+                              capture_output=True, text=True, timeout=150)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert sorted(p.name for p in temp.iterdir()) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
