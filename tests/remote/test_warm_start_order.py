@@ -16,15 +16,16 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class GatedFile:
-    """A download whose request is ``requested()``; it ends once ``release`` is set (or fails with ``fail``)."""
+    """A download whose request is ``requested()`` (called ``calls`` times); it ends once ``release`` is set (or
+    fails with ``fail``)."""
 
-    def __init__(self, key: str, fail: bool = False) -> None:
-        self.key, self.size, self.fail = key, 1, fail
+    def __init__(self, key: str, fail: bool = False, calls: int = 1) -> None:
+        self.key, self.size, self.fail, self.calls = key, 1, fail, calls
         self.asking, self.sent, self.release, self.ended = (threading.Event() for _ in range(4))
 
     def fetch(self, optional: bool = False, requested=None) -> bool:
         self.asking.set()
-        if requested is not None:
+        for _ in range(self.calls if requested is not None else 0):
             requested()
         self.sent.set()
         try:
@@ -85,6 +86,20 @@ def test_no_more_than_threads_requests_are_in_flight():
         assert waiting[0].sent.wait(60)
     finally:
         for f in [lead, *rest]:
+            f.release.set()
+        _settle()
+
+
+def test_a_request_announced_twice_counts_once():
+    first = GatedFile("d0", calls=2)  # (a download may call ``requested`` again: one request in flight still)
+    second = GatedFile("d1")
+    try:
+        _warm_start.fetch_now([first, second], threads=1, first=2)
+        assert first.sent.wait(60)
+        first.release.set()
+        assert second.sent.wait(60), "a request announced twice kept a place in flight after it ended"
+    finally:
+        for f in (first, second):
             f.release.set()
         _settle()
 

@@ -167,6 +167,8 @@ def _requested(asked: list[bool], sent: list[bool], leading: bool) -> None:
     global _sending
     with _cond:
         _asked(asked)
+        if sent[0]:  # (called again: it is in flight already)
+            return
         while (not leading and _first) or _sending >= _limit:
             _cond.wait()
         _sending += 1
