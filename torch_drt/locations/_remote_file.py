@@ -207,3 +207,9 @@ class RemoteFile(StoredFile):
         if kept is not None:
             maps().done(self._map_key(), keep=True)
         self.release()
+
+
+def downloadable(files: Sequence[StoredFile], first: int) -> tuple[list[RemoteFile], int]:
+    """The files of ``files`` the node cache can download, in order, and how many are among the first ``first``."""
+    planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
+    return planned, sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)

@@ -21,7 +21,6 @@ waiting for its parent's: ``nodecache._whole_files``).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,8 +28,9 @@ from typing import Any
 from torch_drt._cpu_budget import in_loading_process
 from torch_drt._stage_clock import count_bytes
 from torch_drt.locations._arrivals import arrivals
+from torch_drt.locations._manifest_names import manifest_name
 from torch_drt.locations._open_reads import OpenReads
-from torch_drt.locations._remote_file import RemoteFile, damaged_again, keep_mapped_only, verify_download
+from torch_drt.locations._remote_file import RemoteFile, damaged_again, downloadable, keep_mapped_only, verify_download
 from torch_drt.locations._remote_gather import gather
 from torch_drt.locations.base import CacheBackend, StoredFile
 from torch_drt.locations.errors import CacheCorruptError, MissingFile
@@ -43,7 +43,6 @@ from torch_drt.nodecache.prefetch import ShardPrefetcher
 
 _MANIFESTS = frozenset({"manifest.json", "cacheset.json"})
 _INDEX = "index.bin"
-_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")  # botocore's endpoint settings
 
 
 class RemoteBackend(CacheBackend):
@@ -107,9 +106,8 @@ class RemoteBackend(CacheBackend):
         next read needs after a start or a resume (see ``ShardPrefetcher.update``); the prefetcher looks
         ``RemoteConfig.bytes_ahead(share)`` ahead (``share``: the node's processes planning reads)."""
         if self.config.read_mode == "shards":
-            planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
+            planned, needed = downloadable(files, first)
             keep_mapped_only({f.key for f in planned})
-            needed = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
             self.prefetcher.update(planned, first=needed, bytes_ahead=self.config.bytes_ahead(share),
                                    hold=in_loading_process())
 
@@ -120,10 +118,8 @@ class RemoteBackend(CacheBackend):
         limit now. The requests of the files after the first ``first`` (the first batch's; None: all) wait until
         those ended."""
         if self.config.read_mode == "shards":
-            planned = [f for f in files if isinstance(f, RemoteFile) and f.downloadable]
-            if first is not None:
-                first = sum(1 for f in files[:first] if isinstance(f, RemoteFile) and f.downloadable)
-            _warm_start.fetch_now(planned, self.config.prefetch_shards, first)
+            planned, leading = downloadable(files, len(files) if first is None else first)
+            _warm_start.fetch_now(planned, self.config.prefetch_shards, leading)
 
     def expect(self, rels: Sequence[str]) -> None:
         self._open_reads.expect(rels)
@@ -194,12 +190,8 @@ class RemoteBackend(CacheBackend):
         return self._run(lambda: self.store.read(rel, limit), rel)
 
     def _small_name(self, rel: str) -> str:
-        """The node cache's name for the copy of manifest ``rel``: a digest of where it is read from (its URL,
-        the storage options, endpoint and credentials included, and the endpoint set by the environment), so that
-        one URL at two endpoints is two objects; nothing of it can be read back from the name."""
-        env = {k: os.environ.get(k) for k in _ENDPOINT_ENV} if self.store.scheme in ("s3", "s3a") else {}
-        where = json.dumps([self.where(rel), self.storage_options, env], sort_keys=True, default=repr)
-        return hashlib.sha256(where.encode()).hexdigest()[:40]
+        """The node cache's name for the copy of manifest ``rel`` (``_manifest_names``)."""
+        return manifest_name(self.where(rel), self.storage_options, self.store.scheme)
 
     def _small(self, rel: str, limit: int) -> bytes:
         """A manifest: read by one process of the node, reused by the others for ``manifest_ttl`` seconds."""
