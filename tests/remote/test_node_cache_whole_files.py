@@ -10,11 +10,14 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
+import s3fs
 from remote_fixtures import moto_fixture, options, proxy_fixture, publish_local, remote_config  # noqa: F401
+from remote_servers import s3_options
 
 import torch_drt as drt
 from torch_drt.locations._remote_file import RemoteFile
@@ -138,23 +141,31 @@ def test_a_missing_download_directory_delivers_nothing(tmp_path):
     assert receiver.got == []
 
 
-def test_a_forked_reader_reads_its_parents_download_before_the_parents_check(
-        runtime, tmp_path, moto_endpoint, proxy, monkeypatch):
-    """End to end on moto: a loading process's read of a shard its parent downloads gets the records (checked, the
-    right ones) while the parent's SHA-256 of the shard has not ended."""
+def _opened(runtime, tmp_path, moto_endpoint, proxy) -> tuple[drt.CachedDataset, str, list[bytes]]:
+    """A one-shard cache of 40 records on moto, opened with an empty node cache; its URL and records (read through
+    another node cache: nothing of this one is in flight)."""
     _, url = publish_local(runtime, tmp_path, moto_endpoint, n=40, max_shard_bytes=1 << 20, payload_bytes=64)
     seq = drt.ReaderConfig(seed=0, shuffle=False)
     other = runtime.cached_dataset(url, reader_config=seq, storage_options=options(proxy),
                                    remote_config=remote_config(tmp_path / "other"))
-    expected = [bytes(s.data) for s in other]  # (another node cache: this one stays empty, nothing in flight)
+    expected = [bytes(s.data) for s in other]
     ds = runtime.cached_dataset(url, reader_config=seq, storage_options=options(proxy),
                                 remote_config=remote_config(tmp_path / "node"))
+    return ds, url, expected
+
+
+def _read_in_a_child_during_the_parents_check(ds: drt.CachedDataset, tmp_path: Path, monkeypatch, proxy,
+                                              child: Callable[[], int]) -> tuple[int, list]:
+    """The parent downloads the cache's shard, its SHA-256 held until a forked child ran ``child()`` (the child's
+    exit code) with every byte written; returns that exit code and the download's outcome (True or an error).
+    The shard is requested once: the child read the parent's bytes, it did not request its own."""
     (shard,) = ds.reader._caches[0].shards
     assert not shard.present()
+    proxy.reset()
     marker = tmp_path / "marker"
     check = RemoteFile._check
 
-    def slow_check(self, path):  # the parent's SHA-256 waits until the child read the records
+    def slow_check(self, path):  # the parent's SHA-256 waits until the child has read
         marker.write_text("checking")
         deadline = time.monotonic() + 60
         while marker.read_text() != "go on" and time.monotonic() < deadline:
@@ -181,15 +192,57 @@ def test_a_forked_reader_reads_its_parents_download_before_the_parents_check(
     if pid == 0:  # the child: the parent's download has all its bytes; its check has not ended
         code = 3
         try:
-            got = ds.reader.read_many(np.zeros(40, dtype=np.int64), np.arange(40))
-            code = 0 if [bytes(d) for d in got] == expected and marker.read_text() == "checking" else 1
-        except BaseException:
-            code = 2
-        os._exit(code)
+            code = child() if marker.read_text() == "checking" else 4
+            code = code if marker.read_text() == "checking" else 5  # what it read came before the check ended
+        finally:
+            os._exit(code)
     try:
         _, status = os.waitpid(pid, 0)
     finally:
         marker.write_text("go on")
         fetcher.join(60)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert shard.present()
+    assert [n for path, n in proxy.gets.items() if path.endswith(shard.rel)] == [1]
+    return os.waitstatus_to_exitcode(status), outcome
+
+
+def test_a_forked_reader_reads_its_parents_download_before_the_parents_check(
+        runtime, tmp_path, moto_endpoint, proxy, monkeypatch):
+    """End to end on moto: a loading process's read of a shard its parent downloads gets the records (checked, the
+    right ones) while the parent's SHA-256 of the shard has not ended."""
+    ds, _, expected = _opened(runtime, tmp_path, moto_endpoint, proxy)
+
+    def child() -> int:
+        got = ds.reader.read_many(np.zeros(40, dtype=np.int64), np.arange(40))
+        return 0 if [bytes(d) for d in got] == expected else 1
+
+    code, outcome = _read_in_a_child_during_the_parents_check(ds, tmp_path, monkeypatch, proxy, child)
+    assert code == 0 and outcome == [True]
+    assert ds.reader._caches[0].shards[0].present()
+
+
+def test_a_forked_reader_given_damaged_bytes_by_its_parents_download_gets_a_typed_error(
+        runtime, tmp_path, moto_endpoint, proxy, monkeypatch):
+    """The shard on S3 is damaged (one byte of record 5, same size): the child, handed the download's bytes before
+    the parent's SHA-256, finds the record's checksum wrong and raises ``CacheCorruptError`` naming the shard and
+    the sample, with no endpoint or credentials in it; the parent's download fails its SHA-256; nothing is kept."""
+    ds, url, _ = _opened(runtime, tmp_path, moto_endpoint, proxy)
+    cache = ds.reader._caches[0]
+    fs = s3fs.S3FileSystem(**s3_options(moto_endpoint))
+    key = f"{url[len('s3://'):]}/{cache.shards[0].rel}"
+    data = bytearray(fs.cat_file(key))
+    data[int(cache.index["offset"][5]) + 3] ^= 0x10
+    fs.pipe_file(key, bytes(data))
+
+    def child() -> int:
+        try:
+            ds.reader.read_many(np.zeros(40, dtype=np.int64), np.arange(40))
+        except drt.CacheCorruptError as e:
+            text = str(e)
+            named = cache.shards[0].rel in text and "sample 5" in text
+            return 0 if named and "127.0.0.1" not in text and "testing" not in text else 6
+        return 1  # damaged records returned
+
+    code, outcome = _read_in_a_child_during_the_parents_check(ds, tmp_path, monkeypatch, proxy, child)
+    assert code == 0
+    assert len(outcome) == 1 and isinstance(outcome[0], drt.CacheCorruptError)
+    assert not cache.shards[0].present()
