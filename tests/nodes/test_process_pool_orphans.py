@@ -4,8 +4,10 @@ exit instead of waiting for tasks forever (torch's loader workers do the same)."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -49,7 +51,8 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("context, script", [("fork", SCRIPT), ("spawn", SCRIPT), ("fork", EARLY)],
                          ids=["fork", "spawn", "fork-before-the-workers-start"])
 def test_workers_exit_when_their_pool_process_dies_without_closing_them(context, script, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    temp = tempfile.mkdtemp(prefix="orphans")  # the killed pool's process leaves its multiprocessing directory here
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=temp)
     with open(tmp_path / "err", "w") as err:  # a file, not a pipe: orphans holding a pipe would block its reader
         code = subprocess.call([sys.executable, "-c", script, context, str(tmp_path / "pids")],
                                stdout=subprocess.DEVNULL, stderr=err, timeout=120, env=env)
@@ -62,4 +65,5 @@ def test_workers_exit_when_their_pool_process_dies_without_closing_them(context,
     left = [p for p in pids if _alive(p)]
     for p in left:
         os.kill(p, 9)
+    shutil.rmtree(temp, ignore_errors=True)
     assert not left, f"worker processes {left} outlived their pool's process"
