@@ -46,6 +46,7 @@ def _envs_module(checkout: Path, envs: str | None) -> ModuleType | None:
     if not path.is_file():
         return None
     spec = importlib.util.spec_from_file_location("_torch_drt_bench_envs", path)
+    assert spec is not None and spec.loader is not None  # a .py file's location always gives both
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -106,9 +106,9 @@ def cgroup_cpu_limits(proc: Path = Path("/proc/self")) -> Iterator[Fraction]:
     """Every CPU limit of the process's cgroups, from its own cgroup up to each mount's root."""
     memberships = []
     for line in (proc / "cgroup").read_text().splitlines():
-        hierarchy, controllers, path = line.split(":", 2)
+        hierarchy, listed, cgroup = line.split(":", 2)
         int(hierarchy)
-        memberships.append((frozenset(c for c in controllers.split(",") if c), _kernel_path(path)))
+        memberships.append((frozenset(c for c in listed.split(",") if c), _kernel_path(cgroup)))
     for root, point, version, options in _cpu_mounts((proc / "mountinfo").read_text()):
         for controllers, path in memberships:
             if (version == 2 and controllers) or (version == 1 and not controllers & options):

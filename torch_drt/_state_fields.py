@@ -8,6 +8,7 @@ never later, at the first ``next()``, and never as a KeyError, TypeError or Over
 
 from __future__ import annotations
 
+import builtins  # StateFields.int and .bool shadow the builtins in the annotations that follow them
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -101,13 +102,15 @@ class StateFields:
             raise self.error(key, f"must be an int in [{low}, {high}]")
         return value
 
-    def optional_int(self, key: str, *, low: int = 0, high: int = MAX_COUNT, default: Any = _REQUIRED) -> int | None:
+    def optional_int(
+        self, key: str, *, low: builtins.int = 0, high: builtins.int = MAX_COUNT, default: Any = _REQUIRED
+    ) -> builtins.int | None:
         """``state[key]``: None or an int in ``[low, high]``."""
         if self._value(key, default) is None:
             return None
         return self.int(key, low=low, high=high)
 
-    def seed(self, key: str) -> int | None:
+    def seed(self, key: str) -> builtins.int | None:
         """``state[key]``: None (also when missing) or a seed, an int in ``[0, 2**64)``."""
         return self.optional_int(key, high=MAX_SEED, default=None)
 
@@ -118,7 +121,7 @@ class StateFields:
             raise self.error(key, "must be a bool")
         return value
 
-    def version(self, key: str, current: int, *older: int) -> int | None:
+    def version(self, key: str, current: builtins.int, *older: builtins.int) -> builtins.int | None:
         """The state's version: None when it has none (states from before versions), else ``current`` or one of
         ``older``."""
         if key not in self.state:
@@ -133,8 +136,8 @@ class StateFields:
         for key in keys:
             self._value(key, _REQUIRED)
 
-    def ints(self, key: str, *, ok: Callable[[int], bool] = lambda _: True, must: str = "", default: Any = _REQUIRED,
-             low: int = 0, high: int = MAX_COUNT) -> list[int]:
+    def ints(self, key: str, *, ok: Callable[[builtins.int], builtins.bool] = lambda _: True, must: str = "",
+             default: Any = _REQUIRED, low: builtins.int = 0, high: builtins.int = MAX_COUNT) -> list[builtins.int]:
         """``state[key]``: a list of ints in ``[low, high]``, each ``ok``."""
         value = self._value(key, default)
         if not isinstance(value, list) or not all(_is_int(v) and low <= v <= high and ok(v) for v in value):

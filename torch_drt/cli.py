@@ -48,7 +48,7 @@ def cmd_cache_build(args: argparse.Namespace) -> int:
     options = inputs.storage_options(args)
     remote = is_url(args.root)
     root: Path | str = args.root.rstrip("/") if remote else Path(args.root)
-    if not remote and root.exists() and not root.is_dir():
+    if isinstance(root, Path) and root.exists() and not root.is_dir():  # a Path exactly when not remote
         raise CliError(f"{root} is not a directory")
     config = WriterConfig(
         max_shard_bytes=args.max_shard_bytes,
@@ -94,6 +94,7 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from e
     sizes = sum(s for _, s in layout.shards)
     if args.json:  # JSON only on stdout, so `| jq` and json.load work
+        assert layout.backend is not None  # open_cache's layouts carry the backend they were read from
         summary = {
             "path": str(layout.path),
             "format": "dataset-rt" if layout.legacy else "torch_drt",

@@ -149,7 +149,8 @@ def _train(loader: Any, model: Any, optimizer: Any, steps: int, log: bool) -> tu
     """Train ``steps`` steps over as many epochs as needed; return the batches' indices and the losses."""
     import torch
 
-    seen, losses = [], []
+    seen: list[list[int]] = []
+    losses: list[float] = []
     loss_fn = torch.nn.CrossEntropyLoss()
     while len(losses) < steps:
         for (images, labels), indices in loader:

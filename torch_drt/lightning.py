@@ -181,6 +181,7 @@ class CacheDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> Any:
         """The training loader (one per module: its streams continue from epoch to epoch)."""
         self.setup("fit")
+        assert self._train is not None  # setup opened it
         if self._train_loader is None:
             self._train_loader = self._loader(self._train, shuffle=self.shuffle, samples=self.samples_per_epoch)
             if self._pending_state is not None:

@@ -27,7 +27,8 @@ class _Entry:
     __slots__ = ("data", "users", "waiting")
 
     def __init__(self) -> None:
-        self.users, self.waiting, self.data = 0, 0, None
+        self.users, self.waiting = 0, 0
+        self.data: bytes | None = None
 
 
 class Arrivals:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -108,7 +109,10 @@ class OpenMaps:
         """The size of the mapped file ``key`` now, or None when it is not mapped."""
         with self._lock:
             mapped = self._maps.get(key)
-            return None if mapped is None else mapped.pinned.map.size()
+            if mapped is None:
+                return None
+            assert isinstance(mapped.pinned.map, mmap.mmap)  # mapped (b"" has no size(): the code relied on it)
+            return mapped.pinned.map.size()
 
     def release(self, key: MapKey) -> None:
         """Unmap ``key`` when no read uses it (the node cache may evict the file again)."""

@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import cast
 
 from torch_drt.checksums import sha256_file
 from torch_drt.locations.base import CacheBackend, StoredFile
@@ -46,6 +47,7 @@ class LocalFile(StoredFile):
     def check(self) -> None:
         if not self.size:
             return
+        assert isinstance(self._map, mmap.mmap)  # a file of size > 0 is mapped
         actual = self._map.size()
         if actual != self.size:
             raise CacheCorruptError(
@@ -176,10 +178,11 @@ class LocalBackend(CacheBackend):
         touched = set(numbers)
         for number in touched:
             files[number].check()
+        mapped = cast("Sequence[LocalFile]", files)  # this backend's files: it opened them
         if len(touched) == 1:  # one map: slice it directly
-            mm = files[next(iter(touched))]._map
+            mm = mapped[next(iter(touched))]._map
             return lambda i, j: [mm[a:b] for a, b in zip(starts[i:j], ends[i:j])]
-        return lambda i, j: [files[s]._map[a:b] for s, a, b in zip(numbers[i:j], starts[i:j], ends[i:j])]
+        return lambda i, j: [mapped[s]._map[a:b] for s, a, b in zip(numbers[i:j], starts[i:j], ends[i:j])]
 
 
 register_backend("file", LocalBackend)

@@ -17,8 +17,11 @@ _MIB = 1 << 20
 
 def _positive(name: str, value: object, *, integer: bool = True, zero: bool = False) -> None:
     kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not zero):
+    if (  # one condition (not a variable): mypy narrows value to a number for the comparisons
+        not (isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value))
+        or value < 0
+        or (value == 0 and not zero)
+    ):
         raise ValueError(f"{name}={value!r} must be a{'n int' if integer else ' number'} {'>=' if zero else '>'} 0")
 
 

@@ -9,6 +9,7 @@ strings. A URL that carries credentials, a query or a fragment is refused: pass 
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -80,7 +81,7 @@ class RemoteStore:
         return client
 
     def _make(self) -> tuple[Any, str]:
-        import fsspec
+        import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
 
         try:
             fs, root = fsspec.core.url_to_fs(self.url, **client_options(self.scheme, self.options, self.config))
@@ -254,7 +255,7 @@ class RemoteStore:
 
         return self.run("listing", "", find)
 
-    def list_dirs(self) -> list[str]:
+    def list_dirs(self) -> builtins.list[str]:  # the method list shadows the builtin in the class's annotations
         """The names directly under the prefix (for ``ls`` of a root of caches)."""
         root = self.path("")
 

@@ -235,7 +235,7 @@ def too_large(directory: Path, limit: int, shown: str, size: int) -> ValueError:
 def entries(directory: Path) -> list[tuple[float, int, str]]:
     """(mtime, size, path) of each file in ``directory`` (none when it is missing). Every download's space
     accounting scans the cache under the space lock, so this is kept lean: one ``stat`` per file, no ``Path``."""
-    out = []
+    out: list[tuple[float, int, str]] = []
     try:
         it = os.scandir(directory)
     except FileNotFoundError:

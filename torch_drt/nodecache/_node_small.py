@@ -33,6 +33,7 @@ class ManifestCopies:
             OSError: with errno ENOSPC, naming the local file and ``shown``, when the disk is full (nothing is left).
         """
         path = self.directory / "small" / name
+        data: bytes | None  # the copy read, else the fetched bytes (None: missing)
         with self._lock(f"locks/small-{name}.lock"):
             with contextlib.suppress(FileNotFoundError):
                 st = os.stat(path)  # a copy dated in the future is stale too, and so is one that is no file

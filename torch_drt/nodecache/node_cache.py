@@ -52,7 +52,7 @@ from torch_drt.nodecache.pinned_file import PinnedFile
 
 logger = logging.getLogger("torch_drt.cache")
 
-_SHARED: dict[tuple[str, int, int], NodeCache] = {}
+_SHARED: dict[tuple[str, int, int, bool, float | None], NodeCache] = {}  # by directory, limit, pid, group, wait
 _WAIT = 60.0  # RemoteConfig.lock_wait's default
 _DEMOTED_AGE = 30 * 86400.0  # a demoted file's mtime lies this far back: older than any file in use
 

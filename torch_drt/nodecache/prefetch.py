@@ -168,7 +168,8 @@ class ShardPrefetcher:
 
     def _ahead_of_plan(self) -> list[Fetchable]:
         """The plan's files within ``bytes_ahead`` (the first one always)."""
-        out, ahead = [], 0
+        out: list[Fetchable] = []
+        ahead = 0
         for file in self._plan:
             ahead += file.size
             if ahead > self._bound and out:

@@ -7,7 +7,8 @@ Sequential and shuffled samplers are pure functions of (epoch, position), so a l
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
+from typing import cast
 
 import numpy as np
 
@@ -47,6 +48,8 @@ _KEPT_INTS = 1 << 18  # a sequential epoch of up to this many positions keeps it
 class SequentialSampler(PositionSampler):
     """Position p is index p."""
 
+    n: int
+
     def __init__(self, n: int) -> None:
         self.n = n
         self._ints: list[int] | None = None  # 0 .. n-1, made once: every epoch's index lists are slices of it
@@ -74,6 +77,8 @@ class ShuffledSampler(PositionSampler):
         seed: the shuffle seed.
         window: positions computed per permutation call (a cache, not state).
     """
+
+    n: int
 
     def __init__(self, n: int, seed: int, window: int = 1 << 16) -> None:
         self.n = n
@@ -116,13 +121,13 @@ class IndexListSampler(PositionSampler):
         self.sampler = sampler
         self.dataset_len = dataset_len
         self.sized = hasattr(sampler, "__len__")
-        self.n = len(sampler) if self.sized else None
+        self.n = len(cast(Sized, sampler)) if self.sized else None  # (sized: it has __len__)
         self._iterator: Iterator[int] | None = None
         self._base = 0
         self._window = np.empty(0, dtype=np.int64)
 
     def start_epoch(self, epoch: int, offset: int = 0) -> None:
-        self.n = len(self.sampler) if self.sized else None
+        self.n = len(cast(Sized, self.sampler)) if self.sized else None
         self._iterator = iter(self.sampler)
         for _ in itertools.islice(self._iterator, offset):
             pass

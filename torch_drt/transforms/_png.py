@@ -7,10 +7,14 @@ transparency chunks and APNG go through Pillow, which converts them as ``Decode`
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from torch_drt.transforms._formats import PngHeader
 
+# any buffer, memoryview too (imagecodecs' stub says bytes, bytearray or mmap); None without imagecodecs
+_png_decode: Callable[..., np.ndarray] | None
 try:  # a dependency; without it (or an older build) every PNG goes through Pillow
     from imagecodecs import png_decode as _png_decode
 except ImportError:  # pragma: no cover - imagecodecs is installed with torch_drt

@@ -73,7 +73,7 @@ def adjust_hue_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
     """``F.adjust_hue`` (torchvision's kernel, on floats in [0, 1]); grey images stay as they are."""
     if x.shape[-3] == 1:
         return x
-    from torchvision.transforms.v2.functional import adjust_hue_image
+    from torchvision.transforms.v2.functional import adjust_hue_image  # type: ignore[import-untyped]  # torchvision ships no type information
 
     if not integral:
         return adjust_hue_image(x, hue_factor=factor)
@@ -146,8 +146,9 @@ class ColorJitter(Transform):
         integral = chw.dtype == torch.uint8
         x = chw.to(torch.float32) if integral else chw.clone()  # one working copy, in the input's memory layout
         for fn_id in order:
-            if factors[fn_id] is not None:
-                x = _ADJUST[fn_id](x, factors[fn_id], integral)
+            factor = factors[fn_id]
+            if factor is not None:
+                x = _ADJUST[fn_id](x, factor, integral)
         return (to_uint8(x) if integral else x).as_subclass(Image)
 
 

@@ -14,11 +14,11 @@ from torch_drt.transforms._image import MAX_ALLOC, Image, as_image, check_alloc,
 from torch_drt.transforms.base import Transform
 
 Interpolation = Literal["bilinear", "nearest", "bicubic", "lanczos3"]
-_FILTERS = {
-    "nearest": PILImage.NEAREST,
-    "bilinear": PILImage.BILINEAR,
-    "bicubic": PILImage.BICUBIC,
-    "lanczos3": PILImage.LANCZOS,
+_FILTERS = {  # Pillow's enum: the module's same-valued constants are not declared to type checkers
+    "nearest": PILImage.Resampling.NEAREST,
+    "bilinear": PILImage.Resampling.BILINEAR,
+    "bicubic": PILImage.Resampling.BICUBIC,
+    "lanczos3": PILImage.Resampling.LANCZOS,
 }
 INTERPOLATIONS = tuple(_FILTERS)
 _PIL_MODE = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
