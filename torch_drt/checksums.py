@@ -19,7 +19,8 @@ __all__ = ["copied_checksums", "first_mismatch", "record_checksums", "sha256_fil
 
 _HASH_CHUNK = 1 << 22
 _HOT_BYTES = 1 << 17  # records copied and then hashed a part at a time stay in a core's L2 cache in between
-_record_hash = xxhash.xxh3_64_intdigest
+# numpy declares ndarray's buffer protocol for Python >= 3.12 only: xxhash hashes arrays on 3.11 too
+_record_hash: Callable[[bytes | memoryview | np.ndarray], int] = xxhash.xxh3_64_intdigest  # type: ignore[assignment]
 
 
 def sha256_file(path: Path) -> str:
@@ -69,7 +70,7 @@ def copied_checksums(
     if step >= count:
         data = part(0, count)
         return data, first_mismatch(data, checksums)
-    data: list[bytes] = []
+    data = []
     got: list[int] = []
     for i in range(0, count, step):
         copies = part(i, i + step)

@@ -107,8 +107,8 @@ class RemoteFile(StoredFile):
         file local or another process's download)."""
         backend = self.backend
         # another process's download: its bytes as soon as they are all in, for this process's reads that check
-        # every record (as a download of this process posts them, up to the same size)
-        whole = Arrival(self.key) if self.ranges_ok and 0 < self.size <= backend.config.chunk_bytes else None
+        # every record (as a download of this process posts them, up to the same size: RemoteConfig.handed_whole)
+        whole = Arrival(self.key) if self.ranges_ok and backend.config.handed_whole(self.size) else None
         with arrivals().expecting(self.key):  # a read waiting for it meanwhile may take its bytes as they come
             return backend.node.fetch(self.key, self.size,
                                       lambda fd: backend.download(self.rel, fd, self.size, self.checksum, requested),

@@ -257,7 +257,7 @@ class RemoteBackend(CacheBackend):
             count_bytes("download", size)
             return
         try:
-            if checksum is not None and 0 < size <= self.config.chunk_bytes:  # one request: its bytes are posted
+            if checksum is not None and self.config.handed_whole(size):  # one request: its bytes are posted
                 data = self._run(lambda: self.store.read_range(rel, 0, size), rel)
                 if len(data) != size:
                     raise EOFError(rel)

@@ -126,6 +126,12 @@ class RemoteConfig:
         if self.conditional_writes not in (None, True, False):
             raise ValueError(f"conditional_writes={self.conditional_writes!r} must be None, True or False")
 
+    def handed_whole(self, size: int) -> bool:
+        """Whether a downloading file of ``size`` bytes is handed whole to the reads waiting for it before its
+        download ends (posted by this process's download, or read from another process's once all its bytes are
+        written): files of at most ``chunk_bytes``, so that a hand-off holds no more in memory than one request."""
+        return 0 < size <= self.chunk_bytes
+
     def node_cache_dir(self) -> Path:
         """The node cache directory in force (argument, environment, or the default under the temp directory)."""
         chosen = self.cache_dir or os.environ.get(CACHE_DIR_ENV)
