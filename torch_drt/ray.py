@@ -64,6 +64,9 @@ def _arrow_rows(block_refs: Sequence[Any], pieces: Sequence[tuple[int, int]] | N
                 yield from batch.to_pylist()
 
 
+_Blocks = Sequence[tuple[list[Any], list[tuple[int, int]] | None]]  # each part's blocks, the rows of each (None: all)
+
+
 def _block_pieces(data: Any, bounds: Sequence[tuple[int, int]]) -> list[tuple[list[Any], list[tuple[int, int]]]] | None:
     """Each part's blocks of the materialized ``data`` and the rows of each that belong to it, from the blocks'
     row counts (no Ray Data split: its tasks and round trips cost the driver and the workers CPU per part); None
@@ -121,13 +124,14 @@ def _materialize_in_order(dataset: Any) -> Any:
 
 
 def _run_tasks(
-    plan: list[PartPlan], blocks: list[tuple[list[Any], Any]], start: Any, config: WriterConfig, options: dict,
+    plan: list[PartPlan], blocks: _Blocks, start: Any, config: WriterConfig, options: dict,
     bar: BuildProgress,
 ) -> list[PartOutcome]:
     import ray
     from ray.exceptions import RayError
 
-    counter = ray.remote(num_cpus=0)(_RowCounter).remote() if bar.shown else None
+    # an actor handle (Any: ray types its methods as _RowCounter's own, without .remote)
+    counter: Any = ray.remote(num_cpus=0)(_RowCounter).remote() if bar.shown else None
     task = ray.remote(_write_part_task).options(**options)
     pending = {}
     for p in plan:
@@ -145,7 +149,7 @@ def _run_tasks(
                 except RayError as e:  # the task died (a killed worker, a lost node) and its retries ran out
                     reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300]}"
                     outcomes.append(PartOutcome(part.index, part.name, "failed", message=reason))
-            counts = ray.get(counter.counts.remote()) if counter is not None else {}
+            counts: dict[int, int] = ray.get(counter.counts.remote()) if counter is not None else {}
             running = {i: n for i, n in counts.items() if i not in finished}
             bar.set(base + sum(finished.values()) + sum(running.values()))
     finally:
@@ -220,7 +224,7 @@ def build_cache_set(
     )
     if start.complete is not None:
         return start.complete
-    blocks = _block_pieces(data, bounds)
+    blocks: _Blocks | None = _block_pieces(data, bounds)
     if blocks is None:
         splits = data.split_at_indices([a for a, _ in bounds[1:]]) if len(bounds) > 1 else [data]
         blocks = [(split.to_arrow_refs(), None) for split in splits]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -31,7 +31,8 @@ class Ranks:
 
     def __init__(self) -> None:
         self.rank, self.world = resolve_topology()
-        self.group = dist.new_group(backend="gloo")
+        # a group of every rank: this one is a member (never GroupMember.NON_GROUP_MEMBER)
+        self.group = cast("dist.ProcessGroup", dist.new_group(backend="gloo"))
 
     @classmethod
     def current(cls) -> Ranks | None:
@@ -125,7 +126,7 @@ def build_on_ranks(
         return start.complete
     todo = [p for p in plan if p.index not in start.done]
     known = [p.rows for p in plan]
-    total = sum(known) if None not in known else None
+    total = sum(r or 0 for r in known) if None not in known else None
     reused = sum(plan[i].rows or 0 for i in start.done)
     bar = BuildProgress(name, total, enabled=config.show_progress and ranks.rank == 0)
     heartbeat = _Heartbeat(ranks, lambda rows: bar.set(reused + rows))

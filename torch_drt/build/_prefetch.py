@@ -42,6 +42,7 @@ class Prefetch:
 
     def _run(self, part: PartPlan) -> None:
         convert, held = part.convert, 0
+        assert part.input is not None  # a prefetched part is over a RowRange (can_prefetch)
         for row in part.input:
             try:
                 sample = convert(row)

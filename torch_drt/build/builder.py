@@ -64,7 +64,7 @@ def build_cache_set(
             parts, or when ranks pass different inputs.
     """
     check_workers(num_workers, multiprocessing_context)
-    workers = {"num_workers": num_workers, "multiprocessing_context": multiprocessing_context}
+    workers: dict[str, Any] = {"num_workers": num_workers, "multiprocessing_context": multiprocessing_context}
     config = writer_config or WriterConfig()
     plan = plan_parts(name, inputs)
     if "torch.distributed" in sys.modules:  # else no process group can be initialized (and torch stays unloaded)
@@ -85,7 +85,8 @@ def build_cache_set(
     if start.complete is not None:
         return start.complete
     known = [p.rows for p in plan]
-    with BuildProgress(name, None if None in known else sum(known), enabled=config.show_progress) as bar:
+    total = None if None in known else sum(r or 0 for r in known)
+    with BuildProgress(name, total, enabled=config.show_progress) as bar:
         bar.add(sum(plan[i].rows or 0 for i in start.done))
         entries = SetEntries(start.set_dir, start.remote)  # made as each part is done, not all at the end
         for reused in start.done.values():

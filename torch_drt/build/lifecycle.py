@@ -71,7 +71,7 @@ def read_journal(set_dir: Path | str, storage_options: Mapping[str, Any] | None 
 
 def _check_plan(set_dir: Path | str, name: str, plan: Sequence[PartPlan], remote: dict[str, Any]) -> None:
     """Record the plan on the first run; on a later run, refuse a plan that differs from the recorded one."""
-    body = {"format": _JOURNAL_FORMAT, "version": 1, "set": name, "parts": [p.describe() for p in plan]}
+    body: dict[str, Any] = {"format": _JOURNAL_FORMAT, "version": 1, "set": name, "parts": [p.describe() for p in plan]}
     recorded = read_journal(set_dir, remote.get("storage_options"))
     if recorded is None:
         text = json.dumps(body, indent=2, sort_keys=True)
@@ -133,7 +133,9 @@ def start_build(
         ValueError: when an earlier run of this set recorded another plan.
     """
     set_dir = set_directory(root, name)
-    remote = {"storage_options": storage_options, "remote_config": remote_config} if isinstance(set_dir, str) else {}
+    remote: dict[str, Any] = (
+        {"storage_options": storage_options, "remote_config": remote_config} if isinstance(set_dir, str) else {}
+    )
     if is_cache_set(set_dir, **remote):
         if not exist_ok:
             raise FileExistsError(f"cache set already exists: {set_dir} (a set is never overwritten)")

@@ -7,6 +7,7 @@ part removes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -58,6 +59,8 @@ class _TrackedRows:
         self.name = part.name
         self._take = take
         self._head = deque(head)
+        if part.input is None:  # as iter(None) would: a plan's part must have its rows attached to be written
+            raise TypeError(f"part {part.name} has no input rows attached")
         self._rows = itertools.islice(iter(part.input), len(head), None) if head else iter(part.input)
         self._at_end = at_end
         self._convert = part.convert
@@ -95,7 +98,7 @@ class _TrackedRows:
                     if self._take is None:
                         sample = self._convert(row)
                     else:
-                        sample = self._take(row_index, lambda row=row: self._convert(row))
+                        sample = self._take(row_index, functools.partial(self._convert, row))
                 except Exception:
                     self.error_row = row_index
                     raise
@@ -165,7 +168,7 @@ def write_part(
         ``"reused"``, ``"written"``, ``"empty"`` (no sample: nothing written) or ``"failed"`` naming the input
         row at fault when there is one (its position in the whole input).
     """
-    remote = {"storage_options": storage_options, "remote_config": remote_config}
+    remote: dict[str, Any] = {"storage_options": storage_options, "remote_config": remote_config}
     parts_root = Location.parse(parts_root).target
     if (done := published_part(part, parts_root, verify=config.validate_cache, **remote)) is not None:
         if progress is not None and part.rows:

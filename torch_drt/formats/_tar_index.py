@@ -156,7 +156,7 @@ _EXTENDED = frozenset([tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE
 def _number(field: bytes) -> int:
     """A numeric header field as ``tarfile`` reads it (octal, or base-256); ``ValueError`` when it is neither."""
     if field[0] in (0o200, 0o377):
-        return tarfile.nti(field)
+        return tarfile.nti(field)  # type: ignore[attr-defined]  # tarfile's own helper, not in typeshed
     return int(field.split(b"\0", 1)[0].strip() or b"0", 8)
 
 
@@ -165,7 +165,7 @@ def _plain_header(block: bytes) -> tuple[str, bytes, int] | None:
     try:
         stored = _number(block[148:156])
         unsigned = sum(block) - sum(block[148:156]) + 256
-        if stored != unsigned and stored not in tarfile.calc_chksums(block):
+        if stored != unsigned and stored not in tarfile.calc_chksums(block):  # type: ignore[attr-defined]  # as nti
             return None
         length = _number(block[124:136])
         if length < 0:

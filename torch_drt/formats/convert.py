@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from torch_drt.cache.records import CacheInput
+from torch_drt.cache.records import CacheInput, MetadataValue
 from torch_drt.describe import described
 from torch_drt.formats.fields import encode_fields
 from torch_drt.formats.shard_set import ShardSet
@@ -60,7 +60,7 @@ def column_name(field: str) -> str:
     return field[2:-2] if len(field) > 4 and field.startswith("__") and field.endswith("__") else field
 
 
-def _is_scalar(value: Any) -> bool:
+def _is_scalar(value: Any) -> TypeGuard[MetadataValue]:
     return type(value) in _SCALARS and (type(value) is not int or _INT64[0] <= value <= _INT64[1])
 
 
@@ -82,7 +82,7 @@ class _Source:
             if self.metadata or self.payload:
                 raise ConvertError(f"sample {i} is a {type(sample).__name__}, not a dict of fields")
             return CacheInput(encode_fields(sample), {})
-        meta = {}
+        meta: dict[str, MetadataValue] = {}
         for column, field in self.columns.items():
             value = sample.get(field)
             if not _is_scalar(value):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import re
 import struct
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -23,8 +24,10 @@ MAGIC = b"TDRTF1\x00\x00"
 _MAX_DEPTH = 64
 _U64 = struct.Struct("<Q")
 _F64 = struct.Struct("<d")
-_TEXT = {b"s": str, b"D": Decimal, b"z": datetime.datetime.fromisoformat, b"y": datetime.date.fromisoformat,
-         b"h": datetime.time.fromisoformat}
+_TEXT: dict[bytes, Callable[[str], Any]] = {
+    b"s": str, b"D": Decimal, b"z": datetime.datetime.fromisoformat, b"y": datetime.date.fromisoformat,
+    b"h": datetime.time.fromisoformat,
+}
 _DTYPE = re.compile(r"[<>|=][biufc][0-9]{1,2}")
 _SEQUENCES = {b"l": list, b"u": tuple, b"S": set, b"Z": frozenset}
 _IMAGE_MODES = frozenset({"1", "L", "LA", "P", "PA", "RGB", "RGBA", "RGBX", "CMYK", "YCbCr", "LAB", "HSV", "I", "F",

@@ -104,8 +104,8 @@ class ShardSet(ABC):
         if at.dtype.kind not in "iu" or at.ndim != 1:  # bools, floats, objects: each one as ``locate`` takes it
             if not len(indices):
                 return np.empty(0, np.int64), np.empty(0, np.int64)
-            shards, local = zip(*(self.locate(i) for i in indices))
-            return np.asarray(shards, np.int64), np.asarray(local, np.int64)
+            found, within = zip(*(self.locate(i) for i in indices))
+            return np.asarray(found, np.int64), np.asarray(within, np.int64)
         n = len(self)
         at = np.where(at < 0, at + n, at).astype(np.int64, copy=False)
         if len(at) and (at.min() < 0 or at.max() >= n):

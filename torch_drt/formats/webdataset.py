@@ -109,7 +109,9 @@ class WebDatasetShards(ShardSet):
         file.check()
         whole = shard in self._checked or self._check_shard(file, shard)
         skip = 0 if whole else HEADER
-        data = file.gather((starts[fields] - skip).tolist(), ends[fields].tolist()) if fields else []
+        data: Sequence[bytes | memoryview] = (
+            file.gather((starts[fields] - skip).tolist(), ends[fields].tolist()) if fields else []
+        )
         if not whole and not self._check_shard(file, shard):  # (mapped by the gather, when it is local now)
             data = [memoryview(d) for d in data]
             fault = check_headers([d[:HEADER] for d in data], [keys[i] for i, (a, b) in zip(indices, spans)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from torch_drt.describe import described
 from torch_drt.lm.source import TokenSource
@@ -28,7 +29,7 @@ class ArraySource(TokenSource):
         self.dtype = tokens.dtype
 
     @classmethod
-    def from_documents(cls, documents: Iterable[np.ndarray], dtype: object = None) -> ArraySource:
+    def from_documents(cls, documents: Iterable[np.ndarray], dtype: DTypeLike | None = None) -> ArraySource:
         """Concatenate ``documents`` (1-D arrays) into one source."""
         docs = [np.asarray(d, dtype=dtype).ravel() for d in documents]
         sizes = np.fromiter((d.size for d in docs), dtype=np.int64, count=len(docs))

@@ -40,7 +40,7 @@ class DocumentSource(TokenSource):
         return {"storage": self.storage}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["storage"])
+        type(self).__init__(self, state["storage"])
 
     def __len__(self) -> int:
         return len(self._lengths)

@@ -49,16 +49,19 @@ def loader_kwargs_from_storage(
 
         if sequence_length is None:
             raise TypeError("packing needs sequence_length")
-        options = {"method": packing} if isinstance(packing, str) else dict(packing)
+        options: dict[str, Any] = {"method": packing} if isinstance(packing, str) else dict(packing)
         if isinstance(storage, TokenStreamStorage):  # windows are addressable: map-style, the loader shuffles
             if set(options) - {"method", "pad_id"}:
                 raise TypeError(f"a token stream is cut into windows: {sorted(set(options) - {'method', 'pad_id'})}"
                                 " do not apply")
             dataset: Any = PackedWindows(storage, sequence_length, options.get("pad_id", 0))
         else:
-            if shuffle and shuffle_seed is None:
-                shuffle_seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
-            dataset = PackerNode(storage, sequence_length, shuffle=shuffle, seed=shuffle_seed if shuffle else 0,
+            seed = 0  # no shuffle
+            if shuffle and shuffle_seed is not None:
+                seed = shuffle_seed
+            elif shuffle:  # no seed given: one drawn at random
+                seed = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+            dataset = PackerNode(storage, sequence_length, shuffle=shuffle, seed=seed,
                                  rank=rank, world_size=world_size, **options)
             shuffle = False  # the node shuffles
     elif isinstance(storage, TokenStreamStorage):

@@ -68,7 +68,9 @@ class SourcePlanner:
         self.epoch = 0
         self._cursor = 0
         self._order: KeyedPermutation | None = None
-        self._block_start, self._ids, self._sizes = 0, [], []
+        self._block_start = 0
+        self._ids: list[int] = []  # the block's documents, in the epoch's order
+        self._sizes: list[int] = []  # their lengths
 
     def start(self, epoch: int, state: dict[str, Any] | None = None) -> None:
         """Begin ``epoch`` at its start, or at ``state`` (from ``state()`` in that epoch; see ``check_state``)."""
@@ -76,7 +78,7 @@ class SourcePlanner:
         n = len(self.lengths)
         self._order = KeyedPermutation(n, self.seed, epoch) if self.shuffle and n else None
         self._cursor = 0 if state is None else state[self.CURSOR_KEY]
-        empty = {self.packer.BINS_KEY: [], self.packer.READY_KEY: []}
+        empty: dict[str, Any] = {self.packer.BINS_KEY: [], self.packer.READY_KEY: []}
         self.packer.restore(state[self.PACKER_KEY] if state else empty)
         self._block_start, self._ids, self._sizes = self._cursor, [], []
 

@@ -125,7 +125,7 @@ def _schema_json(schema: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
     return [{"name": n, "kind": k} for n, k in schema]
 
 
-def _parse_part(entry: object, where: Path) -> CacheSetPart:
+def _parse_part(entry: object, where: Path | str) -> CacheSetPart:
     bad = CacheCorruptError(where, f"part entry {str(entry)[:200]} is malformed")
     if not isinstance(entry, dict):
         raise bad
@@ -137,6 +137,7 @@ def _parse_part(entry: object, where: Path) -> CacheSetPart:
     for key, value, high in (("cache_id", cache_id, MAX_CACHE_ID), ("sample_count", count, MAX_FILE_BYTES)):
         if type(value) is not int or not 0 <= value <= high:
             raise CacheCorruptError(where, f"{bad.reason}: field {key!r} is {value!r:.40}, not an int in [0, {high}]")
+    assert isinstance(cache_id, int) and isinstance(count, int)  # checked just above
     try:
         schema = tuple((str(c["name"]), str(c["kind"])) for c in entry["metadata_schema"])
     except (KeyError, TypeError):
@@ -189,7 +190,8 @@ def read_cache_set(
 
 def _disagreement(parts: Sequence[CacheSetPart]) -> str | None:
     """Why ``parts`` cannot form one dataset (another schema, a repeated cache id), naming the part; else None."""
-    first, seen = parts[0], {}
+    first = parts[0]
+    seen: dict[int, str] = {}  # cache id: the part that has it
     for part in parts:
         if part.schema != first.schema:
             return (

@@ -13,7 +13,7 @@ import posixpath
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch_drt.cache.validate import open_cache
 from torch_drt.locations.location import Location, split_protocol
@@ -32,6 +32,7 @@ from torch_drt.sets.cache_set import (
 )
 
 if TYPE_CHECKING:
+    from torch_drt.locations.remote import RemoteBackend
     from torch_drt.locations.remote_config import RemoteConfig
 
 
@@ -168,7 +169,7 @@ def _put_new_remote(
     store = RemoteStore(set_url, options, config)
     if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):
         raise FileExistsError(f"cache set already exists: {set_url}")
-    backend = _backend(set_url, options, config)
+    backend = cast("RemoteBackend", _backend(set_url, options, config))  # a URL's (fsspec) backend
     backend.forget(SET_MANIFEST_FILE)  # a "missing" answer this node remembered is stale now
 
 

@@ -66,6 +66,7 @@ class HttpDataset(LocatedDataset):
     """
 
     kind = "url"
+    timeout: float  # never None here (refused in __init__)
 
     def __init__(
         self,

@@ -12,7 +12,7 @@ import numpy as np
 
 from torch_drt.cache.config import WriterConfig
 from torch_drt.cache.reader import CacheReader
-from torch_drt.cache.records import CacheInput, CacheWriteError
+from torch_drt.cache.records import CacheInput, CacheWriteError, CacheWriteResult
 from torch_drt.cache.validate import load_cache
 from torch_drt.cache.writer import write_source
 from torch_drt.describe import described
@@ -58,7 +58,7 @@ class DocumentStorageWriter:
     ):
         self.dtype = None if dtype is None else np.dtype(dtype)
         self._q: queue.Queue = queue.Queue(maxsize=256)
-        self._result = None
+        self._result: CacheWriteResult | None = None
         config = writer_config or WriterConfig(show_progress=False)
         target = Location.parse(root).target
 
@@ -92,6 +92,7 @@ class DocumentStorageWriter:
         self._thread.join()
         if isinstance(self._result, CacheWriteError):
             raise OSError(f"document storage {self._result.source_name!r}: {self._result.message}")
+        assert self._result is not None  # the writer thread answered (None only if write_source itself raised)
         return self._result.path
 
     def __enter__(self) -> DocumentStorageWriter:

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class TokenStreamWriter:
         self._stage = StagingDir(self.root, name)
         self._staging = self._stage.path
         self._shards: list[int] = []
-        self._file = None
+        self._file: BinaryIO | None = None  # the shard being written
         self._closed = False
 
     def write(self, tokens: Any) -> None:
@@ -75,18 +75,20 @@ class TokenStreamWriter:
             arr = arr.astype(self.dtype)
         arr = np.ascontiguousarray(arr).ravel()
         while arr.size:
-            if self._file is None or self._shards[-1] == self.shard_elements:
-                self._next_shard()
+            file = self._file
+            if file is None or self._shards[-1] == self.shard_elements:
+                file = self._next_shard()
             room = self.shard_elements - self._shards[-1]
             part, arr = arr[:room], arr[room:]
-            part.tofile(self._file)
+            part.tofile(file)
             self._shards[-1] += part.size
 
-    def _next_shard(self) -> None:
+    def _next_shard(self) -> BinaryIO:
         if self._file is not None:
             self._file.close()
         self._file = open(self._staging / f"{len(self._shards):06d}.bin", "wb")  # noqa: SIM115 - kept open
         self._shards.append(0)
+        return self._file
 
     def close(self) -> Path | str:
         """Publish the stream and return its path (its URL for a URL root).
@@ -175,8 +177,12 @@ class TokenStreamStorage:
             nbytes = shard["elements"] * self.dtype.itemsize
             file = self._backend.open(shard["name"], nbytes, checksum=("sha256", shard["sha256"]))
             self._files.append(file)
-            # a plain ndarray over the map: slicing it is much cheaper than slicing an np.memmap
-            self._arrays.append(np.frombuffer(file.view(), dtype=self.dtype) if file.lasting else None)
+            array = None
+            if file.lasting:  # a plain ndarray over the map: slicing it is much cheaper than slicing an np.memmap
+                view = file.view()
+                assert view is not None  # a lasting file's view is its map
+                array = np.frombuffer(view, dtype=self.dtype)
+            self._arrays.append(array)
         sizes = [int(s["elements"]) for s in manifest["shards"]]
         self._starts = [0, *itertools.accumulate(sizes)]
         self.total_elements = self._starts[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -183,9 +183,13 @@ class ImageCollator:
         if not items:
             raise ValueError("ImageCollator got an empty batch")  # as dataloader-rs's
         if not isinstance(items[0], tuple):
-            return ImageBatch(self._collator([unwrap(item) for item in items]))
+            return self._batch([unwrap(item) for item in items])
         fields = len(items[0])
         if any(not isinstance(item, tuple) or len(item) != fields for item in items):
             raise ValueError(f"the items of one batch must all be {fields}-tuples or all images")
-        batch = ImageBatch(self._collator([unwrap(item[0]) for item in items]))
+        batch = self._batch([unwrap(item[0]) for item in items])
         return (batch, *([item[k] for item in items] for k in range(1, fields)))
+
+    def _batch(self, images: list[Any]) -> ImageBatch:
+        # images (none a tuple, at least one): torch_drt's collator answers with the batch itself
+        return ImageBatch(cast(_ImageBatch, self._collator(images)))

@@ -94,7 +94,7 @@ class _Transform:
 
     def _apply(self, image: Any) -> Any:
         if isinstance(image, Image):
-            layout: str | None = image.layout
+            layout: str = image.layout
         elif isinstance(image, _transforms.Image):
             layout = image.memory_layout
         else:

@@ -20,7 +20,7 @@ from torch_drt.cache.config import ReaderConfig
 from torch_drt.publish import fsync_path
 
 if TYPE_CHECKING:
-    from torch_drt.cache.dataset import CachedDataset
+    from torch_drt.compat.dataset_rt.dataset import CachedDataset
 
 __all__ = ["CONFIG_NAME", "METADATA_NAME", "DatasetConfiguration", "dump_config", "load_config"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch_drt.cache.config import ReaderConfig, WriterConfig
 from torch_drt.cache.dataset import CachedDataset as _CachedDataset
@@ -79,9 +79,9 @@ class DatasetRuntime(_DatasetRuntime):
             detail = "; ".join(f"{r.source_name}: {r.message}" for r in failures) or "no sources given"
             return CacheSourcesDatasetError(results, f"no cache could be written or reused ({detail})")
         try:
-            dataset = self.cached_dataset(
+            dataset = cast("CachedDataset", self.cached_dataset(  # this runtime's dataset_class
                 paths, reader_config=reader_config, storage_options=storage_options, remote_config=remote_config
-            )
+            ))
         except (CacheCorruptError, ValueError, OSError) as e:  # OSError: a cache removed since it was written
             return CacheSourcesDatasetError(results, f"caches could not be loaded together: {e}")
         return CacheSourcesDatasetSuccess(dataset, results)
