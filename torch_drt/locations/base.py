@@ -192,6 +192,10 @@ class CacheBackend(ABC):
                 out[i] = data
         return out
 
+    def forget(self, rel: str) -> None:  # noqa: B027 - optional for backends that remember nothing
+        """Drop what this node remembers of ``rel`` (a manifest copy or a "missing" answer), after it was published
+        here, say; backends that remember nothing do nothing."""
+
     def gather_parts(
         self, files: Sequence[StoredFile], numbers: Sequence[int], starts: Sequence[int], ends: Sequence[int]
     ) -> Callable[[int, int], list[bytes]]:

@@ -13,7 +13,7 @@ import posixpath
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from torch_drt.cache.validate import open_cache
 from torch_drt.locations.location import Location, split_protocol
@@ -32,7 +32,6 @@ from torch_drt.sets.cache_set import (
 )
 
 if TYPE_CHECKING:
-    from torch_drt.locations.remote import RemoteBackend
     from torch_drt.locations.remote_config import RemoteConfig
 
 
@@ -169,8 +168,7 @@ def _put_new_remote(
     store = RemoteStore(set_url, options, config)
     if not store.put_new(SET_MANIFEST_FILE, json.dumps(body, indent=2, sort_keys=True).encode()):
         raise FileExistsError(f"cache set already exists: {set_url}")
-    backend = cast("RemoteBackend", _backend(set_url, options, config))  # a URL's (fsspec) backend
-    backend.forget(SET_MANIFEST_FILE)  # a "missing" answer this node remembered is stale now
+    _backend(set_url, options, config).forget(SET_MANIFEST_FILE)  # a "missing" answer this node remembered is stale now
 
 
 def _write_new_json(path: Path, body: Any) -> None:
