@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zstandard import ZstdDecompressor
 
 
 def compressor(algo: str, level: int = 3) -> Callable[[bytes], bytes] | None:
@@ -15,7 +20,7 @@ def compressor(algo: str, level: int = 3) -> Callable[[bytes], bytes] | None:
     if algo == "none":
         return None
     if algo == "lz4":
-        import lz4.block
+        import lz4.block  # type: ignore[import-untyped]  # lz4 ships no type information
 
         return lambda data: lz4.block.compress(data, store_size=True)
     if algo == "zstd":
@@ -68,7 +73,7 @@ def _zstd(limit: int) -> Callable[[bytes], bytes]:
     return decompress
 
 
-def _new_dctx(local: threading.local, zstandard) -> object:
+def _new_dctx(local: threading.local, zstandard: ModuleType) -> ZstdDecompressor:
     local.dctx = zstandard.ZstdDecompressor()
     return local.dctx
 

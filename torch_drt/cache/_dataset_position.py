@@ -4,7 +4,7 @@ and the checkpoint (``state_dict`` / ``load_state_dict``, O(1) to resume)."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class DatasetPosition:
     _latest: Window | None
     _resume_len: int | None
     _draws: tuple[ActiveTable, RowStream] | None
-    sampling_default: str
+    sampling_default: ClassVar[str]
 
     def _sampling(self) -> str | None:
         """How this dataset's own iteration shuffles: None (sequential), ``"shard_window"``, ``"permutation"`` or
@@ -112,6 +112,7 @@ class DatasetPosition:
         """
         with self._lock:
             window = self._latest
+            remaining: int | None
             if window is not None and window.delivered < window.count:
                 position, remaining = window.start + window.delivered, window.count - window.delivered
             else:

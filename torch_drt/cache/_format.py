@@ -122,8 +122,10 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)  # a repeated key leaves fewer entries than pairs (the key is looked for only then)
     if len(obj) != len(pairs):
         seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise ValueError(f"duplicated key {dup!r}")
+        for key, _ in pairs:  # the first key that repeats an earlier one
+            if key in seen:
+                raise ValueError(f"duplicated key {key!r}")
+            seen.add(key)
     return obj
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.layout import CacheLayout
+from torch_drt.cache.layout import CacheLayout, backend_of
 from torch_drt.locations import StoredFile
 
 HEADER = 8  # bytes of the JSON length before each record's JSON
@@ -43,7 +43,7 @@ def payload_index(layout: CacheLayout, index: np.ndarray, shards: Sequence[Store
         if np.any(lengths < HEADER):
             bad = int(rows[np.argmax(lengths < HEADER)])
             raise CacheCorruptError(
-                layout.backend.where(layout.shard_path(shard_no)),
+                backend_of(layout).where(layout.shard_path(shard_no)),
                 f"record of sample {bad} is shorter than its {HEADER}-byte header",
             )
         starts = index["offset"][rows].astype(np.int64)
@@ -52,7 +52,7 @@ def payload_index(layout: CacheLayout, index: np.ndarray, shards: Sequence[Store
         if np.any(over):
             bad = int(rows[np.argmax(over)])
             raise CacheCorruptError(
-                layout.backend.where(layout.shard_path(shard_no)),
+                backend_of(layout).where(layout.shard_path(shard_no)),
                 f"the metadata header of sample {bad} overruns its record",
             )
         out["offset"][rows] = index["offset"][rows] + HEADER + json_len
@@ -96,6 +96,6 @@ def verify_embedded_metadata(
             ):
                 detail = f": {error}" if error else f" ({embedded!r:.200} vs {stored!r:.200})"
                 raise CacheCorruptError(
-                    layout.backend.where(layout.shard_path(shard_no)),
+                    backend_of(layout).where(layout.shard_path(shard_no)),
                     f"embedded metadata does not match metadata.arrow for sample {row}{detail}",
                 )

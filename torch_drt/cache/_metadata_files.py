@@ -27,8 +27,9 @@ def _stamp(layout: CacheLayout) -> _Stamp | None:
     Raises:
         CacheCorruptError: naming the file, when it is gone.
     """
-    where = layout.backend.where(METADATA_FILE) if layout.backend is not None else None
-    if not isinstance(where, Path) or not layout.backend.stats_cheaply:
+    backend = layout.backend
+    where = backend.where(METADATA_FILE) if backend is not None else None
+    if backend is None or not isinstance(where, Path) or not backend.stats_cheaply:
         return None
     try:
         st = os.stat(where)

@@ -10,7 +10,7 @@ they are table rows already).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -31,7 +31,7 @@ class Consumer(NamedTuple):
 
     rank: int = 0
     world_size: int = 1
-    index: int = 0
+    index: int = 0  # type: ignore[assignment]  # the field shadows tuple.index, as meant (mypy flags the name)
     per_rank: int = 1
 
 
@@ -143,10 +143,12 @@ def weighted(o: OrderInputs) -> Built:
     if o.layout == SPLIT:
         population = KeyedPermutation(o.rows, o.seed)(o.span_rows())
         per_row = o.weights if o.cum_weights is None else np.diff(o.cum_weights, prepend=0.0)
+        assert per_row is not None  # weights are given where cumulative ones are not (OrderInputs)
         return population, WeightedDraws(per_row[population], o.seed, stream=stream)
     if o.cum_weights is not None:
         return None, WeightedDraws.from_cumulative(o.cum_weights, o.seed, stream=stream)
-    return None, WeightedDraws(o.weights, o.seed, stream=stream)
+    # weights are given where cumulative ones are not (a table of neither fails in WeightedDraws, as ever)
+    return None, WeightedDraws(cast("np.ndarray", o.weights), o.seed, stream=stream)
 
 
 ORDERS: dict[str, Callable[[OrderInputs], Built]] = {

@@ -78,7 +78,7 @@ class ShardFiles:
         self._synced: list[Future] = []  # each closed shard's sync, and each data sync of a growing one
         self._fd = -1
         self._writeback_fd = -1  # the write-back helper's duplicate of ``_fd`` (durable only)
-        self._shard_hash: ShardHash | None = None
+        self._shard_hash: ShardHash  # the current shard's, from _open_next (below) on
         self._pos = 0  # bytes of the current shard, the chunk's included
         self._written = 0  # bytes of the current shard written to its file
         self._hashed = 0  # bytes of the current shard handed to the hasher

@@ -103,6 +103,13 @@ class CacheLayout:
         )
 
 
+def backend_of(layout: CacheLayout) -> CacheBackend:
+    """``layout.backend``, through which its files are read: every layout ``parse_manifest`` returns has one (a
+    ``CacheLayout`` made without one describes a cache, nothing of it can be read)."""
+    assert layout.backend is not None, f"{layout.path}: a CacheLayout without a backend cannot be read"
+    return layout.backend
+
+
 class _Manifest:
     """Typed access to the manifest's fields; every failure names the manifest."""
 
@@ -113,7 +120,7 @@ class _Manifest:
         return CacheCorruptError(self.where, reason)
 
     def get(
-        self, obj: dict[str, Any], key: str, kind: type, *, default: Any = ..., low: int | None = None,
+        self, obj: dict[str, Any], key: str, kind: type[Any], *, default: Any = ..., low: int | None = None,
         high: int = MAX_FILE_BYTES,
     ) -> Any:
         """``obj[key]``, of type ``kind``; an int also within ``[low, high]`` (by default at most the largest file

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -24,7 +25,10 @@ from torch_drt.cache._verified import RECORD_CHECKS
 from torch_drt.cache.layout import CacheLayout
 from torch_drt.cache.validate import open_cache, open_layout
 from torch_drt.describe import described
-from torch_drt.locations.base import StoredFile
+from torch_drt.locations.base import CacheBackend, StoredFile
+
+if TYPE_CHECKING:
+    from torch_drt.locations.remote import RemoteBackend
 
 
 class CacheReader:
@@ -58,7 +62,9 @@ class CacheReader:
         self._offsets = np.concatenate([[0], np.cumsum([len(lay.shards) for lay in self.layouts])]).astype(np.int64)
 
     @classmethod
-    def open(cls, paths: Sequence[str | Path], verify: bool = False, record_checks: str = "every_read") -> CacheReader:
+    def open(
+        cls, paths: Sequence[str | Path | CacheBackend], verify: bool = False, record_checks: str = "every_read"
+    ) -> CacheReader:
         """Open the caches at ``paths`` for reading payloads.
 
         The manifest, the shards' sizes and the index are checked as at every open; the metadata table, which
@@ -151,7 +157,8 @@ class CacheReader:
         ``prefetch`` stays as it is."""
         remote = [c for c in self._caches if not c.backend.stats_cheaply]
         if remote:
-            remote[0].backend.fetch_first(self._shard_files(groups), first)
+            # only the remote backend is not stats_cheaply (the base class has no fetch_first)
+            cast("RemoteBackend", remote[0].backend).fetch_first(self._shard_files(groups), first)
 
     def _shard_files(self, groups: np.ndarray) -> list[StoredFile]:
         """The shard files numbered ``groups`` (as ``shard_groups`` numbers them), in this order."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -150,8 +150,8 @@ class RowStream:
         node's processes planning reads, see ``ReadAhead``)."""
 
         def many(k: int, n: int) -> list[tuple[np.ndarray, np.ndarray]]:
-            spans = list(itertools.takewhile(lambda s: s is not None, map(span, range(k, k + n))))
-            return [self.keys(rows) for rows in self.spans_rows(spans)]
+            spans = list(itertools.takewhile(lambda s: s is not None, map(span, range(k, k + n))))  # no None
+            return [self.keys(rows) for rows in self.spans_rows(cast("list[tuple[int, int]]", spans))]
 
         def one(k: int) -> tuple[np.ndarray, np.ndarray] | None:
             return next(iter(many(k, 1)), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from torch_drt.cache._process_writer import write_in_processes
 from torch_drt.cache._profile import WriterProfile
@@ -21,7 +21,9 @@ from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.sources.template import redact
 
 
-def _root(root: str | Path | Location, options: Mapping[str, Any] | None, config: RemoteConfig | None):
+def _root(
+    root: str | Path | Location, options: Mapping[str, Any] | None, config: RemoteConfig | None
+) -> tuple[Path | str, Mapping[str, Any] | None, RemoteConfig | None]:
     """``(target, storage_options, remote_config)`` of a root: a URL stays a str (``file://`` becomes a path),
     anything else is a local path; a ``Location``'s own options and config fill those not given."""
     where = Location.parse(root, options, config)
@@ -38,7 +40,7 @@ def _require_backend(root: Path | str) -> None:
     """A URL root whose fsspec implementation is not installed (``s3://`` without s3fs) fails before any source."""
     if isinstance(root, Path):
         return
-    import fsspec
+    import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
 
     scheme = Location.parse(root).scheme
     try:
@@ -71,6 +73,13 @@ def _refuse_duplicates(sources: list[Any], root: Path | str) -> None:
     if (name := _duplicate(sources, str)) is not None:
         path = root / name if isinstance(root, Path) else f"{redact(root)}/{name}"
         raise ValueError(f"duplicate generated cache path: {path} (two sources named {name!r})")
+
+
+class _Where(TypedDict):
+    """Where a write's caches go, beyond the root: the options of a URL root."""
+
+    storage_options: Mapping[str, Any] | None
+    remote_config: RemoteConfig | None
 
 
 class DatasetRuntime:
@@ -114,7 +123,7 @@ class DatasetRuntime:
             return [CacheWriteError(str(getattr(s, "name", None)), message) for s in sources]
         _refuse_duplicates(sources, root)
         profile = WriterProfile(config.profiler) if config.profiler.enabled else None
-        where = {"storage_options": options, "remote_config": remote}
+        where: _Where = {"storage_options": options, "remote_config": remote}
         try:
             if in_processes:
                 return write_in_processes(sources, root, config, mode, **where)

@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 
 from torch_drt.cache._format import INDEX_FILE, KIND_TO_ARROW, METADATA_FILE, UID_KEY
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.layout import CacheLayout, parse_manifest
+from torch_drt.cache.layout import CacheLayout, backend_of, parse_manifest
 from torch_drt.checksums import xxh3_128_hex
 from torch_drt.locations import CacheBackend, MissingFile, StoredFile, backend_for
 
@@ -48,16 +48,16 @@ def _check_digest(layout: CacheLayout, rel: str, data: bytes | memoryview) -> No
     else:
         algo, actual = "SHA-256", hashlib.sha256(data).hexdigest()
         if not expected:
-            raise CacheCorruptError(layout.backend.where(rel), "manifest records no checksum for this file")
+            raise CacheCorruptError(backend_of(layout).where(rel), "manifest records no checksum for this file")
     if actual != expected:
         raise CacheCorruptError(
-            layout.backend.where(rel),
+            backend_of(layout).where(rel),
             f"{algo} is {actual}, the manifest records {expected}: the file is damaged or belongs to another cache",
         )
 
 
 def _check_extents(layout: CacheLayout, index: np.ndarray) -> None:
-    where = layout.backend.where(INDEX_FILE)
+    where = backend_of(layout).where(INDEX_FILE)
     shard = index["shard"]
     if int(shard.max()) >= len(layout.shards):
         bad = int(np.argmax(shard >= len(layout.shards)))
@@ -72,11 +72,11 @@ def _check_extents(layout: CacheLayout, index: np.ndarray) -> None:
 
 def _check_size(layout: CacheLayout, rel: str, what: str, size: int, expected: str) -> None:
     try:
-        actual = layout.backend.size(rel)
+        actual = backend_of(layout).size(rel)
     except MissingFile as e:
         raise CacheCorruptError(e.path, f"{what} file is missing") from None
     if actual != size:
-        raise CacheCorruptError(layout.backend.where(rel), f"{what} is {actual} bytes; {expected}")
+        raise CacheCorruptError(backend_of(layout).where(rel), f"{what} is {actual} bytes; {expected}")
 
 
 def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
@@ -86,9 +86,9 @@ def load_index(layout: CacheLayout) -> tuple[StoredFile, np.ndarray]:
         The opened file (mapped where the backend maps) and the entries as a structured array over it.
     """
     size = layout.sample_count * layout.index_dtype.itemsize
-    if layout.backend.stats_cheaply:  # a remote backend checks the size of what it downloads instead
+    if backend_of(layout).stats_cheaply:  # a remote backend checks the size of what it downloads instead
         _check_size(layout, INDEX_FILE, "index", size, f"{layout.sample_count} samples need {size}")
-    file = layout.backend.open(INDEX_FILE, size, checksum=_expected(layout, INDEX_FILE))
+    file = backend_of(layout).open(INDEX_FILE, size, checksum=_expected(layout, INDEX_FILE))
     view = file.view()
     buf = view if view is not None else file.gather([0], [size])[0]
     _check_digest(layout, INDEX_FILE, buf)
@@ -103,9 +103,9 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
     Raises:
         CacheCorruptError: naming the file.
     """
-    where = layout.backend.where(METADATA_FILE)
+    where = backend_of(layout).where(METADATA_FILE)
     try:
-        raw = layout.backend.read(METADATA_FILE, _MAX_LEGACY_METADATA, checksum=_expected(layout, METADATA_FILE))
+        raw = backend_of(layout).read(METADATA_FILE, _MAX_LEGACY_METADATA, checksum=_expected(layout, METADATA_FILE))
     except MissingFile as e:
         raise CacheCorruptError(e.path, "metadata file is missing") from None
     _check_digest(layout, METADATA_FILE, raw)
@@ -138,7 +138,7 @@ def read_metadata(layout: CacheLayout) -> pa.Table:
 
 def open_shards(layout: CacheLayout) -> list[StoredFile]:
     """Open every shard for range reads (a remote backend fetches nothing yet)."""
-    backend = layout.backend
+    backend = backend_of(layout)
     return [
         backend.open(rel, size, checksum=("sha256", layout.checksums.get(rel, "")), ranges_ok=layout.record_checksums)
         for rel, size in ((layout.shard_path(i), size) for i, (_, size) in enumerate(layout.shards))
@@ -155,10 +155,10 @@ def verify_checksums(layout: CacheLayout) -> None:
 
     with Progress("verify", layout.path, total=len(layout.checksums), unit="files") as bar:
         for rel, expected in layout.checksums.items():
-            path = layout.backend.where(rel)
+            path = backend_of(layout).where(rel)
             if len(expected) != 64 or expected.strip("0") == "":
                 raise CacheCorruptError(path, f"manifest records no usable checksum ({expected!r})")
-            actual = layout.backend.sha256(rel)
+            actual = backend_of(layout).sha256(rel)
             if actual != expected:
                 raise CacheCorruptError(path, f"checksum mismatch: expected {expected}, found {actual}")
             bar.add(1)
@@ -218,7 +218,7 @@ def _load(
 
 def _index_and_metadata(layout: CacheLayout) -> tuple[StoredFile, np.ndarray, pa.Table]:
     """``load_index`` and ``read_metadata``; at a URL both at once (the open's last two requests overlap)."""
-    if layout.backend.stats_cheaply:
+    if backend_of(layout).stats_cheaply:
         index_file, index = load_index(layout)
         try:
             return index_file, index, read_metadata(layout)

@@ -76,6 +76,8 @@ class RowFetcher:
     _KEPT = ("caches", "snapshot_path", "plans", "shuffle", "seed", "partition", "transform", "collate_fn",
              "native_num_workers", "pin", "events", "shard_window", "world_size", "batch_size", "continue_streams",
              "sampling", "dealt_to", "record_checks")
+    _streams: dict[int, RowStream]  # set in the process that opens the caches (``_open``)
+    _ahead: dict[int, ReadAhead]
 
     def __init__(
         self,
@@ -127,8 +129,9 @@ class RowFetcher:
         if self._opened_in is None:  # (a pickled fetcher comes without them: see __getstate__)
             pid, reader, snapshot = self._made_in
             here = pid == os.getpid()
-            opened = reader is not None and here
-            self._reader = reader if opened else CacheReader.open(self.caches, record_checks=self.record_checks)
+            if reader is None or not here:
+                reader = CacheReader.open(self.caches, record_checks=self.record_checks)
+            self._reader = reader
             self._snapshot = snapshot if snapshot is not None and here else Snapshot(self.snapshot_path)
             self._new_streams()
         else:  # forked: the parent's read-ahead planned the parent's prefetch
@@ -140,8 +143,8 @@ class RowFetcher:
         self._opened_in = os.getpid()
 
     def _new_streams(self) -> None:
-        self._streams: dict[int, RowStream] = {}
-        self._ahead: dict[int, ReadAhead] = {}
+        self._streams = {}
+        self._ahead = {}
 
     def _stream(self, consumer: int) -> RowStream:
         stream = self._streams.get(consumer)

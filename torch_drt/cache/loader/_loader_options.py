@@ -23,6 +23,7 @@ from torch_drt.loader.dataloader import check_workers
 from torch_drt.sampling.budget import MAX_SAMPLES
 
 MAX_SAMPLE_BUDGET = min(sys.maxsize, MAX_SAMPLES)
+Sampling = Literal["permutation", "weighted"]  # how a shuffled loader takes rows (``ReaderConfig.sampling``)
 HONOURED_KWARGS = {"in_order": (True,), "snapshot_every_n_steps": None}  # torch keywords with a meaning here
 _RESERVED = frozenset(
     {
@@ -122,12 +123,12 @@ class LoaderOptions:
     pin_memory: bool
     persistent_workers: bool | Literal["auto"]
     timeout: float
-    multiprocessing_context: str | BaseContext
+    multiprocessing_context: str | BaseContext | None  # as given: None is refused where the style kept it
     prefetch_factor: int | Literal["auto"]
     verbose: bool
     work_dir: str | Path | None
     shard_window: int | Literal["auto"] | None = None
-    sampling: str | None = None
+    sampling: Sampling | None = None
 
     def __post_init__(self) -> None:
         _count(self.num_workers, "num_workers", 0, (1 << 32) - 1)
@@ -188,7 +189,9 @@ class LoaderOptions:
         """``seed="random"``: a seed is drawn when the loader is built (and adopted from a checkpoint)."""
         return isinstance(self.seed, str)
 
-    def order(self, sampling: str | None, window: int | None, default: str) -> tuple[str | None, int | None]:
+    def order(
+        self, sampling: Sampling | None, window: int | Literal["auto"] | None, default: Sampling
+    ) -> tuple[Sampling | None, int | Literal["auto"] | None]:
         """``(sampling, shard window)`` in force: None, None when sequential; else the arguments, then the
         ``ReaderConfig``'s (``sampling``, ``window``), then the dataset's ``default``. A shard window is a
         permutation; an explicit ``sampling="weighted"`` sets the ``ReaderConfig``'s window aside."""

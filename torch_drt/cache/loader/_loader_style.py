@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 PER_RANK, PER_WORKER = "per_rank", "per_worker"  # the streams' layouts (``settings["streams"]``)
 
@@ -21,7 +21,7 @@ class LoaderStyle(NamedTuple):
     """
 
     shuffle: bool | None
-    seed: int | str | None
+    seed: int | Literal["random"] | None
     verbose: bool
     logger: str
     context: str

@@ -19,9 +19,10 @@ import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.context import BaseContext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from torch_drt._cpu_budget import resolve_worker_counts
+from torch_drt.cache.layout import backend_of
 from torch_drt.cache.loader._autotune import tune_request
 from torch_drt.cache.loader._consumer import RowFetcher
 from torch_drt.cache.loader._events import ReaderEvents, log_ready
@@ -61,6 +62,7 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
     ``shard_window="auto"``, the window of the epoch (``"shard_window_auto"``).
     """
 
+    _mode: StreamMode
     worker_method = "process"
     prefetch_depth: int | None = None  # batches ahead beyond the processes, as num_workers="tune" sets them
 
@@ -236,7 +238,7 @@ def to_torch_dataloader(
     # fmt: on
     workdir = _workdir(dataset, work_dir)
     fetcher = RowFetcher(
-        [layout.backend for layout in dataset.layouts],  # a URL's backend carries its options to the processes
+        [backend_of(layout) for layout in dataset.layouts],  # a URL's backend carries its options to the processes
         str(workdir / SNAPSHOT),
         plans=plans,
         shuffle=shuffle,
@@ -247,7 +249,7 @@ def to_torch_dataloader(
         native_num_workers=workers.counts.native_threads,
         pin=pin and processes == 0,
         events=events,
-        shard_window=window if tuner is None else tuner.window,
+        shard_window=cast("int | None", window) if tuner is None else tuner.window,  # no tuner: not "auto"
         world_size=world_size,
         batch_size=batch_size,
         continue_streams=continue_streams,
