@@ -14,9 +14,10 @@ from torch_drt.cache._compression import decompressor
 from torch_drt.cache._legacy import payload_index
 from torch_drt.cache._verified import VerifiedRecords
 from torch_drt.cache.errors import CacheCorruptError
-from torch_drt.cache.layout import CacheLayout
+from torch_drt.cache.layout import CacheLayout, backend_of
 from torch_drt.cache.validate import load_index, open_shards
 from torch_drt.checksums import copied_checksums, first_mismatch
+from torch_drt.locations import StoredFile
 
 
 class OpenedCache:
@@ -24,8 +25,9 @@ class OpenedCache:
 
     def __init__(self, layout: CacheLayout, record_checks: str = "every_read") -> None:
         self.layout = layout
-        self.backend = layout.backend
+        self.backend = backend_of(layout)
         self.shards = open_shards(layout)
+        self.index_file: StoredFile | None
         self.index_file, self.index = load_index(layout)
         if layout.legacy:  # payload extents are computed once, into private memory
             self.index = payload_index(layout, self.index, self.shards)
@@ -122,6 +124,7 @@ class OpenedCache:
 
     def _decompress(self, data: list[bytes], entries: np.ndarray, sample_ids: np.ndarray) -> list[bytes]:
         decompress = self.decompress
+        assert decompress is not None  # called only with a decompressor (_gather)
         try:
             return [decompress(d) for d in data]
         except ValueError:
