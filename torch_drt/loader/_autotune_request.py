@@ -71,7 +71,7 @@ class AutotuneRequest:
         """Whether anything is tuned."""
         return self.workers or self.depth
 
-    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[Any, Any]:
+    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[int, int | None]:
         """The loader's ``num_workers`` and ``prefetch_depth`` to start with (the given ones when not tuned)."""
         return (self.start.workers if self.workers else num_workers,
                 self.start.depth if self.depth else prefetch_depth)
