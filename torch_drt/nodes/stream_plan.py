@@ -28,9 +28,9 @@ class StreamBatch(NamedTuple):
     epoch: int
     number: int
     worker: int
-    index: int
+    index: int  # type: ignore[assignment]  # a field shadowing tuple.index (python/mypy#5380); renaming it is an API change
     start: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field shadowing tuple.count (python/mypy#3950)
     positions: range
     last: bool
 
