@@ -168,7 +168,7 @@ class Unbatched:
     def __init__(self, collate_fn: Callable[[Any], Any] | None) -> None:
         if isinstance(collate_fn, Unbatched):  # a loader re-created from another's attributes (Lightning)
             collate_fn = collate_fn.collate_fn
-        self.collate_fn = collate_fn
+        self.collate_fn: Callable[[Any], Any] | None = collate_fn
 
     def __call__(self, items: list[Any]) -> Any:
         if not items:
