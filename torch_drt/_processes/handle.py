@@ -81,7 +81,10 @@ class WorkerHandle:
         results_w.close()
         self.queued: deque = deque()
         self.answered = False
-        self.free_slots = list(range(transport.slots)) if transport is not None else []
+        self.free_slots: list[int] = []
+        if transport is not None:
+            assert transport.slots is not None  # (sized by its mapper: torch_drt.nodes._mapper_pool.sized_transport)
+            self.free_slots = list(range(transport.slots))
 
     def stop(self) -> None:
         """Tell it to exit: an idle worker is sent the stop, a busy one (or one whose task pipe is gone) killed."""

@@ -241,6 +241,7 @@ class ProcessPool:
     def result(self, task: Task) -> Any:
         """The task's result (its large tensors copied out of the ring), or its error with its own type."""
         value, ok, packed, worker = task.value, task.ok, task.packed, task.worker
+        assert worker is not None  # (submit sent it to one)
         task.value = None
         if not ok or self._reader is None:
             self._free(worker, task)

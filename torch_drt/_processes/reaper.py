@@ -48,6 +48,7 @@ class _Reaper:
         with self._lock:
             if not self._stopped and self._start():
                 self._pending.append((monotonic() + EXIT_GRACE_S, worker))
+                assert self._wake is not None  # (the running thread's pipe)
                 os.write(self._wake[1], b"\0")
                 return
         _end(worker, _EXIT_WAIT_S)  # the interpreter is exiting: no thread to hand it to

@@ -126,6 +126,7 @@ class RingWriter:
         path = f"{self.prefix}{self._files}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         Finalize(None, _unlink_quietly, args=(path,), exitpriority=0)  # runs when the worker exits normally
+        assert self.transport.slots is not None  # (sized by its mapper: torch_drt.nodes._mapper_pool.sized_transport)
         try:
             os.ftruncate(fd, size * self.transport.slots)
             self._map = mmap.mmap(fd, size * self.transport.slots)

@@ -112,6 +112,7 @@ def worker_main(
         writer = RingWriter(*ring)
     os.set_blocking(results.fileno(), False)
     inbox: deque = deque()
+    reply: tuple[Any, bool, Any, bool] | None  # (None between tasks: the batch is not held)
     try:
         _write(results, tasks, _message((None, True, None, False)), inbox, parent)  # it started (no task id)
     except OSError:  # the pool is gone

@@ -30,7 +30,7 @@ def check_workers(num_workers: Any) -> int:
 def is_iterable_dataset(dataset: Any) -> bool:
     """torch's rule: an ``IterableDataset`` (or an object with ``__iter__`` and no ``__getitem__``); a torchdata
     node is not one (it is node mode's)."""
-    from torchdata.nodes import BaseNode
+    from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
 
     if isinstance(dataset, BaseNode):
         return False
@@ -168,7 +168,7 @@ class Unbatched:
     def __init__(self, collate_fn: Callable[[Any], Any] | None) -> None:
         if isinstance(collate_fn, Unbatched):  # a loader re-created from another's attributes (Lightning)
             collate_fn = collate_fn.collate_fn
-        self.collate_fn = collate_fn
+        self.collate_fn: Callable[[Any], Any] | None = collate_fn
 
     def __call__(self, items: list[Any]) -> Any:
         if not items:

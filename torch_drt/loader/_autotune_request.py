@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torchdata.nodes import BaseNode
+from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
 
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._autotune import LoaderAutotune
@@ -71,7 +71,7 @@ class AutotuneRequest:
         """Whether anything is tuned."""
         return self.workers or self.depth
 
-    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[Any, Any]:
+    def initial(self, num_workers: Any, prefetch_depth: Any) -> tuple[int, int | None]:
         """The loader's ``num_workers`` and ``prefetch_depth`` to start with (the given ones when not tuned)."""
         return (self.start.workers if self.workers else num_workers,
                 self.start.depth if self.depth else prefetch_depth)

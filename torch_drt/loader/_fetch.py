@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from time import perf_counter_ns
 from types import FunctionType
-from typing import Any
+from typing import Any, Protocol, cast
 
 from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
@@ -28,7 +28,15 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.random import BatchSlot, batch_slot, current_slot, enter_batch, exit_batch, map_items
 
 
-def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> OrderedMapper:
+class _EarlyFetch(Protocol):
+    """A fetch whose ``starts_early`` is true: its items start as its batches are submitted (``BatchFetcher``)."""
+
+    def begin(self, plan: Any, /) -> None: ...
+
+    def dropped(self) -> None: ...
+
+
+def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Any]) -> OrderedMapper:
     """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch, order and time-out.
 
     Cheap batches run in the calling thread (``adaptive``) unless a ``worker_init_fn`` set the workers up.
@@ -45,8 +53,8 @@ def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Fetched]) -> Or
         adaptive=loader.worker_init_fn is None and not early,
         transport=SharedMemoryTransport(pin=loader.pin_memory),
         in_order=loader.in_order,
-        on_submit=fetch.begin if early else None,
-        on_drop=fetch.dropped if early else None,
+        on_submit=cast(_EarlyFetch, fetch).begin if early else None,
+        on_drop=cast(_EarlyFetch, fetch).dropped if early else None,
     )
 
 
@@ -118,12 +126,12 @@ class BatchFetcher:
         self.item_threads = item_threads
         self.is_async = is_async_dataset(dataset)
         self.loop_fetch = LoopFetch(dataset, item_concurrency) if self.is_async else None
-        self.starts_early = self.loop_fetch.by_item if self.is_async else item_concurrency > 1  # see begin()
+        self.starts_early = self.loop_fetch.by_item if self.loop_fetch is not None else item_concurrency > 1  # begin()
         self._early = EarlyItems()  # the sync items begun so
         self.item_pool: ThreadPool | None = None
         self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
         self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
-        self._getitem = getattr(dataset, "__getitem__", None)
+        self._getitem: Any = getattr(dataset, "__getitem__", None)  # (the dataset's own: a map-style one has it)
         # a Python __getitem__ is called from a comprehension: the interpreter runs it in its own loop, without the
         # C call and new interpreter frame per item that map() makes (~30% of the calls' cost on Python 3.11)
         self._in_frame = isinstance(getattr(type(dataset), "__getitem__", None), FunctionType)

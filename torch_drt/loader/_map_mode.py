@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
 from torch_drt.loader._fetch import BatchFetcher, fetch_stage, map_fetcher
@@ -15,6 +15,9 @@ from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.sampling.partition import Partition
 from torch_drt.sampling.samplers import IndexListSampler, PositionSampler, SequentialSampler, ShuffledSampler
 from torch_drt.sampling.stride import world_total
+
+if TYPE_CHECKING:
+    from torch_drt.nodes._inline_loop import Countdown
 
 
 def runs_inline(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetcher) -> bool:
@@ -63,7 +66,7 @@ class MapMode(LoaderMode):
         self.fetcher = map_fetcher(loader)
         self.mapper = fetch_stage(loader, self.planner, self.fetcher)
 
-    def next_fn(self, ticks: Iterator[bool] | None = None) -> Any:
+    def next_fn(self, ticks: Countdown | None = None) -> Any:
         if runs_inline(self.mapper, self.planner, self.fetcher):
             return self.mapper.inline_batches(ticks).__next__
         return self.mapper.next
@@ -169,6 +172,7 @@ class MapMode(LoaderMode):
         if not self.seed_given and seed is not None and seed != self.seed:
             self.seed = self.fetcher.seed = seed
             if isinstance(self.sampler, ShuffledSampler):
+                assert self.sampler.n is not None  # (a ShuffledSampler's n is its dataset size)
                 self.sampler = self.planner.source = ShuffledSampler(self.sampler.n, seed)
             self.mapper.close()  # process workers hold the old seed: start new ones
         ours = {self.SHUFFLE_KEY: self.shuffle, self.SEED_KEY: self.seed, self.DROP_LAST_KEY: self.drop_last}

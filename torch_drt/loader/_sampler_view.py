@@ -45,7 +45,8 @@ class LoaderShards(DistributedSampler):
         self._loader = loader
         self.dataset = loader.dataset
         self.num_replicas, self.rank = loader.world_size, loader.rank
-        self.shuffle, self.seed, self.drop_last = bool(loader.shuffle), loader.seed, loader.drop_last
+        # torch types DistributedSampler.seed int; PipelineLoader's is None until a subclass sets it (all do)
+        self.shuffle, self.seed, self.drop_last = bool(loader.shuffle), loader.seed, loader.drop_last  # type: ignore[assignment]
         self.epoch = loader._position.epoch
 
     @property

@@ -30,6 +30,8 @@ class SplitLoader(PipelineLoader):
 
     _split: RankSplit
     _topology: tuple[int, int]
+    seed: int  # a subclass's seed is the one given or drawn (never None)
+    _seed: int
     _user_sampler: Any = None
     _batch_sampler: Any = None
     _seed_given: bool = False

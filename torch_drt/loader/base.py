@@ -14,10 +14,10 @@ and the checkpoint format; the rest is shared::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader  # type: ignore[import-untyped]  # torchdata ships no type information
 
 from torch_drt.describe import described
 from torch_drt.loader._autotune import STATE_KEY as AUTOTUNE_KEY
@@ -28,7 +28,9 @@ from torch_drt.loader.position import Cursor, LoaderPosition
 from torch_drt.nodes.ordered_map import OrderedMapper
 
 if TYPE_CHECKING:
+    from torch_drt.loader._autotune import LoaderAutotune
     from torch_drt.loader.stats import LoaderStats
+    from torch_drt.nodes._inline_loop import Countdown
 
 
 class LoaderMode:
@@ -43,7 +45,7 @@ class LoaderMode:
         """The running pipeline's cursor after the last delivered batch."""
         return self.mapper.get_state()[OrderedMapper.SOURCE_KEY]
 
-    def next_fn(self, ticks: Iterator[Any] | None = None) -> Callable[[], Any]:
+    def next_fn(self, ticks: Countdown | None = None) -> Callable[[], Any]:
         """What an iterator calls for the next ``Fetched`` of the running epoch (``StopIteration`` at its end);
         ``ticks``: the statistics' countdown, for a mode whose function is a loop counting it down (``MapMode``)."""
         return self.mapper.next
@@ -117,7 +119,7 @@ class PipelineLoader(_TorchdataLoader):
     return_indices: bool = False
     in_order: bool = True
     _device: Any = None
-    _autotune: Any = None  # a LoaderAutotune (torch_drt.loader._autotune) with num_workers/prefetch_depth="auto"
+    _autotune: LoaderAutotune | None = None  # with num_workers/prefetch_depth="auto"
 
     def _setup_pipeline(self, mode: LoaderMode, stats: bool | None = None) -> None:
         self._mode = mode
@@ -207,6 +209,7 @@ class PipelineLoader(_TorchdataLoader):
             self._generation += 1
         self._position.load(epoch, cursor)
         if tuned is not None:
+            assert self._autotune is not None  # (it parsed `tuned` above)
             self._autotune.load(self, tuned)
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from torch_drt.nodes._inline_loop import DUE, Countdown
 if TYPE_CHECKING:
     from torch_drt.loader.base import PipelineLoader
 
-_SPENT: Iterator = iter(())  # a countdown with no untimed call left (shared: an exhausted iterator stays so)
+_SPENT: Iterator[Any] = iter(())  # a countdown with no untimed call left (shared: an exhausted iterator stays so)
 
 
 Fetched = tuple[Any, Any, bool]
@@ -50,9 +50,11 @@ class LoaderIterator:
         # `inline_batches`: 0 workers, or threads that map cheap batches inline) is given the ticks (a `Countdown`):
         # it takes them a run of batches at a time and returns DUE when none is left, so an untimed call runs the
         # statistics-off code; a method's calls are preceded by next(_ticks, True) in __next__ (`_check`), in C.
-        self._ticks: Iterator | None = None
+        # `_ticks`: an iterator of ticks while `_check` (next() takes them), a Countdown given to a loop, or None
+        # (statistics off); Any, as `__next__` relies on `_check` for next() (a check there would cost per batch)
+        self._ticks: Any = None
         self._check = False
-        self._armed: Iterator | None = None  # the countdown `_next` was made with, for the calls after the first
+        self._armed: Countdown | None = None  # the countdown `_next` was made with, for the calls after the first
         self._exact = 0  # untimed batches counted exactly since the last timed call
         self._started = self._starting = False
         stats = self._stats
@@ -142,6 +144,7 @@ class LoaderIterator:
 
     def _tuned(self, batch: Any) -> None:
         """Tell the loader's autotune a batch was delivered (it may change the workers for the next ones)."""
+        assert self._tune is not None  # (called only while an autotune searches)
         self._tune.delivered(self._loader, batch)
         if self._tune.done:
             self._tune = None
@@ -151,6 +154,7 @@ class LoaderIterator:
         if self._starting:
             return self._startup_next()
         stats, weight, first = self._stats, self._period, not self._started
+        assert stats is not None  # (a timed call: statistics on)
         mapper = getattr(self._loader._mode, "mapper", None)
         if mapper is not None:
             mapper.record_next = weight  # an inline fetch is timed with this call
@@ -188,6 +192,7 @@ class LoaderIterator:
             t1 = perf_counter_ns()
             batch = move_to_device(batch, self._device)
             if weight:
+                assert self._stats is not None  # (a timed call: statistics on)
                 self._stats.add("device", perf_counter_ns() - t1, 0, weight)
         return ((batch, indices) if self._with_indices else batch), count_items(indices), last
 
@@ -195,6 +200,7 @@ class LoaderIterator:
         """``__next__``'s body for a first call that the carried countdown does not time: its wait only (start-up),
         one clock read pair; its batch is counted exactly."""
         stats, items, last = self._stats, None, False
+        assert stats is not None  # (statistics on)
         t0 = perf_counter_ns()
         try:
             out, items, last = self._deliver(0)
@@ -238,6 +244,7 @@ class LoaderIterator:
         if self._ticks is None:
             return
         stats = self._stats
+        assert stats is not None  # (ticks are kept with statistics on only)
         left = self._period if self._starting else length_hint(self._ticks) + 1  # calls until the next timed one,
         calls = self._period - left  # that one included
         untimed = calls - self._exact
@@ -257,6 +264,7 @@ class LoaderIterator:
     def __del__(self) -> None:
         if self.__dict__.get("_ticks") is not None:
             self.flush_stats()
+            assert self._stats is not None  # (ticks are kept with statistics on only)
             live = self._stats.live
             if live is not None and live() is self:  # (the next iterator has none to flush)
                 self._stats.live = None

@@ -95,8 +95,8 @@ class LoaderStats:
         recorder.flush()
         wall_ns = recorder.wall_ns
         totals: dict[str, list[int]] = {}
-        for stages in recorder.stages.values():
-            for name, (ns, items, batches) in stages.items():
+        for worker_stages in recorder.stages.values():
+            for name, (ns, items, batches) in worker_stages.items():
                 total = totals.setdefault(name, [0, 0, 0])
                 total[0] += ns
                 total[1] += items

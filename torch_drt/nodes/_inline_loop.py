@@ -22,7 +22,7 @@ DUE: Any = object()  # what the loop returns when its countdown ran out (``inlin
 def direct(fn: Callable[[T], R]) -> Callable[[T], R]:
     """``fn``, or its bound ``__call__`` where that is a Python function: the interpreter then runs it in the
     caller's loop (calling the object goes through C and a new interpreter frame, ~0.1 us)."""
-    return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn
+    return fn.__call__ if isinstance(type(fn).__call__, FunctionType) else fn  # type: ignore[operator]  # mypy#5079: false positive
 
 
 class Countdown:
@@ -78,7 +78,7 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
             and mapper._held is NOTHING and not mapper.record_next and planned is not None
         )
         # the run ends with its chunk, with the ticks or at a reset (workers started mid-epoch)
-        run = (planned() if ticks is None else planned(ticks.left)) if quick else None
+        run = (planned() if ticks is None else planned(ticks.left)) if quick and planned is not None else None
         if run is None:
             if ticks is not None:
                 if ticks.left <= 0:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
-from torchdata.nodes import BaseNode
+from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
 
 from torch_drt._processes.pool import ProcessPool
 from torch_drt._processes.transport import SharedMemoryTransport
@@ -182,6 +182,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
 
     def _drop_pending(self) -> None:
         for task in self._flight.clear():
+            assert self._pool is not None  # (items in flight: the workers have them)
             self._pool.drop(task)  # ones already running finish in the background and are discarded
         if self.on_drop is not None and self.method == "thread":
             self.on_drop()
@@ -196,7 +197,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         while not self._exhausted and len(self._flight) < self.in_flight:
             weight = clock.draw() if clock is not None else 0
             try:
-                item = clock.source(self.source, weight) if weight else self.source.next()
+                item = cast(MapperClock, clock).source(self.source, weight) if weight else self.source.next()
             except StopIteration:
                 self._exhausted = True
                 return
@@ -209,11 +210,12 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
         item = self._held
         weight, self.record_next = self.record_next if self._clock is not None else 0, 0
         if item is _NOTHING:  # reset() initialised the source: skip BaseNode.__next__'s check
-            item = self._held = self._clock.source(self.source, weight) if weight else self.source.next()
+            item = self._held = (cast(MapperClock, self._clock).source(self.source, weight) if weight  # (timed)
+                                 else self.source.next())
             self._flight.delivered = None  # nothing in flight: the source's own state is the delivered one
         try:
-            if weight:
-                seconds, result = self._clock.inline(self.map_fn, item, weight)
+            if weight:  # (a timed item: statistics on)
+                seconds, result = cast(MapperClock, self._clock).inline(self.map_fn, item, weight)
                 if self.adaptive:
                     self._observe(seconds, True)
             elif not self.adaptive:
@@ -245,6 +247,7 @@ class OrderedMapper(BaseNode[R], Generic[T, R]):
             self._submit()
         if not self._flight:
             raise StopIteration
+        assert self._pool is not None  # (items in flight: the workers have them)
         index = wait_ready(self._pool, self._flight, self.in_order, self.timeout)  # Ctrl-C leaves the items pending
         task = self._flight.take(index or 0)
         if index is None:

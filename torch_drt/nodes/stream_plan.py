@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from torchdata.nodes import BaseNode
+from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
 
 from torch_drt.describe import described
 from torch_drt.sampling.budget import ConsumerPlan, batch_counts, first_positions, interleave
@@ -28,9 +28,9 @@ class StreamBatch(NamedTuple):
     epoch: int
     number: int
     worker: int
-    index: int
+    index: int  # type: ignore[assignment]  # a field shadowing tuple.index (python/mypy#5380); renaming it is an API change
     start: int
-    count: int
+    count: int  # type: ignore[assignment]  # a field shadowing tuple.count (python/mypy#3950)
     positions: range
     last: bool
 
