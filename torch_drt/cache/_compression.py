@@ -20,7 +20,7 @@ def compressor(algo: str, level: int = 3) -> Callable[[bytes], bytes] | None:
     if algo == "none":
         return None
     if algo == "lz4":
-        import lz4.block  # type: ignore[import-untyped]  # lz4 ships no type information
+        import lz4.block
 
         return lambda data: lz4.block.compress(data, store_size=True)
     if algo == "zstd":

@@ -40,7 +40,7 @@ def _require_backend(root: Path | str) -> None:
     """A URL root whose fsspec implementation is not installed (``s3://`` without s3fs) fails before any source."""
     if isinstance(root, Path):
         return
-    import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
+    import fsspec
 
     scheme = Location.parse(root).scheme
     try:

@@ -89,7 +89,7 @@ class _NoBar:
 def _bar(config: WriterConfig, total: int | None, name: str, position: int) -> Any:
     if not config.show_progress:
         return _NoBar()
-    from tqdm.auto import tqdm  # type: ignore[import-untyped]  # its stubs (types-tqdm) are not a dependency
+    from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=name, unit=" samples", position=position)
 

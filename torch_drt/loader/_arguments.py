@@ -30,7 +30,7 @@ def check_workers(num_workers: Any) -> int:
 def is_iterable_dataset(dataset: Any) -> bool:
     """torch's rule: an ``IterableDataset`` (or an object with ``__iter__`` and no ``__getitem__``); a torchdata
     node is not one (it is node mode's)."""
-    from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+    from torchdata.nodes import BaseNode
 
     if isinstance(dataset, BaseNode):
         return False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.loader._arguments import MAX_WORKERS, is_iterable_dataset
 from torch_drt.loader._autotune import LoaderAutotune

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.loader._arguments import check_not_empty, is_iterable_dataset
 from torch_drt.loader._batch_sampler_mode import BatchSamplerMode

@@ -12,7 +12,7 @@ import multiprocessing
 import pickle
 from typing import Any
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 

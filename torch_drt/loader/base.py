@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from torch_drt.describe import described
 from torch_drt.loader._autotune import STATE_KEY as AUTOTUNE_KEY

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import torch
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.loader._arguments import (
     Unbatched,

@@ -42,7 +42,7 @@ def _s3_session() -> Any:
     with _LOCK:
         session = _SESSION.get(pid)
         if session is None:
-            from aiobotocore.session import AioSession  # type: ignore[import-untyped]  # no type information shipped
+            from aiobotocore.session import AioSession
 
             session = AioSession()
             if _LOADER:

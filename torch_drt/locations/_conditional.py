@@ -37,7 +37,7 @@ def _digest(data: bytes) -> str:
 
 
 def _s3_call(store: RemoteStore, method: str, rel: str, **kwargs: Any) -> Any:
-    from fsspec.asyn import sync  # type: ignore[import-untyped]  # fsspec ships no type information
+    from fsspec.asyn import sync
 
     fs = store.fs
     bucket, key, _ = fs.split_path(store.path(rel))

@@ -81,7 +81,7 @@ class RemoteStore:
         return client
 
     def _make(self) -> tuple[Any, str]:
-        import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
+        import fsspec
 
         try:
             fs, root = fsspec.core.url_to_fs(self.url, **client_options(self.scheme, self.options, self.config))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import MAX_EPOCH, StateFields
 from torch_drt.sampling.topology import resolve_topology

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import length_hint
 from typing import Any, NamedTuple
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.describe import described
 from torch_drt.sampling.partition import Partition

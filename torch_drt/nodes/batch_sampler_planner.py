@@ -7,7 +7,7 @@ import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.describe import described
 from torch_drt.nodes.batch_plan import BatchPlan

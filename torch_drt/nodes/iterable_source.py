@@ -6,7 +6,7 @@ import copy
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import StateFields
 from torch_drt.describe import described

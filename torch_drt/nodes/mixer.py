@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
-from torchdata.nodes.samplers.stop_criteria import StopCriteria  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
+from torchdata.nodes.samplers.stop_criteria import StopCriteria
 
 from torch_drt._state_fields import StateFields, check_node_state
 from torch_drt.describe import described

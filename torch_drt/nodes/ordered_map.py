@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Literal, TypeVar, cast
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt._processes.pool import ProcessPool
 from torch_drt._processes.transport import SharedMemoryTransport

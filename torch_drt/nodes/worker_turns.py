@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt.describe import described
 

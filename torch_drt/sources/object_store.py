@@ -18,7 +18,7 @@ from torch_drt.sources.retry import is_transient
 def _open_store(url: str, options: Mapping[str, Any]) -> tuple[Any, str]:
     """``fsspec.core.url_to_fs(url, **options)``, with errors that show neither the URL's secrets nor options; a
     forked child keeps the client alive, unused (``torch_drt._inherited_clients``)."""
-    import fsspec  # type: ignore[import-untyped]  # fsspec ships no type information
+    import fsspec
 
     try:
         fs, root = fsspec.core.url_to_fs(url, **options)

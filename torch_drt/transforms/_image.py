@@ -7,7 +7,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from PIL import Image as PILImage
-from torchvision import tv_tensors  # type: ignore[import-untyped]  # torchvision ships no type information
+from torchvision import tv_tensors
 
 MAX_SIDE = 16384
 MAX_ALLOC = 256 * 1024 * 1024  # the most one transform may allocate for one image, intermediates included

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-from torchvision import tv_tensors  # type: ignore[import-untyped]  # torchvision ships no type information
+from torchvision import tv_tensors
 
 from torch_drt import _threads
 from torch_drt.transforms._image import MAX_BATCH_ALLOC, as_image, check_alloc, check_max_alloc, plain

@@ -73,7 +73,7 @@ def adjust_hue_(x: torch.Tensor, factor: float, integral: bool) -> torch.Tensor:
     """``F.adjust_hue`` (torchvision's kernel, on floats in [0, 1]); grey images stay as they are."""
     if x.shape[-3] == 1:
         return x
-    from torchvision.transforms.v2.functional import adjust_hue_image  # type: ignore[import-untyped]  # torchvision ships no type information
+    from torchvision.transforms.v2.functional import adjust_hue_image
 
     if not integral:
         return adjust_hue_image(x, hue_factor=factor)

@@ -176,7 +176,7 @@ def _torchvision_ops() -> dict[str, Any] | None:
     global _OPS
     if _OPS is None:
         try:
-            from torchvision.io import ImageReadMode, decode_jpeg, decode_webp  # type: ignore[import-untyped]  # torchvision ships no type information
+            from torchvision.io import ImageReadMode, decode_jpeg, decode_webp
         except ImportError:
             _OPS = {}
             return None

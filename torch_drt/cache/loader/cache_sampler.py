@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torchdata.nodes import BaseNode  # type: ignore[import-untyped]  # torchdata ships no type information
+from torchdata.nodes import BaseNode
 
 from torch_drt._cpu_budget import reading_processes
 from torch_drt._state_fields import StateFields
