@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import mmap
 import os
 import threading
 from collections.abc import Callable
@@ -111,8 +110,7 @@ class OpenMaps:
             mapped = self._maps.get(key)
             if mapped is None:
                 return None
-            assert isinstance(mapped.pinned.map, mmap.mmap)  # mapped (b"" has no size(): the code relied on it)
-            return mapped.pinned.map.size()
+            return mapped.pinned.size_now()
 
     def release(self, key: MapKey) -> None:
         """Unmap ``key`` when no read uses it (the node cache may evict the file again)."""

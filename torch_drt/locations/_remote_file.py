@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import mmap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -194,11 +193,7 @@ class RemoteFile(StoredFile):
 
     def check(self) -> None:
         kept = self._kept
-        if kept is not None:
-            assert isinstance(kept.pinned.map, mmap.mmap)  # mapped (b"" has no size(): the code relied on it)
-            size: int | None = kept.pinned.map.size()
-        else:
-            size = maps().size(self._map_key())
+        size = kept.pinned.size_now() if kept is not None else maps().size(self._map_key())
         if size is not None and self.size and size != self.size:
             raise CacheCorruptError(self.where, "the node cache's copy changed size while mapped")
 

@@ -21,6 +21,11 @@ class PinnedFile:
         self.path, self.size, self._fd = path, size, fd
         self.map: mmap.mmap | bytes = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size and mapped else b""
 
+    def size_now(self) -> int:
+        """The file's size now (it differs from ``size`` when the file was truncated or grown while pinned);
+        ``size`` once closed."""
+        return os.fstat(self._fd).st_size if self._fd >= 0 else self.size
+
     def unlock(self) -> None:
         """Let the node cache evict the file while it stays mapped (an idle map: ``relock`` before reading)."""
         if self._fd >= 0:
