@@ -29,6 +29,23 @@ def test_windows_cross_shard_boundaries(stream):
     assert len(loader) == 5 and stream.total_elements == 53
 
 
+def test_a_batch_of_windows_is_each_window_inside_a_shard_across_shards_or_read_by_ranges(stream, tmp_path):
+    starts = [0, 5, 6, 7, 13, 14, 40, 48, 46]  # inside a shard, across one edge, across two (length 9 > 7)
+    for storage in (stream, TokenStreamStorage(tmp_path / "tokens")):
+        if storage is not stream:
+            storage._arrays = [None] * len(storage._arrays)  # shards read by ranges (a URL's), not mapped
+        for length in (1, 5, 9):
+            ok = [s for s in starts if s + length <= 53]
+            got = storage.windows(ok, length)
+            assert [w.tolist() for w in got] == [list(range(s, s + length)) for s in ok]
+            assert [w.tolist() for w in got] == [storage.window(s, length).tolist() for s in ok]
+        assert storage.windows([], 5) == []
+        for bad in ([0, 49], [-1, 0]):
+            with pytest.raises(IndexError, match=rf"window \[{bad[0] if bad[0] < 0 else bad[1]}, "):
+                storage.windows(bad, 5)
+    assert not stream.windows([0], 5)[0].flags.writeable  # a view of the read-only map
+
+
 def test_a_stream_dataset_reads_windows_by_index_and_refuses_indices_outside(stream):
     from torch_drt.storage.token_stream import TokenStreamDataset
 

@@ -83,10 +83,19 @@ class PackedSequence(NamedTuple):
     def whole(cls, piece: np.ndarray) -> PackedSequence:
         """One piece that fills the sequence (``L = len(piece)``), without a copy: a read-only view of it and the
         shared constant fields (``collate_packed`` recognises them)."""
-        if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
-            piece = piece.view()
-            piece.flags.writeable = False
-        return _new(cls, (piece, *_constants(len(piece))))
+        return cls.wholes([piece], len(piece))[0]
+
+    @classmethod
+    def wholes(cls, pieces: Sequence[np.ndarray], length: int) -> list[PackedSequence]:
+        """``whole(piece)`` of each of ``pieces``, all ``length`` long (a batch's windows: no call per piece)."""
+        fields = _constants(length)
+        out = []
+        for piece in pieces:
+            if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
+                piece = piece.view()
+                piece.flags.writeable = False
+            out.append(_new(cls, (piece, *fields)))
+        return out
 
     @classmethod
     def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:

@@ -41,9 +41,11 @@ class PackedWindows:
         if indices and (min(indices) < 0 or max(indices) >= count):
             bad = next(i for i in indices if not 0 <= i < count)
             raise IndexError(f"window {bad} is out of range for {count} windows")
-        whole, full = PackedSequence.whole, total // length  # windows below ``full`` hold ``length`` tokens
-        return [  # a few calls per window, nothing per token
-            whole(read(i, 0, length)) if i < full
+        full = total // length  # windows below ``full`` hold ``length`` tokens
+        if not indices or max(indices) < full:  # the batch's windows at once: one slice each, nothing per token
+            return PackedSequence.wholes(self.source.storage.windows([i * length for i in indices], length), length)
+        return [  # the last window is padded
+            PackedSequence.whole(read(i, 0, length)) if i < full
             else PackedSequence.from_pieces([read(i, 0, total - i * length)], length, self.pad_id, self.source.dtype)
             for i in indices
         ]

@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -216,15 +216,35 @@ class TokenStreamStorage:
 
     def window(self, start: int, length: int) -> np.ndarray:
         """Elements [start, start+length): a view inside one mapped shard, a copy across shards (or when the shard
-        is read by ranges)."""
-        if start < 0 or start + length > self.total_elements:
-            raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
-        starts = self._starts
-        shard = bisect.bisect_right(starts, start) - 1
-        local = start - starts[shard]
-        if local + length <= starts[shard + 1] - starts[shard]:  # the common case, inlined: one view of a map
-            array = self._arrays[shard]
-            return array[local : local + length] if array is not None else self._slice(shard, local, local + length)
+        is read by ranges).
+
+        Raises:
+            IndexError: when the window is not inside the stream.
+        """
+        return self.windows([start], length)[0]
+
+    def windows(self, starts: Sequence[int], length: int) -> list[np.ndarray]:
+        """``window(start, length)`` for each of ``starts`` (a batch's windows: a few operations each, no call,
+        where they lie inside a mapped shard).
+
+        Raises:
+            IndexError: for the first window not inside the stream.
+        """
+        bounds, arrays, total, out = self._starts, self._arrays, self.total_elements, []
+        for start in starts:
+            if start < 0 or start + length > total:
+                raise IndexError(f"window [{start}, {start + length}) is outside the stream of {total}")
+            shard = bisect.bisect_right(bounds, start) - 1
+            local = start - bounds[shard]
+            array = arrays[shard]
+            if array is not None and local + length <= bounds[shard + 1] - bounds[shard]:  # one view of a map
+                out.append(array[local : local + length])
+            else:
+                out.append(self._copied(shard, local, length))
+        return out
+
+    def _copied(self, shard: int, local: int, length: int) -> np.ndarray:
+        """``length`` elements from ``local`` in ``shard`` on, read or copied: across shards, or by ranges."""
         parts, need = [], length
         while need:
             if local < self._shard_len(shard):
@@ -232,7 +252,7 @@ class TokenStreamStorage:
                 parts.append(part)
                 need -= len(part)
             shard, local = shard + 1, 0
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def __repr__(self) -> str:
         return described(self, str(self.path), dtype=str(self.dtype), elements=self.total_elements)
@@ -265,11 +285,11 @@ class TokenStreamDataset:
         return self.storage.window(index * self.sequence_length, self.sequence_length)
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
-        n, length, window = len(self), self.sequence_length, self.storage.window
+        n, length = len(self), self.sequence_length
         if indices and not (min(indices) >= 0 and max(indices) < n):
             bad = next(i for i in indices if not 0 <= i < n)
             raise IndexError(f"index {bad} is out of range for {n} sequences")
-        return [window(i * length, length) for i in indices]
+        return self.storage.windows([i * length for i in indices], length)
 
     def __repr__(self) -> str:
         return described(self, self.storage, sequence_length=self.sequence_length)
