@@ -34,6 +34,19 @@ def is_async_dataset(dataset: Any) -> bool:
     )
 
 
+async def _wound_down(aclose: Callable[[], Any] | None) -> None:
+    """Cancel the running loop's other tasks and wait for them to end (as ``asyncio.run`` does before it closes its
+    loop), then await ``aclose()``: a batch's fetch that a worker took is still running when its loader goes, and
+    one of its items starting during ``aclose()`` would open a new client session, left unclosed."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if aclose is not None:
+        await aclose()
+
+
 class EventLoopThread:
     """One asyncio event loop on a daemon thread, kept across epochs; ``start()`` creates the thread.
 
@@ -71,14 +84,15 @@ class EventLoopThread:
         return self.submit(coro).result()
 
     def stop(self, aclose: Callable[[], Any] | None = None, timeout: float = 5.0) -> None:
-        """Await ``aclose()`` once on the loop (errors and time-outs are logged), then stop the loop."""
+        """End the loop's tasks, then await ``aclose()`` once on the loop (errors and time-outs are logged), then
+        stop the loop (``_wound_down``: no fetch still running can open a session after ``aclose()`` closed it)."""
         if self.loop is None or self._thread is None or self._pid != os.getpid():
             return
-        if aclose is not None and self._thread.is_alive():
+        if self._thread.is_alive():
             try:
-                asyncio.run_coroutine_threadsafe(aclose(), self.loop).result(timeout)
+                asyncio.run_coroutine_threadsafe(_wound_down(aclose), self.loop).result(timeout)
             except Exception:
-                logger.exception("aclose() failed or timed out; stopping the event loop anyway")
+                logger.exception("ending the loop's tasks or aclose() failed or timed out; stopping the loop anyway")
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
         if not self._thread.is_alive():
