@@ -181,10 +181,20 @@ def run_demo(workdir: Path, n: int = 4000, batch_size: int = 64, steps: int = 30
     """
     import torch
 
+    outer = torch.get_num_threads()
+    torch.set_num_threads(1)  # the loader's threads and the training share two cores fairly
+    try:
+        return _demo(Path(workdir), n, batch_size, steps, workers)
+    finally:
+        torch.set_num_threads(outer)  # a process that called it (``main(["demo"])``) keeps its own setting
+
+
+def _demo(workdir: Path, n: int, batch_size: int, steps: int, workers: int) -> dict:
+    """``run_demo``'s steps (torch on one thread)."""
+    import torch
+
     from torch_drt.storage import DocumentStorage
 
-    torch.set_num_threads(1)  # the loader's threads and the training share two cores fairly
-    workdir = Path(workdir)
     print(f"torch_drt demo: {n} generated 32x32 PNG images in {len(CLASSES)} classes; cache root {workdir}\n")
 
     print("1. Build the cache (reused when it is already complete)")

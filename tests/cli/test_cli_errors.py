@@ -170,6 +170,21 @@ def test_a_command_that_exits_with_a_message_fails(capsys, tmp_path):
     assert "cache build failed" in err
 
 
+def test_the_demo_leaves_torchs_thread_count_as_it_found_it(capsys, tmp_path):
+    """The demo runs torch on one thread; a process that runs it in-process (``main(["demo"])``) gets its own
+    setting back, even when the demo fails (it stayed at 1: later work in the process ran on one thread)."""
+    import torch
+
+    outer = torch.get_num_threads()
+    torch.set_num_threads(2)  # not 1, whatever this machine runs: the demo's 1 must not stay
+    try:
+        (tmp_path / "file").write_text("x")
+        fails(capsys, ["demo", "--workdir", str(tmp_path / "file"), "--samples", "8", "--steps", "1"])
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(outer)
+
+
 def test_version(capsys):
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"torch-drt {drt.__version__}\n"
