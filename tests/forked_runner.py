@@ -39,13 +39,15 @@ def run_forked(code: str, *, timeout: float = 120, memory_bytes: int | None = No
         A ``subprocess.CompletedProcess``: stdout, stderr, and ``returncode`` (negative for a signal, e.g. -7 for
         SIGBUS; 1 for an uncaught exception, whose traceback is in stderr).
     """
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    with (tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err,
+          tempfile.TemporaryDirectory(prefix="forked-") as scratch):
         sys.stdout.flush(), sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the child: it never returns into pytest
             status = 1
             try:
-                os.dup2(out.fileno(), 1)
+                tempfile.tempdir = os.environ["TMPDIR"] = scratch  # the child ends with os._exit, its finalizers
+                os.dup2(out.fileno(), 1)  # unrun: what it leaves in temporary directories goes with ``scratch``
                 os.dup2(err.fileno(), 2)
                 sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - left for os._exit
                 sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115

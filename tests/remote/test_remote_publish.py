@@ -152,7 +152,8 @@ def test_a_writer_killed_at_any_step_leaves_nothing_that_opens_and_the_next_one_
     name = unique(f"killed-{step}")
     url = f"s3://{BUCKET}/{name}"
     tests_dir = os.path.dirname(os.path.dirname(__file__))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), tests_dir])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), tests_dir]),
+           "TMPDIR": str(tmp_path)}  # the killed writer's staging directory stays there, not in the shared one
     child = subprocess.run([sys.executable, "-c", _killed_at(step, name, options(proxy))], env=env,
                            capture_output=True, text=True, timeout=120)
     assert child.returncode == -9 and "not killed" not in child.stdout, child.stderr[-2000:]
