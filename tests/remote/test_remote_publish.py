@@ -172,8 +172,11 @@ def test_a_writer_killed_at_any_step_leaves_nothing_that_opens_and_the_next_one_
                         storage_options=options(proxy), remote_config=remote_config(tmp_path))
     assert isinstance(busy, drt.CacheWriteError) and "another writer" in busy.message  # a claim less than 1 h old
     time.sleep(0.6)  # the dead writer's claim is now stale for a writer that waits 0.5 s
+    (left_staged,) = tmp_path.glob("torch_drt-publish-*")  # the killed writer's local copy (its TMPDIR)
+    config = remote_config(tmp_path, stale_writer_after=0.5, staging_dir=str(tmp_path))
     (result,) = runtime.write_cache(ListSource(name, 60), f"s3://{BUCKET}", writer_config=QUIET,
                                     storage_options=options(proxy), remote_config=config)  # fewer shards than 200
+    assert not left_staged.exists() and not list(tmp_path.glob("torch_drt-publish-*"))  # removed, then its own
     assert isinstance(result, drt.CacheWriteSuccess), result
     layout = open_cache(url, verify=True, storage_options=options(proxy), remote_config=config)
     expected = {"manifest.json", "index.bin", "metadata.arrow", *(f"shards/{n}" for n, _ in layout.shards)}
@@ -218,9 +221,14 @@ def test_storages_write_to_and_read_from_urls(tmp_path, proxy):
     assert [d.tolist() for d in docs.arrays([3, 0, 39])] == [[3, 4, 5, 6], [0], [39, 40, 41, 42]]
     assert docs.lengths().tolist()[:3] == [1, 2, 3]
     stream = unique("tokens")
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    config = remote_config(tmp_path, staging_dir=str(staging))
     with TokenStreamWriter(f"s3://{BUCKET}", stream, dtype="int32", shard_elements=100,
                            storage_options=options(proxy), remote_config=config) as writer:
         writer.write(np.arange(1000))
+        assert [p.name[:17] for p in staging.iterdir()] == ["torch_drt-stream-"]  # staged where configured
+    assert not list(staging.iterdir())
     tokens = TokenStreamStorage(f"s3://{BUCKET}/{stream}", storage_options=options(proxy), remote_config=config)
     assert tokens.window(95, 10).tolist() == list(range(95, 105)) and tokens.total_elements == 1000
     import pickle

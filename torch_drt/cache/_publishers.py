@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+from torch_drt._scratch import ScratchDir
 from torch_drt.cache._format import MANIFEST_FILE
 from torch_drt.cache.records import CacheWriteError, CacheWriteResult, CacheWriteSuccess
 from torch_drt.cache.validate import is_complete_cache
@@ -161,12 +160,9 @@ class RemotePublisher(Publisher):
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Path]:
-        tmp = Path(tempfile.mkdtemp(prefix="torch_drt-publish-", dir=self.remote.staging_dir))
-        try:
-            (tmp / self.name).mkdir()
-            yield tmp / self.name
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with ScratchDir("torch_drt-publish-", self.remote.staging_dir) as tmp:  # a killed writer's: see ScratchDir
+            (tmp.path / self.name).mkdir()
+            yield tmp.path / self.name
 
     def publish(
         self, staged: Path, mode: WriteMode, sync_root: bool = True, *, durable: bool = True

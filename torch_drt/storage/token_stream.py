@@ -6,14 +6,13 @@ import bisect
 import itertools
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from torch_drt._scratch import ScratchDir
 from torch_drt.cache.errors import CacheCorruptError
 from torch_drt.checksums import sha256_file
 from torch_drt.describe import described
@@ -55,7 +54,10 @@ class TokenStreamWriter:
             raise ValueError(f"{shard_elements=} must be > 0")
         where = Location.parse(root, storage_options, remote_config)
         self._store = RemoteStore(where.join(name).url, storage_options, remote_config) if where.is_remote else None
-        local = Path(tempfile.mkdtemp(prefix="torch_drt-stream-")) if self._store else where.path
+        self._scratch = None  # a URL's stream is staged in a private scratch directory, then uploaded
+        if self._store is not None:
+            self._scratch = ScratchDir("torch_drt-stream-", remote_config.staging_dir if remote_config else None)
+        local = where.path if self._scratch is None else self._scratch.path
         self.root, self.name = local, name
         self.dtype = np.dtype(dtype)
         self.shard_elements = shard_elements
@@ -114,11 +116,12 @@ class TokenStreamWriter:
         }
         write_json_atomic(self._staging / MANIFEST, manifest)
         if self._store is not None:
+            assert self._scratch is not None  # staged in it
             try:
                 publish_directory(self._staging, self._store, MANIFEST)
             finally:
                 self._stage.discard()
-                shutil.rmtree(self.root, ignore_errors=True)
+                self._scratch.close()
             self._closed = True
             return self._store.url
         target = self.root / self.name
@@ -138,8 +141,8 @@ class TokenStreamWriter:
             self.close()
         else:
             self._stage.discard()
-            if self._store is not None:
-                shutil.rmtree(self.root, ignore_errors=True)
+            if self._scratch is not None:
+                self._scratch.close()
 
     def __repr__(self) -> str:
         return described(self, str(self.root), self.name, dtype=str(self.dtype))

@@ -15,13 +15,13 @@ import secrets
 import shutil
 import tempfile
 import warnings
-import weakref
 from collections.abc import Callable, Mapping
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from torch_drt._cpu_budget import resolve_worker_counts
+from torch_drt._scratch import ScratchDir
 from torch_drt.cache.layout import backend_of
 from torch_drt.cache.loader._autotune import tune_request
 from torch_drt.cache.loader._consumer import RowFetcher
@@ -67,8 +67,8 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
     prefetch_depth: int | None = None  # batches ahead beyond the processes, as num_workers="tune" sets them
 
     def __init__(
-        self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path, keep: bool,
-        autotune: AutotuneRequest | None = None, window_tune: WindowTune | None = None,
+        self, dataset: CachedDataset, mode: StreamMode, settings: dict[str, Any], workdir: Path,
+        scratch: ScratchDir | None, autotune: AutotuneRequest | None = None, window_tune: WindowTune | None = None,
     ) -> None:
         self.__dict__.update({key: value for key, value in settings.items() if key not in _PROPERTIES})
         self.dataset = dataset
@@ -76,8 +76,7 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
         self._window_tune = window_tune
         self._setup_pipeline(mode, True if autotune or window_tune else None)  # the tuners read the statistics
         self._autotune = None if autotune is None else autotune.autotune(self)
-        if not keep:  # a work_dir export is the caller's; a temporary one goes with the loader
-            weakref.finalize(self, shutil.rmtree, str(workdir), True)  # holds the path only
+        self._scratch = scratch  # a temporary directory goes with the loader; a work_dir export is the caller's
 
     @property
     def in_flight(self) -> int:
@@ -141,15 +140,19 @@ _RESTART_WARNING = (
 )
 
 
-def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> Path:
-    """The loader's directory, holding its snapshot: under ``work_dir`` (kept), else a temporary one."""
-    workdir = Path(tempfile.mkdtemp(prefix="torch_drt-loader-", dir=work_dir))
+def _workdir(dataset: CachedDataset, work_dir: str | Path | None) -> tuple[Path, ScratchDir | None]:
+    """The loader's directory, holding its snapshot: under ``work_dir`` (kept), else a temporary one (removed with
+    the loader, or by a later loader once this process is gone: ``ScratchDir``)."""
+    scratch = None if work_dir is not None else ScratchDir("torch_drt-loader-")
+    workdir = Path(tempfile.mkdtemp(prefix="torch_drt-loader-", dir=work_dir)) if scratch is None else scratch.path
     try:
         export_snapshot(dataset.active, [layout.cache_id for layout in dataset.layouts], workdir / SNAPSHOT)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
+        if scratch is not None:
+            scratch.close()
         raise
-    return workdir
+    return workdir, scratch
 
 
 def to_torch_dataloader(
@@ -236,7 +239,7 @@ def to_torch_dataloader(
         style.logger, plans, seed=seed, native_threads=workers.counts.native_threads, persistent=continue_streams,
         inline=processes == 0)
     # fmt: on
-    workdir = _workdir(dataset, work_dir)
+    workdir, scratch = _workdir(dataset, work_dir)
     fetcher = RowFetcher(
         [backend_of(layout) for layout in dataset.layouts],  # a URL's backend carries its options to the processes
         str(workdir / SNAPSHOT),
@@ -287,7 +290,7 @@ def to_torch_dataloader(
     )
     mode = StreamMode(fetcher, settings, fingerprint=dataset.active.fingerprint, seed_given=not options.random_seed,
                       reader_threads=functools.partial(_reader_threads, native_num_workers, world_size))
-    loader = CacheDataLoader(dataset, mode, settings, workdir, keep=work_dir is not None, autotune=tune,
+    loader = CacheDataLoader(dataset, mode, settings, workdir, scratch, autotune=tune,
                              window_tune=tuner)
     if events is not None:
         log_ready(style.logger, loader, plans, dataset.reader_config.prefetch_size)
