@@ -24,8 +24,6 @@ import tempfile
 import weakref
 from pathlib import Path
 
-__all__ = ["ScratchDir", "remove_abandoned"]
-
 logger = logging.getLogger("torch_drt")
 
 MARKER = ".owner"
