@@ -27,12 +27,11 @@ import dataclasses
 import functools
 import multiprocessing
 import re
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from torch_drt._scratch import ScratchDir
 from torch_drt.build._prefetch import Prefetch, can_prefetch
 from torch_drt.build._tail_help import TailHelp
 from torch_drt.build.part import write_part
@@ -147,10 +146,11 @@ def write_parts(
     counts = ctx.RawArray("q", len(plan)) if fork else None  # inherited, never pickled
     ahead = ctx.RawArray("b", len(plan)) if fork else None  # parts converted ahead once already
     workers = min(num_workers, len(plan))
-    tail = None
+    tail, scratch = None, None
     if fork and workers > 1:
         with contextlib.suppress(OSError):  # no scratch directory: no help
-            tail = TailHelp(ctx, plan, tempfile.mkdtemp(prefix="torch_drt-build-"))
+            scratch = ScratchDir("torch_drt-build-")  # a killed build's goes with the next build's
+            tail = TailHelp(ctx, plan, str(scratch.path))
     write = _WritePart(plan, set_dir, config, remote, counts, ahead, tail)
     pool = ProcessPool(write, workers, method, torch_threads=None)
     outcomes: dict[int, PartOutcome] = {}
@@ -222,6 +222,6 @@ def write_parts(
             report(outcomes[k])
     finally:
         pool.close()  # idle workers exit, busy ones (only on an error here) are killed
-        if tail is not None:
-            shutil.rmtree(tail.directory, ignore_errors=True)
+        if scratch is not None:
+            scratch.close()
     return [outcomes[k] for k in range(len(plan))]
