@@ -4,7 +4,7 @@ A loader's snapshot directory and a remote publish's staging copy live in the sy
 the one configured). Their owner removes them when it closes or exits normally; a process that is killed, or ends
 with ``os._exit`` (a forked child, a test harness), cannot. Left there, a staged cache of gigabytes fills the disk
 one crash at a time. So each directory carries its owner's advisory lock for as long as the owner lives, and the
-next directory of the same kind created in the same place first removes those whose lock is free.
+next process that creates a directory of the same kind in the same place first removes those whose lock is free.
 
 What is removed, exactly: an entry ``<prefix><8 characters>`` directly in the parent that is a directory (not a
 link), owned by this user, holding the ``.owner`` marker (written only after the lock was taken, so a directory
@@ -28,6 +28,7 @@ logger = logging.getLogger("torch_drt")
 
 MARKER = ".owner"
 _SUFFIX = 8  # the random part of ``tempfile.mkdtemp``'s names
+_swept: set[tuple[str, str]] = set()  # (prefix, parent) listed by this process already: a shared /tmp can be long
 
 
 def _abandoned(path: Path) -> bool:
@@ -72,7 +73,8 @@ def remove_abandoned(prefix: str, parent: str | Path) -> list[Path]:
 class ScratchDir:
     """A fresh private directory ``<parent>/<prefix>XXXXXXXX`` (mode 0700), locked until ``close()``.
 
-    Creating one first removes the abandoned ones of the same prefix and parent (``remove_abandoned``).
+    The first one of a prefix and parent that a process creates first removes the abandoned ones there
+    (``remove_abandoned``; once per process, as listing a shared temporary directory can take a while).
     ``close()`` (or the object's collection, or the interpreter's exit) removes the directory and its lock.
 
     Args:
@@ -82,7 +84,9 @@ class ScratchDir:
 
     def __init__(self, prefix: str, parent: str | Path | None = None) -> None:
         parent = Path(tempfile.gettempdir() if parent is None else parent)
-        remove_abandoned(prefix, parent)
+        if (prefix, str(parent)) not in _swept:
+            remove_abandoned(prefix, parent)
+            _swept.add((prefix, str(parent)))
         self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
