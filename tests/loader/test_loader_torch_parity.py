@@ -1,0 +1,39 @@
+"""Differential checks against torch's DataLoader: the same script, only the import changed, gets the same data.
+
+Each case here is a divergence a differential fuzzer found (torch's ``DataLoader`` and ``StatefulDataLoader`` built
+with the same arguments, their batches compared); both loaders run side by side, with real workers where they
+matter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from torch_drt import StatefulDataLoader
+
+
+def batches(loader, epochs=1):
+    return [[b.tolist() if isinstance(b, torch.Tensor) else b for b in loader] for _ in range(epochs)]
+
+
+class Tagged(Dataset):
+    """``__getitems__`` tags its items: torch calls it only when it batches."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return i
+
+    def __getitems__(self, indices):
+        return [("many", i) for i in indices]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_without_batching_getitem_is_called_not_getitems(num_workers):
+    for loader in (DataLoader, StatefulDataLoader):
+        assert batches(loader(Tagged(), batch_size=None, num_workers=num_workers)) == [[0, 1, 2, 3]]
+    assert batches(StatefulDataLoader(Tagged(), batch_size=2, collate_fn=list)) == [[[("many", 0), ("many", 1)],
+                                                                                     [("many", 2), ("many", 3)]]]
