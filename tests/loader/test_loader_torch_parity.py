@@ -37,3 +37,17 @@ def test_without_batching_getitem_is_called_not_getitems(num_workers):
         assert batches(loader(Tagged(), batch_size=None, num_workers=num_workers)) == [[0, 1, 2, 3]]
     assert batches(StatefulDataLoader(Tagged(), batch_size=2, collate_fn=list)) == [[[("many", 0), ("many", 1)],
                                                                                      [("many", 2), ("many", 3)]]]
+
+
+@pytest.mark.parametrize(("size", "batch_size"), [(0, 1), (3, 4)])
+def test_drop_last_with_fewer_items_than_a_batch_is_an_empty_loader(size, batch_size):
+    for loader_class in (DataLoader, StatefulDataLoader):
+        loader = loader_class(list(range(size)), batch_size=batch_size, drop_last=True)
+        assert len(loader) == 0 and batches(loader, 2) == [[], []]
+
+
+def test_shuffle_over_an_empty_dataset_is_refused_as_torch_refuses_it():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        with pytest.raises(ValueError, match="num_samples should be a positive integer value, but got num_samples=0"):
+            loader_class([], shuffle=True)
+    assert batches(StatefulDataLoader([], batch_size=2), 2) == [[], []]  # (unshuffled: empty epochs, as torch's)
