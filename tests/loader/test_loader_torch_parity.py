@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from torch_drt import StatefulDataLoader
 
@@ -51,3 +51,41 @@ def test_shuffle_over_an_empty_dataset_is_refused_as_torch_refuses_it():
         with pytest.raises(ValueError, match="num_samples should be a positive integer value, but got num_samples=0"):
             loader_class([], shuffle=True)
     assert batches(StatefulDataLoader([], batch_size=2), 2) == [[], []]  # (unshuffled: empty epochs, as torch's)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_user_samplers_generator_advances_as_in_torch_epoch_after_epoch(num_workers):
+    """torch reads a sampler until it ends; RandomSampler draws once more from its generator at that point, so the
+    next epoch's order depends on it."""
+    def run(loader_class):
+        sampler = RandomSampler(range(6), generator=torch.Generator().manual_seed(7))
+        return batches(loader_class(list(range(6)), batch_size=4, sampler=sampler, num_workers=num_workers), 3)
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_user_batch_samplers_generator_advances_as_in_torch(num_workers):
+    """torch reads a batch sampler until it ends; with drop_last, BatchSampler ends after its last batch, and the
+    RandomSampler inside draws once more then."""
+    def run(loader_class):
+        sampler = BatchSampler(RandomSampler(range(6), generator=torch.Generator().manual_seed(7)), 3, True)
+        return batches(loader_class(list(range(6)), batch_sampler=sampler, num_workers=num_workers), 3)
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+class Overlong:
+    """A sampler that yields more indices than its ``__len__`` says: torch loads every one."""
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([4, 3, 2, 1, 0])
+
+
+def test_a_sampler_is_read_to_its_end_as_in_torch():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        loader = loader_class(list(range(5)), batch_size=2, sampler=Overlong())
+        assert len(loader) == 2 and batches(loader, 2) == [[[4, 3], [2, 1], [0]]] * 2
