@@ -89,3 +89,37 @@ def test_a_sampler_is_read_to_its_end_as_in_torch():
     for loader_class in (DataLoader, StatefulDataLoader):
         loader = loader_class(list(range(5)), batch_size=2, sampler=Overlong())
         assert len(loader) == 2 and batches(loader, 2) == [[[4, 3], [2, 1], [0]]] * 2
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"shuffle": True}, {"num_workers": 1}, {"num_workers": 1, "persistent_workers": True, "shuffle": True},
+    {"sampler": RandomSampler(range(6))}, {"drop_last": True, "batch_size": 4},
+], ids=["plain", "shuffle", "workers", "persistent-shuffle", "random-sampler", "drop-last"])
+def test_the_global_generator_moves_as_with_torch(kwargs):
+    """torch's loader draws nothing when built, then a base seed at each iter() (and RandomSampler's seed when it
+    shuffles): a model built after the loader, and the draws in the loop, get the same numbers."""
+    def run(loader_class):
+        torch.manual_seed(0)
+        loader = loader_class(list(range(6)), **({"batch_size": 2} | kwargs))
+        draws, orders = [torch.rand(()).item()], []
+        for _ in range(2):
+            batch_list = [b.tolist() for b in loader]
+            orders.append(batch_list if "shuffle" not in kwargs else sorted(x for b in batch_list for x in b))
+            draws.append(torch.rand(()).item())
+        return draws, orders
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+def test_the_loaders_generator_moves_as_with_torch():
+    def run(loader_class):
+        generator = torch.Generator().manual_seed(3)
+        loader = loader_class(list(range(6)), batch_size=2, generator=generator)
+        states = [generator.get_state()]
+        for _ in range(2):
+            list(loader)
+            states.append(generator.get_state())
+        return [s.tolist() for s in states]
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
