@@ -123,3 +123,9 @@ def test_the_loaders_generator_moves_as_with_torch():
 
     assert run(StatefulDataLoader) == run(DataLoader)
 
+
+
+def test_torchs_argument_errors_come_first_over_an_empty_dataset():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        with pytest.raises(ValueError, match="batch_size=None option disables auto-batching"):
+            loader_class([], batch_size=None, drop_last=True, shuffle=True)

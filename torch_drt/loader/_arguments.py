@@ -57,12 +57,12 @@ def check_batching(
                 )
     if sampler is not None and shuffle:
         raise ValueError("sampler option is mutually exclusive with shuffle")
-    if shuffle and batch_sampler is None and hasattr(dataset, "__len__") and len(dataset) == 0:
-        raise ValueError("num_samples should be a positive integer value, but got num_samples=0")  # RandomSampler's
     if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
         raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
     if batch_size is None and drop_last:
         raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
+    if shuffle and batch_sampler is None and hasattr(dataset, "__len__") and len(dataset) == 0:
+        raise ValueError("num_samples should be a positive integer value, but got num_samples=0")  # RandomSampler's
 
 
 def start_method(multiprocessing_context: Any) -> str | None:
