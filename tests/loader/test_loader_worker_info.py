@@ -60,8 +60,11 @@ def test_process_workers_get_torchs_worker_info_and_seeded_global_generators():
     assert {w: i["draws"] for w, i in other.items()} != {w: i["draws"] for w, i in first.items()}
 
 
-def test_the_main_process_generators_are_left_alone():
+def test_the_main_process_generators_move_only_as_torchs_loader_moves_them():
+    """Seeding the workers leaves the main process's generators alone; iter() draws torch's base seed there, as
+    torch's loader does (one draw), so the script's later draws are torch's."""
     torch.manual_seed(0)
+    list(torch.utils.data.DataLoader(list(range(4))))
     expected = torch.rand(3)
     torch.manual_seed(0)
     process_starts(seed=3)

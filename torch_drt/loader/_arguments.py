@@ -61,6 +61,8 @@ def check_batching(
         raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
     if batch_size is None and drop_last:
         raise ValueError("batch_size=None option disables auto-batching and is mutually exclusive with drop_last")
+    if shuffle and batch_sampler is None and hasattr(dataset, "__len__") and len(dataset) == 0:
+        raise ValueError("num_samples should be a positive integer value, but got num_samples=0")  # RandomSampler's
 
 
 def start_method(multiprocessing_context: Any) -> str | None:
@@ -191,11 +193,13 @@ def check_not_empty(
     batch_sampler: Any,
     streams: bool,
     topology: tuple[int, int],
+    split: bool,
 ) -> None:
-    """With ``drop_last``, the loader's own order over ``topology`` (rank, world size) has at least one batch."""
+    """With ``drop_last`` and torch_drt's own ``split`` by rank, the loader's order over ``topology`` (rank, world
+    size) has at least one batch (without it, as in torch, a loader with fewer items than a batch has no batch)."""
     from torch_drt.sampling.partition import Partition
 
-    if not drop_last or sampler is not None or batch_sampler is not None or streams:
+    if not split or not drop_last or sampler is not None or batch_sampler is not None or streams:
         return
     rank, world_size = topology
     if Partition(len(dataset), batch_size or 1, world_size, rank, drop_last).num_batches() == 0:

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
+from torch_drt.loader._arguments import Unbatched
 from torch_drt.loader._collate import pin_batch
 from torch_drt.loader._early_items import EarlyItems, results, submit_items
 from torch_drt.loader._event_loop import is_async_dataset
@@ -130,7 +131,7 @@ class BatchFetcher:
         self._early = EarlyItems()  # the sync items begun so
         self.item_pool: ThreadPool | None = None
         self._checked = False  # whether a plain __getitem__ was seen not to return coroutines
-        self._getitems = getattr(dataset, "__getitems__", None) if item_concurrency == 1 else None
+        self._getitems = self._batch_getter()
         self._getitem: Any = getattr(dataset, "__getitem__", None)  # (the dataset's own: a map-style one has it)
         # a Python __getitem__ is called from a comprehension: the interpreter runs it in its own loop, without the
         # C call and new interpreter frame per item that map() makes (~30% of the calls' cost on Python 3.11)
@@ -143,8 +144,15 @@ class BatchFetcher:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._getitems = getattr(self.dataset, "__getitems__", None) if self.item_concurrency == 1 else None
+        self._getitems = self._batch_getter()
         self._getitem = getattr(self.dataset, "__getitem__", None)
+
+    def _batch_getter(self) -> Any:
+        """The dataset's ``__getitems__`` where a batch's items come from it: one item at a time, and batching (as
+        torch, which without batching, ``batch_size=None``, calls ``__getitem__``)."""
+        if self.item_concurrency != 1 or isinstance(self.collate_fn, Unbatched):
+            return None
+        return getattr(self.dataset, "__getitems__", None)
 
     @property
     def plain(self) -> bool:

@@ -21,12 +21,12 @@ def build_mode(loader: Any) -> LoaderMode:
     the loader does not batch or a ``batch_sampler`` does.
 
     Raises:
-        ValueError: when ``drop_last`` leaves the loader's own order without a batch.
+        ValueError: when ``drop_last`` leaves the loader's own split by rank without a batch.
     """
     dataset, batch_size = loader.dataset, loader.batch_size
     streams = isinstance(dataset, BaseNode) or is_iterable_dataset(dataset)
     check_not_empty(dataset, batch_size, loader.drop_last, loader._user_sampler, loader._batch_sampler, streams,
-                    loader._topology)
+                    loader._topology, loader.split_by_rank)
     loader.batch_size = 1 if batch_size is None else batch_size
     try:
         if isinstance(dataset, BaseNode):

@@ -26,6 +26,7 @@ from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader._split_loader import SplitLoader
+from torch_drt.loader._torch_draws import draw_at_iter, peek_seed
 from torch_drt.loader._worker_payload import check_picklable, worker_start
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
@@ -190,7 +191,7 @@ class StatefulDataLoader(SplitLoader):
         self._user_sampler = sampler
         self._seed_given = seed is not None
         if seed is None:
-            seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item()) & ((1 << 63) - 1)
+            seed = peek_seed(generator)  # torch's loader draws nothing when built: nor does this one
         self.dataset, self.shuffle, self.seed, self.generator = dataset, bool(shuffle), seed, generator
         self.batch_size = batch_size if batch_sampler is None else None  # torch's: None with a batch_sampler
         self._batch_sampler = batch_sampler
@@ -214,6 +215,11 @@ class StatefulDataLoader(SplitLoader):
         self._setup_pipeline(mode, True if tune.tuning else stats)
         self._batch_sampler = batch_sampler  # (the base class resets it)
         self._autotune = tune.autotune(self)
+
+    def __iter__(self) -> Any:
+        draw_at_iter(self, first=not self.__dict__.get("_iterated", False))  # torch's draws (the script's next ones)
+        self.__dict__["_iterated"] = True
+        return super().__iter__()
 
     def _build_mode(self) -> LoaderMode:
         """The pipeline for the current topology (``torch_drt.loader._modes.build_mode``)."""

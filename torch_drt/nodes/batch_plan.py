@@ -116,10 +116,15 @@ class BatchPlanner(BaseNode[BatchPlan]):
     def _plan_chunk(self) -> None:
         """Plan the next batches at once: their offsets, positions and index lists (the sampler's ``index_lists``,
         else one numpy pass)."""
-        part, offset = self.partition, self._chunk_end  # (called once the chunk before is handed out)
-        count = min(part.num_batches(offset), self._CHUNK)
-        self.source.available(offset + count * part.global_batch_size)  # a user sampler is read this far
-        self._sync_length()
+        offset = self._chunk_end  # (called once the chunk before is handed out)
+        sized = self.source.n is not None
+        for _ in range(2 if sized else 1):  # again where a sampler is longer than its length (then read unsized)
+            part = self.partition
+            count = min(part.num_batches(offset), self._CHUNK)
+            self.source.available(offset + count * part.global_batch_size)  # a user sampler is read this far
+            self._sync_length()
+            if self.source.n is not None:
+                break
         part = self.partition
         count = min(part.num_batches(offset), self._CHUNK)
         size = part.global_batch_size

@@ -13,6 +13,8 @@ from torch_drt.describe import described
 from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.sampling.stride import stride_index, stride_range
 
+_END = object()
+
 
 class BatchSamplerPlanner(BaseNode[BatchPlan]):
     """Each list of indices a batch sampler yields is one batch of this rank (torch's ``batch_sampler``).
@@ -43,6 +45,7 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
         self.world_size, self.rank = world_size, rank
         self.epoch = self.batches = self.items = 0
         self._iterator: Iterator[Any] | None = None
+        self._peeked: Any = _END  # a list read past len(batch_sampler), not planned yet
         self._skip: frozenset[int] = frozenset()
 
     def __repr__(self) -> str:
@@ -58,7 +61,7 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
         self.batches = int(state.get(self.BATCHES_KEY, 0))
         self.items = int(state.get(self.ITEMS_KEY, 0))
         self._skip = frozenset(state.get(self.AHEAD_KEY, ()))
-        self._iterator = iter(self.batch_sampler)
+        self._iterator, self._peeked = iter(self.batch_sampler), _END
         for _ in itertools.islice(self._iterator, self.batches):
             pass
 
@@ -77,12 +80,16 @@ class BatchSamplerPlanner(BaseNode[BatchPlan]):
 
     def next(self) -> BatchPlan:
         assert self._iterator is not None
-        indices = self._indices(next(self._iterator))
+        batch, self._peeked = (next(self._iterator) if self._peeked is _END else self._peeked), _END
+        indices = self._indices(batch)
         positions = stride_range(self.items, len(indices), rank=self.rank, world_size=self.world_size)
         number = self.batches
         self.batches += 1
         self.items += len(indices)
         last = hasattr(self.batch_sampler, "__len__") and self.batches >= len(self.batch_sampler)  # type: ignore
+        if last:  # read on as torch does, to the end: a RandomSampler inside draws once more from its generator there
+            self._peeked = next(self._iterator, _END)  # (and one longer than its length goes on)
+            last = self._peeked is _END
         if self._skip and number in self._skip:  # delivered ahead of an older batch before the checkpoint
             return self.next()
         return BatchPlan(self.epoch, number, indices, positions, last)

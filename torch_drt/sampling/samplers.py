@@ -107,8 +107,8 @@ class IndexListSampler(PositionSampler):
 
     Only a window of indices is held at a time, so an endless sampler (``itertools.repeat(0)``) works and
     Ctrl-C interrupts it. A resume at ``offset`` skips that many indices of the new iterator. ``n`` is
-    ``len(sampler)`` (an iterator that ends earlier shortens the epoch; indices beyond it are not read), or
-    unknown until an unsized sampler ends.
+    ``len(sampler)`` (an iterator that ends earlier shortens the epoch; as in torch, one that yields more is read
+    to its end), or unknown until an unsized sampler ends.
 
     Raises:
         TypeError: when the sampler is not iterable.
@@ -149,10 +149,23 @@ class IndexListSampler(PositionSampler):
         limit = end if self.n is None else min(end, self.n)
         if have < limit:
             values = self._read(limit - have)
-            if len(values) < limit - have:
+            if self.n is not None and len(values) == self.n - have:
+                values += self._read_past_length(end - have - len(values))
+            if have + len(values) < (end if self.n is None else limit):
                 self.n = have + len(values)  # the iterator ended: the epoch is this long
             self._window = np.concatenate([self._window, np.asarray(values, dtype=np.int64)])
         return min(end, self._base + len(self._window))
+
+    def _read_past_length(self, wanted: int) -> list[int]:
+        """At ``len(sampler)``, read on as torch does (its batching reads a sampler until it ends): an iterator
+        that ends there may still draw (``RandomSampler`` takes one more ``randperm`` from its generator, which the
+        next epoch's order depends on); one that yields more indices than its length is read on as an unsized
+        sampler (up to ``wanted`` indices now), to its end."""
+        more = self._read(1)
+        if more:
+            self.n = None
+            more += self._read(max(0, wanted - 1))
+        return more
 
     def indices(self, epoch: int, positions: np.ndarray) -> np.ndarray:
         if positions.size == 0:

@@ -1,0 +1,131 @@
+"""Differential checks against torch's DataLoader: the same script, only the import changed, gets the same data.
+
+Each case here is a divergence a differential fuzzer found (torch's ``DataLoader`` and ``StatefulDataLoader`` built
+with the same arguments, their batches compared); both loaders run side by side, with real workers where they
+matter.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+
+from torch_drt import StatefulDataLoader
+
+
+def batches(loader, epochs=1):
+    return [[b.tolist() if isinstance(b, torch.Tensor) else b for b in loader] for _ in range(epochs)]
+
+
+class Tagged(Dataset):
+    """``__getitems__`` tags its items: torch calls it only when it batches."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return i
+
+    def __getitems__(self, indices):
+        return [("many", i) for i in indices]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_without_batching_getitem_is_called_not_getitems(num_workers):
+    for loader in (DataLoader, StatefulDataLoader):
+        assert batches(loader(Tagged(), batch_size=None, num_workers=num_workers)) == [[0, 1, 2, 3]]
+    assert batches(StatefulDataLoader(Tagged(), batch_size=2, collate_fn=list)) == [[[("many", 0), ("many", 1)],
+                                                                                     [("many", 2), ("many", 3)]]]
+
+
+@pytest.mark.parametrize(("size", "batch_size"), [(0, 1), (3, 4)])
+def test_drop_last_with_fewer_items_than_a_batch_is_an_empty_loader(size, batch_size):
+    for loader_class in (DataLoader, StatefulDataLoader):
+        loader = loader_class(list(range(size)), batch_size=batch_size, drop_last=True)
+        assert len(loader) == 0 and batches(loader, 2) == [[], []]
+
+
+def test_shuffle_over_an_empty_dataset_is_refused_as_torch_refuses_it():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        with pytest.raises(ValueError, match="num_samples should be a positive integer value, but got num_samples=0"):
+            loader_class([], shuffle=True)
+    assert batches(StatefulDataLoader([], batch_size=2), 2) == [[], []]  # (unshuffled: empty epochs, as torch's)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_user_samplers_generator_advances_as_in_torch_epoch_after_epoch(num_workers):
+    """torch reads a sampler until it ends; RandomSampler draws once more from its generator at that point, so the
+    next epoch's order depends on it."""
+    def run(loader_class):
+        sampler = RandomSampler(range(6), generator=torch.Generator().manual_seed(7))
+        return batches(loader_class(list(range(6)), batch_size=4, sampler=sampler, num_workers=num_workers), 3)
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_user_batch_samplers_generator_advances_as_in_torch(num_workers):
+    """torch reads a batch sampler until it ends; with drop_last, BatchSampler ends after its last batch, and the
+    RandomSampler inside draws once more then."""
+    def run(loader_class):
+        sampler = BatchSampler(RandomSampler(range(6), generator=torch.Generator().manual_seed(7)), 3, True)
+        return batches(loader_class(list(range(6)), batch_sampler=sampler, num_workers=num_workers), 3)
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+class Overlong:
+    """A sampler that yields more indices than its ``__len__`` says: torch loads every one."""
+
+    def __len__(self):
+        return 3
+
+    def __iter__(self):
+        return iter([4, 3, 2, 1, 0])
+
+
+def test_a_sampler_is_read_to_its_end_as_in_torch():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        loader = loader_class(list(range(5)), batch_size=2, sampler=Overlong())
+        assert len(loader) == 2 and batches(loader, 2) == [[[4, 3], [2, 1], [0]]] * 2
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"shuffle": True}, {"num_workers": 1}, {"num_workers": 1, "persistent_workers": True, "shuffle": True},
+    {"sampler": RandomSampler(range(6))}, {"drop_last": True, "batch_size": 4},
+], ids=["plain", "shuffle", "workers", "persistent-shuffle", "random-sampler", "drop-last"])
+def test_the_global_generator_moves_as_with_torch(kwargs):
+    """torch's loader draws nothing when built, then a base seed at each iter() (and RandomSampler's seed when it
+    shuffles): a model built after the loader, and the draws in the loop, get the same numbers."""
+    def run(loader_class):
+        torch.manual_seed(0)
+        loader = loader_class(list(range(6)), **({"batch_size": 2} | kwargs))
+        draws, orders = [torch.rand(()).item()], []
+        for _ in range(2):
+            batch_list = [b.tolist() for b in loader]
+            orders.append(batch_list if "shuffle" not in kwargs else sorted(x for b in batch_list for x in b))
+            draws.append(torch.rand(()).item())
+        return draws, orders
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+def test_the_loaders_generator_moves_as_with_torch():
+    def run(loader_class):
+        generator = torch.Generator().manual_seed(3)
+        loader = loader_class(list(range(6)), batch_size=2, generator=generator)
+        states = [generator.get_state()]
+        for _ in range(2):
+            list(loader)
+            states.append(generator.get_state())
+        return [s.tolist() for s in states]
+
+    assert run(StatefulDataLoader) == run(DataLoader)
+
+
+
+def test_torchs_argument_errors_come_first_over_an_empty_dataset():
+    for loader_class in (DataLoader, StatefulDataLoader):
+        with pytest.raises(ValueError, match="batch_size=None option disables auto-batching"):
+            loader_class([], batch_size=None, drop_last=True, shuffle=True)
