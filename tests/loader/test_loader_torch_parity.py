@@ -129,3 +129,34 @@ def test_torchs_argument_errors_come_first_over_an_empty_dataset():
     for loader_class in (DataLoader, StatefulDataLoader):
         with pytest.raises(ValueError, match="batch_size=None option disables auto-batching"):
             loader_class([], batch_size=None, drop_last=True, shuffle=True)
+
+
+def _order(loader) -> list[int]:
+    return [int(x) for batch in loader for x in batch]
+
+
+def test_two_shuffled_loaders_built_in_a_row_take_other_orders_as_torchs_do():
+    """torch takes a shuffled loader's order from the global generator at its iter(): two loaders built one after
+    the other, nothing drawn between them, still shuffle differently (their iter()s draw one after the other)."""
+    for loader_class in (DataLoader, StatefulDataLoader):
+        torch.manual_seed(0)
+        a, b = (loader_class(list(range(64)), batch_size=8, shuffle=True) for _ in range(2))
+        assert _order(a) != _order(b), loader_class
+
+
+def test_the_order_is_taken_at_the_first_iter_and_a_checkpoint_taken_before_it_resumes_it():
+    def first_epoch(draw_between: bool, checkpoint: bool = False):
+        torch.manual_seed(0)
+        loader = StatefulDataLoader(list(range(64)), batch_size=8, shuffle=True)
+        state = loader.state_dict() if checkpoint else None
+        if draw_between:
+            torch.rand(3)  # e.g. a model's initialisation, after the loader was built
+        return _order(loader), state
+
+    assert first_epoch(False)[0] == first_epoch(False)[0]  # a seeded script is reproducible
+    assert first_epoch(True)[0] == first_epoch(True)[0]
+    assert first_epoch(True)[0] != first_epoch(False)[0]  # the generator's state at iter() decides, as in torch
+    order, state = first_epoch(True, checkpoint=True)  # a checkpoint fixes the seed it records
+    resumed = StatefulDataLoader(list(range(64)), batch_size=8, shuffle=True)
+    resumed.load_state_dict(state)
+    assert _order(resumed) == order

@@ -26,7 +26,7 @@ from torch_drt.loader._map_mode import MapMode
 from torch_drt.loader._modes import build_mode
 from torch_drt.loader._node_mode import NodeMode
 from torch_drt.loader._split_loader import SplitLoader
-from torch_drt.loader._torch_draws import draw_at_iter, peek_seed
+from torch_drt.loader._torch_draws import draw_at_iter, loader_seed, peek_seed
 from torch_drt.loader._worker_payload import check_picklable, worker_start
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
@@ -190,8 +190,8 @@ class StatefulDataLoader(SplitLoader):
         self._topology = self._split.resolve()
         self._user_sampler = sampler
         self._seed_given = seed is not None
-        if seed is None:
-            seed = peek_seed(generator)  # torch's loader draws nothing when built: nor does this one
+        if seed is None:  # torch's loader draws nothing when built: nor does this one (see _torch_draws)
+            seed = peek_seed(generator)  # provisional: the first iter()'s draw decides (``_commit_seed``)
         self.dataset, self.shuffle, self.seed, self.generator = dataset, bool(shuffle), seed, generator
         self.batch_size = batch_size if batch_sampler is None else None  # torch's: None with a batch_sampler
         self._batch_sampler = batch_sampler
@@ -217,9 +217,29 @@ class StatefulDataLoader(SplitLoader):
         self._autotune = tune.autotune(self)
 
     def __iter__(self) -> Any:
-        draw_at_iter(self, first=not self.__dict__.get("_iterated", False))  # torch's draws (the script's next ones)
+        first = not self.__dict__.get("_iterated", False)
+        drawn = draw_at_iter(self, first)  # torch's draws (the script's next ones)
         self.__dict__["_iterated"] = True
+        if first and drawn is not None:
+            self._commit_seed(loader_seed(drawn))
         return super().__iter__()
+
+    def state_dict(self) -> dict[str, Any]:
+        self._commit_seed(self.seed)  # a checkpoint records the seed the loader then keeps
+        return super().state_dict()
+
+    def _commit_seed(self, seed: int) -> None:
+        """Fix the loader's seed once, to ``seed`` (the first ``iter()``'s draw, as torch takes a shuffled order at
+        ``iter()``), unless it was given, comes from a loaded checkpoint, or was fixed already (by ``state_dict``)."""
+        if self.__dict__.get("_seed_committed"):
+            return
+        self.__dict__["_seed_committed"] = True
+        if self._seed_given or self._pending_state is not None or seed == self.seed:
+            return
+        self.__dict__.pop("_mode").close()  # nothing started yet: the pipeline is made again for the new seed
+        self._seed = self.__dict__["seed"] = seed  # (``seed`` reads the mode's while there is one)
+        self._mode = self._build_mode()
+        self.__dict__.pop("_sampler_view", None)
 
     def _build_mode(self) -> LoaderMode:
         """The pipeline for the current topology (``torch_drt.loader._modes.build_mode``)."""
