@@ -167,3 +167,27 @@ def write_mds(root: Path, shards: int) -> None:
                         "size_limit": 1 << 20, "raw_data": {"basename": name, "bytes": len(data), "hashes": {}},
                         "zip_data": None})
     (root / "index.json").write_text(json.dumps({"version": 2, "shards": entries}))
+
+
+def unseeded(rank: int, world_size: int, port: int, out: str) -> None:
+    """Each rank seeds torch differently (a common pattern) and builds shuffled, split loaders without ``seed=``:
+    over the process group, and with the group's rank and world size given explicitly."""
+    import torch
+
+    torch.manual_seed(100 + rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        loaders = {
+            "group": StatefulDataLoader(list(range(N)), batch_size=3, shuffle=True, collate_fn=list,
+                                        split_by_rank=True),
+            "explicit": StatefulDataLoader(list(range(N)), batch_size=3, shuffle=True, collate_fn=list, rank=rank,
+                                           world_size=world_size),
+        }
+        report = {}
+        for name, loader in loaders.items():
+            seen = [x for batch in loader for x in batch]
+            report[name] = {"seen": seen, "seed": loader.seed, "next": [x for batch in loader for x in batch]}
+        write_gathered(out, report, rank, world_size)
+    finally:
+        dist.destroy_process_group()

@@ -59,3 +59,17 @@ def test_cache_loader_budget_on_three_ranks(tmp_path, runtime, drop_last, batche
     assert all(len(r["sizes"]) == batches and sum(r["sizes"]) == samples for r in ranks)
     assert len(ranks[0]["warned"]) == 1 and ranks[1]["warned"] == ranks[2]["warned"] == []
     assert len({r["seed"] for r in ranks}) == 1  # "random" is drawn once and shared
+
+
+def test_ranks_seeded_differently_agree_on_the_shuffled_order_without_a_seed(tmp_path):
+    """The loader's seed, drawn from each rank's generator, is rank zero's on every rank of the group: ranks whose
+    generators differ (``torch.manual_seed(base + rank)``) still split one order, nothing read twice or missed."""
+    from dist_job import unseeded
+
+    out = tmp_path / "unseeded.json"
+    mp.start_processes(unseeded, args=(2, free_port(), str(out)), nprocs=2, join=True, start_method="fork")
+    ranks = json.loads(out.read_text())
+    for name in ("group", "explicit"):
+        assert len({r[name]["seed"] for r in ranks}) == 1, name
+        for key in ("seen", "next"):  # two epochs
+            assert sorted(x for r in ranks for x in r[name][key]) == list(range(N)), (name, key)

@@ -160,3 +160,18 @@ def test_the_order_is_taken_at_the_first_iter_and_a_checkpoint_taken_before_it_r
     resumed = StatefulDataLoader(list(range(64)), batch_size=8, shuffle=True)
     resumed.load_state_dict(state)
     assert _order(resumed) == order
+
+
+def test_a_split_shuffled_without_seed_where_the_ranks_cannot_be_asked_warns():
+    """rank= / world_size= without a process group of that shape: the ranks' generators must agree, and the loader
+    says so (their shares overlap otherwise); a seed= silences it, and one rank (or no shuffle) needs nothing."""
+    loader = StatefulDataLoader(list(range(8)), batch_size=2, shuffle=True, rank=1, world_size=2)
+    with pytest.warns(UserWarning, match="without seed=: each rank draws"):
+        iter(loader)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for kwargs in ({"seed": 3}, {"world_size": 1}, {"shuffle": False}):
+            list(StatefulDataLoader(list(range(8)), batch_size=2, **({"shuffle": True, "rank": 0, "world_size": 2}
+                                                                        | kwargs)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -32,7 +33,7 @@ from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.device import resolve_device, resolve_pin_memory
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.sampling.partition import Partition
-from torch_drt.sampling.topology import RankSplit
+from torch_drt.sampling.topology import RankSplit, rank_zeros
 
 
 class StatefulDataLoader(SplitLoader):
@@ -220,9 +221,28 @@ class StatefulDataLoader(SplitLoader):
         first = not self.__dict__.get("_iterated", False)
         drawn = draw_at_iter(self, first)  # torch's draws (the script's next ones)
         self.__dict__["_iterated"] = True
-        if first and drawn is not None:
-            self._commit_seed(loader_seed(drawn))
+        if first:
+            self._commit_seed(self.seed if drawn is None else loader_seed(drawn))
+            self._agree_seed()
         return super().__iter__()
+
+    def _agree_seed(self) -> None:
+        """A drawn seed that decides how ranks split the data becomes rank zero's on every rank of the group (each
+        rank's generator may differ: ``torch.manual_seed(base + rank)``); where the ranks cannot be asked, a warning
+        says that their generators must agree."""
+        if self._seed_given or self._pending_state is not None or not (self.shuffle and self._split.enabled):
+            return
+        self._refresh()  # the topology now (the group may exist since the loader was built)
+        if self.world_size == 1:
+            return
+        agreed = rank_zeros(self.seed, self._topology)
+        if agreed is None:
+            warnings.warn(
+                f"shuffle=True split over {self.world_size} ranks without seed=: each rank draws the loader's seed "
+                "from its own torch generator, and the ranks' shares overlap unless every generator is in the same "
+                "state at the first iter(). Give seed= (as DistributedSampler's seed) to be sure.", stacklevel=3)
+        elif agreed != self.seed:
+            self._set_seed(agreed)
 
     def state_dict(self) -> dict[str, Any]:
         self._commit_seed(self.seed)  # a checkpoint records the seed the loader then keeps
@@ -234,9 +254,12 @@ class StatefulDataLoader(SplitLoader):
         if self.__dict__.get("_seed_committed"):
             return
         self.__dict__["_seed_committed"] = True
-        if self._seed_given or self._pending_state is not None or seed == self.seed:
-            return
-        self.__dict__.pop("_mode").close()  # nothing started yet: the pipeline is made again for the new seed
+        if not (self._seed_given or self._pending_state is not None or seed == self.seed):
+            self._set_seed(seed)
+
+    def _set_seed(self, seed: int) -> None:
+        """Make the pipeline again for ``seed`` (before the first epoch starts)."""
+        self.__dict__.pop("_mode").close()
         self._seed = self.__dict__["seed"] = seed  # (``seed`` reads the mode's while there is one)
         self._mode = self._build_mode()
         self.__dict__.pop("_sampler_view", None)

@@ -68,3 +68,18 @@ class RankSplit:
 
     def __repr__(self) -> str:
         return f"RankSplit(enabled={self.enabled}, rank={self.rank}, world_size={self.world_size})"
+
+
+def rank_zeros(value: int, topology: tuple[int, int]) -> int | None:
+    """Rank zero's ``value``, on every rank of ``topology`` where it is the process group's (a broadcast: each of
+    its ranks must call this at the same point); ``value`` itself for one rank; None when the group is another
+    (or there is none): the ranks cannot be asked."""
+    if topology[1] == 1:
+        return value
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or (dist.get_rank(), dist.get_world_size()) != topology:
+        return None
+    values = [value]
+    dist.broadcast_object_list(values, src=0)
+    return int(values[0])
