@@ -70,7 +70,7 @@ def test_stream_shuffled_ranks_cover_every_window_once(stream):
 
 
 def test_sequence_length_rules(stream, tmp_path):
-    with pytest.raises(TypeError, match="needs sequence_length"):
+    with pytest.raises(ValueError, match="sequence_length must be specified"):  # guideloom's ValueError
         StatefulDataLoader.from_storage(stream, stack)
     with DocumentStorageWriter(tmp_path, "docs") as writer:
         writer.write(b"abc")

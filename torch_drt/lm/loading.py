@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import torch
 
 from torch_drt.storage.document import DocumentStorage
 from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage
@@ -30,9 +31,13 @@ def loader_kwargs_from_storage(
 ) -> tuple[Any, dict[str, Any]]:
     """Return ``(dataset, StatefulDataLoader keyword arguments)`` for a storage and guideloom's keywords.
 
-    Stream storage needs ``sequence_length``; document storage refuses it. ``shuffle_seed`` is ignored when
-    ``shuffle`` is False (as in guideloom); ``prefetch`` batches beyond the workers become ``prefetch_depth``
-    (at least 1); ``drop_last`` defaults to True as in guideloom.
+    Stream storage needs ``sequence_length`` (a ``ValueError`` without it); document storage refuses it (a
+    ``TypeError``). A storage with fewer samples than one global batch (``local_batch_size * world_size``) is a
+    ``ValueError`` whatever ``drop_last`` (guideloom's ``open()`` check). ``shuffle_seed`` does not change the
+    order when ``shuffle`` is False but is the loader's seed and is recorded in ``state_dict()`` (as in
+    guideloom); ``prefetch`` batches beyond the workers become ``prefetch_depth`` (at least 1); ``drop_last``
+    defaults to True as in guideloom. ``device=None`` is the current CUDA device when CUDA is available, else
+    the CPU (guideloom's default); ``pin_memory`` needs a CUDA device (a ``ValueError`` otherwise).
 
     ``packing`` (torch_drt's addition) yields ``torch_drt.lm.PackedSequence`` items of ``sequence_length``
     tokens: a method name (``"concat"``, ``"first_fit"``, ``"best_fit"``) or a mapping of ``PackerNode``
@@ -41,8 +46,13 @@ def loader_kwargs_from_storage(
     chunk; the method does not matter), shuffled and split by the loader.
 
     Raises:
-        TypeError: for a missing or superfluous ``sequence_length``, or an unknown storage type.
+        TypeError: for a ``sequence_length`` on a document storage, or an unknown storage type.
+        ValueError: for a stream storage without ``sequence_length``, too few samples for one global batch, or
+            ``pin_memory`` without a CUDA device.
     """
+    device = default_device() if device is None else torch.device(device)
+    if pin_memory and device.type != "cuda":
+        raise ValueError(f"pin_memory is set, but the device {device} is not CUDA")
     if packing is not None:
         from torch_drt.lm.packer_node import PackerNode
         from torch_drt.lm.window_dataset import PackedWindows
@@ -66,7 +76,7 @@ def loader_kwargs_from_storage(
             shuffle = False  # the node shuffles
     elif isinstance(storage, TokenStreamStorage):
         if sequence_length is None:
-            raise TypeError("a token stream storage needs sequence_length")
+            raise ValueError("sequence_length must be specified for a stream storage")
         dataset = TokenStreamDataset(storage, sequence_length)
     elif isinstance(storage, DocumentStorage):
         if sequence_length is not None:
@@ -74,6 +84,8 @@ def loader_kwargs_from_storage(
         dataset = storage
     else:
         raise TypeError(f"expected a TokenStreamStorage or DocumentStorage, got {type(storage).__name__}")
+    if packing is None:
+        check_one_global_batch(len(dataset), local_batch_size, world_size)
     return dataset, {
         "batch_size": local_batch_size,
         "rank": rank,
@@ -81,9 +93,27 @@ def loader_kwargs_from_storage(
         "num_workers": num_workers,
         "worker_method": parallel_method,
         "shuffle": shuffle,
-        "seed": shuffle_seed if shuffle else None,
+        "seed": shuffle_seed,
         "pin_memory": pin_memory,
         "drop_last": drop_last,
         "prefetch_depth": max(1, prefetch),
-        "device": device,
+        "device": None if device.type == "cpu" else device,  # CPU batches are not copied (nor in guideloom)
     }
+
+
+def default_device() -> torch.device:
+    """guideloom's default device: the current CUDA device when CUDA is available, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def check_one_global_batch(size: int, local_batch_size: Any, world_size: Any) -> None:
+    """guideloom's ``open()`` check: fewer samples than ``local_batch_size * world_size`` is a ``ValueError``
+    (whatever ``drop_last``); other faults of the two are left to the loader's own checks."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (local_batch_size, world_size)):
+        return
+    if size < local_batch_size * world_size:
+        raise ValueError(
+            f"The dataset has fewer elements ({size}) than the global batch-size ({local_batch_size * world_size})"
+        )

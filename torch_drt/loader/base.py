@@ -217,6 +217,13 @@ class PipelineLoader(_TorchdataLoader):
         self._position.stop()
         self._mode.close()
 
+    def __enter__(self) -> PipelineLoader:
+        """``with loader:`` (guideloom's loaders are context managers): ``close()`` on exit."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __del__(self) -> None:
         try:
             mode = self.__dict__.get("_mode")
