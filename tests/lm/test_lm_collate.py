@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,9 @@ from lm_corpora import write_stream
 from test_lm_packing import reference_sequence as reference_row  # one reference of what a sequence holds
 
 from torch_drt import StatefulDataLoader
-from torch_drt.lm import ArraySource, PackedSequence, PackerNode, collate_packed
+from torch_drt.lm import ArraySource, PackedSequence, PackedWindows, PackerNode, WindowBatch, collate_packed
 from torch_drt.lm.planner import SourcePlanner
+from torch_drt.storage.token_stream import TokenStreamStorage, TokenStreamWriter
 
 
 def reference_batch(rows, length):
@@ -84,3 +87,44 @@ def test_collate_refuses_sequences_of_other_lengths():
     one = PackedSequence.from_pieces([np.arange(1)], 1, 0, np.int64)
     with pytest.raises(ValueError, match=r"lengths \[1, 8\]"):  # a row of 1 must not broadcast into the others
         collate_packed([eight, one])
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int64])
+@pytest.mark.parametrize("order", ["consecutive", "shuffled", "with the padded window"])
+def test_window_batches_collate_as_their_items(tmp_path, dtype, order):
+    """collate_packed copies a WindowBatch's tokens from the stream: the batch equals the one of its items."""
+    tokens = np.random.default_rng(6).integers(0, 60_000, 700).astype(dtype)
+    with TokenStreamWriter(tmp_path, "s", np.dtype(dtype).name, shard_elements=50) as writer:  # windows cross shards
+        writer.write(tokens)
+    windows = PackedWindows(TokenStreamStorage(tmp_path / "s"), 16)  # 43 full windows, one of 12 tokens
+    indices = {"consecutive": [3, 4, 5, 6, 7], "shuffled": [40, 2, 17, 3], "with the padded window": [42, 43]}[order]
+    batch = windows.__getitems__(indices)
+    assert isinstance(batch, WindowBatch) and len(batch) == len(indices)
+    fast = collate_packed(batch)
+    slow = collate_packed(list(batch))  # the items themselves
+    token_dtype = torch.int32 if dtype == np.uint16 else torch.int64
+    for name, tensor in fast.items():
+        assert tensor.dtype == slow[name].dtype and torch.equal(tensor, slow[name]), name
+    assert fast["tokens"].dtype == token_dtype
+    expected = [tokens[i * 16 : (i + 1) * 16].tolist() for i in indices]
+    expected = [row + [0] * (16 - len(row)) for row in expected]
+    assert fast["tokens"].tolist() == expected
+    fast["tokens"] += 1  # a fresh, writable buffer: the stream is untouched
+    assert collate_packed(windows.__getitems__(indices))["tokens"].tolist() == expected
+
+
+def test_window_batch_reads_as_the_list_of_its_items(tmp_path):
+    """A user's collate sees what torch's DataLoader gives it over the same dataset: the items, in order."""
+    stream = write_stream(tmp_path, "s", np.arange(300, dtype=np.int32), shard_elements=64)
+    windows = PackedWindows(stream, 16)
+    batch = windows.__getitems__([5, 1, 18])
+    assert [s.tokens.tolist() for s in batch] == [list(range(i * 16, i * 16 + 16)) for i in (5, 1)] + [
+        list(range(288, 300)) + [0] * 4]
+    assert batch[-1].num_tokens == 12 and [s.num_tokens for s in batch[:2]] == [16, 16]
+    restored = pickle.loads(pickle.dumps(batch))
+    assert type(restored) is list and [s.tokens.tolist() for s in restored] == [s.tokens.tolist() for s in batch]
+    ours = StatefulDataLoader(windows, batch_size=4, shuffle=True, seed=3, collate_fn=list)
+    theirs = torch.utils.data.DataLoader(windows, batch_size=4, sampler=list(ours.sampler), collate_fn=list)
+    for a, b in zip(ours, theirs, strict=True):
+        assert [s.tokens.tolist() for s in a] == [s.tokens.tolist() for s in b]
+        assert [s.segment_ids.tolist() for s in a] == [s.segment_ids.tolist() for s in b]

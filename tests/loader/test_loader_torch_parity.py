@@ -39,6 +39,21 @@ def test_without_batching_getitem_is_called_not_getitems(num_workers):
                                                                                      [("many", 2), ("many", 3)]]]
 
 
+class TupleItems(Tagged):
+    def __getitems__(self, indices):
+        return tuple(indices)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_getitems_result_reaches_collate_as_it_is_as_in_torch(num_workers):
+    """torch hands ``__getitems__``'s sequence to ``collate_fn`` without making a list of it."""
+    kinds = {}
+    for loader in (DataLoader, StatefulDataLoader):
+        kind = loader(TupleItems(), batch_size=2, num_workers=num_workers, collate_fn=lambda b: type(b).__name__)
+        kinds[loader.__name__] = batches(kind)
+    assert kinds["StatefulDataLoader"] == kinds["DataLoader"] == [["tuple", "tuple"]]
+
+
 @pytest.mark.parametrize(("size", "batch_size"), [(0, 1), (3, 4)])
 def test_drop_last_with_fewer_items_than_a_batch_is_an_empty_loader(size, batch_size):
     for loader_class in (DataLoader, StatefulDataLoader):

@@ -87,6 +87,7 @@ def built(tmp_path_factory) -> dict[str, Any]:
         packer, lm.MixerNode({"x": packer, "y": lm.PackerNode(document_storage, 8)}, {"x": 1.0, "y": 2.0}),
         lm.ArraySource(np.arange(10, dtype=np.int32), np.array([0, 4, 10])),
         lm.DocumentSource(document_storage), lm.TokenStreamSource(tokens, 8), lm.PackedWindows(tokens, 8),
+        lm.PackedWindows(tokens, 8).__getitems__(list(range(3))),
         document_storage, docs, stream, tokens, storage.TokenStreamDataset(tokens, 8),
         sampling.WeightedDraws(np.ones(5), 0), publish.StagingDir(tmp, "s"), random.BatchSlot(),
         ShapesSource(10), build.RowRange(list(range(10)), 0, 10), build.ColumnsToInput(), *_lightning_callbacks(),

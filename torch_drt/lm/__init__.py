@@ -16,6 +16,7 @@ from torch_drt.lm.packing import BEST_FIT, CONCAT, FIRST_FIT, METHODS
 from torch_drt.lm.planner import DROP, OVERLONG, SPLIT, TRUNCATE
 from torch_drt.lm.source import TokenSource
 from torch_drt.lm.token_stream_source import TokenStreamSource
+from torch_drt.lm.window_batch import WindowBatch
 from torch_drt.lm.window_dataset import PackedWindows
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "PackerNode",
     "TokenSource",
     "TokenStreamSource",
+    "WindowBatch",
     "as_token_source",
     "collate_packed",
     "loader_kwargs_from_storage",

@@ -123,31 +123,45 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
     Tokens keep their dtype, except that uint16 widens to int32 and uint32 to int64 (torch's support for those
     is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an
     empty dict. Each field is one copy into a fresh buffer, nothing per token or per row in Python; whole
-    sequences' segment ids, positions and mask are filled from one row.
+    sequences' segment ids, positions and mask are filled from one row. A ``WindowBatch`` of whole windows
+    (``PackedWindows``) has its tokens copied from the stream into the batch without building its items.
 
     Raises:
         ValueError: when the sequences differ in length.
     """
-    import torch
-
+    gather = getattr(items, "packed_tokens", None)  # a WindowBatch
+    if gather is not None:
+        tokens = gather(_batch_dtype(items.dtype))  # type: ignore[attr-defined]
+        if tokens is not None:  # whole windows
+            return _tensors(tokens, [_repeat(row, tokens.shape) for row in _constants(tokens.shape[1])])
     if not items:
         return {}
-    tokens, segment_ids, positions, loss_mask = zip(*items)
-    lengths = set(map(len, tokens))
+    columns, segment_ids, positions, loss_mask = zip(*items)
+    lengths = set(map(len, columns))
     if len(lengths) > 1:
         raise ValueError(f"cannot collate packed sequences of lengths {sorted(lengths)}")
-    length = len(tokens[0])
-    dtype = tokens[0].dtype
-    if dtype.kind == "u" and dtype.itemsize > 1:
-        dtype = np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
-    shape = (len(items), length)
-    rows = _constants(length)
+    shape = (len(items), len(columns[0]))
+    rows = _constants(shape[1])
     if all(s is rows[0] for s in segment_ids):  # whole sequences: the other fields are known
         fields = [_repeat(row, shape) for row in rows]
     else:
         fields = [_stack(arrays, shape, arrays[0].dtype) for arrays in (segment_ids, positions, loss_mask)]
+    return _tensors(_stack(columns, shape, _batch_dtype(columns[0].dtype)), fields)
+
+
+def _batch_dtype(dtype: np.dtype) -> np.dtype:
+    """The batch's token dtype: uint16 widens to int32 and uint32 to int64, others are kept."""
+    if dtype.kind == "u" and dtype.itemsize > 1:
+        return np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
+    return dtype
+
+
+def _tensors(tokens: np.ndarray, fields: Sequence[np.ndarray]) -> dict[str, Any]:
+    """The batch: ``tokens`` and the segment ids, positions and loss mask (``fields``) as tensors, no copy."""
+    import torch
+
     return {
-        "tokens": torch.from_numpy(_stack(tokens, shape, dtype)),
+        "tokens": torch.from_numpy(tokens),
         "segment_ids": torch.from_numpy(fields[0]),
         "positions": torch.from_numpy(fields[1]),
         "loss_mask": torch.from_numpy(fields[2]),

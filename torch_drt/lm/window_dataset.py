@@ -7,6 +7,7 @@ import numpy as np
 from torch_drt.describe import described
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.lm.token_stream_source import TokenStreamSource
+from torch_drt.lm.window_batch import WindowBatch
 from torch_drt.storage.token_stream import TokenStreamStorage
 
 
@@ -17,6 +18,8 @@ class PackedWindows:
     lets ``StatefulDataLoader`` shuffle, split ranks and checkpoint by position, with batches fetched on its
     workers. Shuffled with seed s, a loader over it yields the same global stream as
     ``PackerNode(storage, L, shuffle=True, seed=s)`` (both use the keyed permutation of (s, epoch)).
+    ``__getitems__`` returns a ``WindowBatch``, a sequence of the items that builds them when read:
+    ``collate_packed`` copies its tokens from the stream into the batch without building them.
 
     Args:
         storage: the stream.
@@ -27,7 +30,8 @@ class PackedWindows:
     def __init__(self, storage: TokenStreamStorage, sequence_length: int, pad_id: int = 0) -> None:
         self.source = TokenStreamSource(storage, sequence_length)
         self.sequence_length, self.pad_id = sequence_length, pad_id
-        self._total, self._len = storage.total_elements, len(self.source)
+        self._len = len(self.source)
+        self.full = storage.total_elements // sequence_length  # windows below ``full`` hold ``L`` tokens
 
     def __len__(self) -> int:
         return self._len
@@ -35,20 +39,15 @@ class PackedWindows:
     def __getitem__(self, index: int) -> PackedSequence:
         return self.__getitems__([index])[0]
 
-    def __getitems__(self, indices: list[int]) -> list[PackedSequence]:
-        length, total, count, read = self.sequence_length, self._total, self._len, self.source.read
-        indices = np.asarray(indices, dtype=np.int64).tolist()
-        if indices and (min(indices) < 0 or max(indices) >= count):
+    def __getitems__(self, indices: list[int]) -> WindowBatch:
+        count = self._len
+        if type(indices) is not list:  # (the loader's are)
+            indices = np.asarray(indices, dtype=np.int64).tolist()
+        top = max(indices, default=0)
+        if indices and (min(indices) < 0 or top >= count):
             bad = next(i for i in indices if not 0 <= i < count)
             raise IndexError(f"window {bad} is out of range for {count} windows")
-        full = total // length  # windows below ``full`` hold ``length`` tokens
-        if not indices or max(indices) < full:  # the batch's windows at once: one slice each, nothing per token
-            return PackedSequence.wholes(self.source.storage.windows([i * length for i in indices], length), length)
-        return [  # the last window is padded
-            PackedSequence.whole(read(i, 0, length)) if i < full
-            else PackedSequence.from_pieces([read(i, 0, total - i * length)], length, self.pad_id, self.source.dtype)
-            for i in indices
-        ]
+        return WindowBatch(self, indices, top < self.full)
 
     def __repr__(self) -> str:
         return described(self, self.source.storage, sequence_length=self.sequence_length, pad_id=self.pad_id)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from types import FunctionType
 from typing import Any, Protocol, cast
@@ -112,7 +112,7 @@ class BatchFetcher:
         self,
         dataset: Any,
         transform: Callable[[int, Any], Any] | None,
-        collate_fn: Callable[[list[Any]], Any],
+        collate_fn: Callable[[Sequence[Any]], Any],
         item_concurrency: int = 1,
         pin: bool = False,
         seed: int = 0,
@@ -213,18 +213,20 @@ class BatchFetcher:
         finally:
             exit_batch(token)
 
-    def _items(self, plan: BatchPlan) -> list[Any]:
+    def _items(self, plan: BatchPlan) -> Sequence[Any]:
         items, transformed = self._raw_items(plan)
         return items if transformed else self._transformed(plan, items)
 
-    def _transformed(self, plan: BatchPlan, items: list[Any]) -> list[Any]:
+    def _transformed(self, plan: BatchPlan, items: Sequence[Any]) -> Sequence[Any]:
         return items if self.transform is None else map_items(self.transform, plan.indices, items, plan.positions)
 
-    def _raw_items(self, plan: BatchPlan) -> tuple[list[Any], bool]:
+    def _raw_items(self, plan: BatchPlan) -> tuple[Sequence[Any], bool]:
         """The plan's items, and whether they are transformed already (item threads transform each item)."""
         indices = plan.indices
         if self._getitems is not None:
-            items = list(self._getitems(indices))
+            items = self._getitems(indices)  # a sequence goes to collate_fn as it is (as in torch)
+            if not isinstance(items, Sequence):
+                items = list(items)
             if len(items) != len(indices):
                 raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         elif self.item_concurrency > 1 and len(indices) > 1:
@@ -238,10 +240,10 @@ class BatchFetcher:
                 self._quick = self._checked and self.plain
         return items, False
 
-    def _async_items(self, plan: BatchPlan) -> list[Any]:
+    def _async_items(self, plan: BatchPlan) -> Sequence[Any]:
         return self._transformed(plan, self._loop_items(plan))
 
-    def _loop_items(self, plan: BatchPlan) -> list[Any]:
+    def _loop_items(self, plan: BatchPlan) -> Sequence[Any]:
         return self.loop_fetch.items(plan, self.seed, self.item_threads)  # type: ignore[union-attr]
 
     records_stages = True  # called as fetcher(plan, times) when statistics are on (torch_drt._stage_clock)
@@ -278,7 +280,7 @@ class BatchFetcher:
         """``_load``, each stage's time added to ``times``."""
         t0 = perf_counter_ns()
         if self.is_async:
-            items, transformed = self._loop_items(plan), False
+            items, transformed = self._loop_items(plan), False  # (a list)
         else:
             items, transformed = self._raw_items(plan)
         t1 = perf_counter_ns()

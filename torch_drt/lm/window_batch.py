@@ -1,0 +1,102 @@
+"""WindowBatch: a batch of a token stream's windows as packed sequences, built when read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+import numpy as np
+
+from torch_drt.describe import described
+from torch_drt.lm.packed import PackedSequence
+
+if TYPE_CHECKING:
+    from torch_drt.lm.window_dataset import PackedWindows
+
+
+class WindowBatch(Sequence[PackedSequence]):
+    """The ``PackedSequence`` items of windows ``indices`` of ``windows``, in order: what
+    ``PackedWindows.__getitems__`` returns.
+
+    A read-only sequence (``len``, indexing, slicing, iteration, as a list of the items): the items are built the
+    first time one is read. ``collate_packed`` reads none of them: it copies the tokens from the stream into the
+    batch at once (``gather_tokens``), so a batch of whole windows costs one copy per field. It pickles as the
+    list of its items.
+
+    Args:
+        windows: the dataset.
+        indices: window indices, each checked to be in range.
+        whole: whether every window holds ``L`` tokens (none is the padded last one).
+    """
+
+    __slots__ = ("_items", "indices", "whole", "windows")
+
+    def __init__(self, windows: PackedWindows, indices: list[int], whole: bool) -> None:
+        self.windows, self.indices, self.whole = windows, indices, whole
+        self._items: list[PackedSequence] | None = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    @overload
+    def __getitem__(self, i: int) -> PackedSequence: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[PackedSequence]: ...
+
+    def __getitem__(self, i: int | slice) -> PackedSequence | list[PackedSequence]:
+        return self.items()[i]
+
+    def __iter__(self) -> Iterator[PackedSequence]:
+        return iter(self.items())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (self.items(),)
+
+    def __repr__(self) -> str:
+        return described(self, self.windows, indices=self.indices)
+
+    @property
+    def sequence_length(self) -> int:
+        """``L``, the length of every item."""
+        return self.windows.sequence_length
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The stream's token dtype."""
+        return self.windows.source.dtype
+
+    def items(self) -> list[PackedSequence]:
+        """The items, built on the first call: read-only views of the stream where a window lies inside one
+        mapped shard, and the shared constant fields (``PackedSequence.wholes``); the last window padded."""
+        if self._items is None:
+            w, length = self.windows, self.sequence_length
+            starts = [i * length for i in self.indices]
+            if self.whole:  # the batch's windows at once: one slice each, nothing per token
+                self._items = PackedSequence.wholes(w.source.storage.windows(starts, length), length)
+            else:
+                read, total, dtype = w.source.storage.window, w.source.storage.total_elements, self.dtype
+                self._items = [
+                    PackedSequence.whole(read(s, length)) if s + length <= total
+                    else PackedSequence.from_pieces([read(s, total - s)], length, w.pad_id, dtype)
+                    for s in starts
+                ]
+        return self._items
+
+    def packed_tokens(self, dtype: np.dtype) -> np.ndarray | None:
+        """The items' tokens as the rows of a fresh ``(len(self), L)`` array of ``dtype`` (cast as assignment
+        casts), when every window is whole; None when one is padded.
+
+        Consecutive windows are one stretch of the stream, copied at once; others one slice each.
+        """
+        if not self.whole or not self.indices:
+            return None
+        storage, length, indices = self.windows.source.storage, self.windows.sequence_length, self.indices
+        first, n = indices[0], len(indices)
+        out = np.empty((n, length), dtype)
+        if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):
+            np.copyto(out.reshape(-1), storage.windows([first * length], n * length)[0], casting="unsafe")
+        else:
+            np.concatenate(storage.windows([i * length for i in indices], length), out=out.reshape(-1),
+                           casting="unsafe")
+        return out
