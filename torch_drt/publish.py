@@ -170,6 +170,9 @@ def move_aside(path: Path) -> Path:
 class StagingDir:
     """A fresh hidden directory beside ``root/name``, locked while this object lives, published by rename.
 
+    It is made and locked under ``publish_lock(root, name)``: a cleanup (``remove_stale_staging``, called under
+    that lock) never sees it made and not yet locked. Do not make one while holding that lock.
+
     Args:
         root: the directory that will hold ``name`` (created when missing).
         name: the target's name (one path component).
@@ -179,10 +182,11 @@ class StagingDir:
         self.root, self.name = Path(root), name
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / f".staging-{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}"
-        self.path.mkdir()
-        self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
-        with contextlib.suppress(OSError):  # no flock here (NFS): the pid in the name tells instead
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        with publish_lock(self.root, name):  # a cleanup (under the lock) must not see it made and not yet locked
+            self.path.mkdir()
+            self._fd: int | None = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+            with contextlib.suppress(OSError):  # no flock here (NFS): the pid in the name tells instead
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     @property
     def target(self) -> Path:

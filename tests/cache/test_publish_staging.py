@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -30,6 +31,25 @@ def test_live_staging_is_kept_and_abandoned_staging_is_removed(tmp_path):
     with other:
         pass  # leaving without publishing discards it
     assert not other.path.exists()
+
+
+def test_a_staging_directory_is_made_and_locked_under_the_publish_lock(tmp_path):
+    """Between a staging directory's mkdir and its lock, a cleanup (``remove_stale_staging`` under the publish
+    lock) saw it unlocked and deleted it under its writer: making it takes the publish lock, so a cleanup that
+    holds the lock sees no staging directory, or a locked one."""
+    made: list[StagingDir] = []
+    with publish_lock(tmp_path, "ds"):  # a concurrent publish's cleanup in progress (flock: per open file)
+        maker = threading.Thread(target=lambda: made.append(StagingDir(tmp_path, "ds")))
+        maker.start()
+        maker.join(0.5)
+        assert maker.is_alive() and not made  # waits for the lock: nothing half-made to find
+        assert remove_stale_staging(tmp_path, "ds") == []
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging-")]
+    maker.join(30)
+    (staging,) = made
+    with publish_lock(tmp_path, "ds"):
+        assert remove_stale_staging(tmp_path, "ds") == [] and staging.path.is_dir()  # made and locked at once
+    staging.discard()
 
 
 def test_fsync_paths_syncs_files_and_directories_and_raises_after_every_sync_ended(tmp_path, monkeypatch):
