@@ -54,6 +54,20 @@ def test_getitems_result_reaches_collate_as_it_is_as_in_torch(num_workers):
     assert kinds["StatefulDataLoader"] == kinds["DataLoader"] == [["tuple", "tuple"]]
 
 
+def test_without_batching_the_collate_fn_attribute_is_torchs():
+    """torch's ``loader.collate_fn`` without batching is the function given, else ``default_convert``: calling it
+    on an item converts that item (it must not take the item's first element)."""
+    for collate_fn in (None, torch.as_tensor):
+        ours = StatefulDataLoader(Tagged(), batch_size=None, collate_fn=collate_fn)
+        theirs = DataLoader(Tagged(), batch_size=None, collate_fn=collate_fn)
+        assert ours.collate_fn is theirs.collate_fn
+        mine, its = ours.collate_fn([5, 6]), theirs.collate_fn([5, 6])
+        assert type(mine) is type(its) and torch.equal(torch.as_tensor(mine), torch.as_tensor(its))
+        assert len(mine) == 2  # the item converted, not its first element
+    rebuilt = StatefulDataLoader(Tagged(), batch_size=None, collate_fn=ours.collate_fn)  # as Lightning re-creates
+    assert batches(rebuilt) == batches(DataLoader(Tagged(), batch_size=None, collate_fn=torch.as_tensor))
+
+
 @pytest.mark.parametrize(("size", "batch_size"), [(0, 1), (3, 4)])
 def test_drop_last_with_fewer_items_than_a_batch_is_an_empty_loader(size, batch_size):
     for loader_class in (DataLoader, StatefulDataLoader):

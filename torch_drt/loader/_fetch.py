@@ -70,7 +70,7 @@ def map_fetcher(loader: Any) -> BatchFetcher:
     return BatchFetcher(
         loader.dataset,
         loader.transform,
-        loader.collate_fn,
+        loader._collate,
         loader.item_concurrency,
         pin=loader.pin_memory and threads,
         seed=loader.seed,

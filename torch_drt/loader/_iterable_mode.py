@@ -93,7 +93,7 @@ class WorkerStreamsMode(LoaderMode):
         self.drop_last = loader.drop_last
         self.dataset = loader.dataset
         items = ItemBatchFetcher(
-            loader.transform, loader.collate_fn, seed=loader.seed, stride=loader.world_size, offset=loader.rank
+            loader.transform, loader._collate, seed=loader.seed, stride=loader.world_size, offset=loader.rank
         )
         self.turns = WorkerTurns(n)
         self.fetcher = StreamFetcher(loader.dataset, loader.batch_size, loader.drop_last, items, n, every)

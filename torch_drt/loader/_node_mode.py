@@ -42,7 +42,7 @@ class NodeMode(LoaderMode):
         threads = loader.worker_method == "thread"
         fetcher = ItemBatchFetcher(
             loader.transform,
-            loader.collate_fn,
+            loader._collate,
             pin=loader.pin_memory and threads,
             seed=loader.seed,
             stride=stride,

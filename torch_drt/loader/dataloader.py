@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import torch
+from torch.utils.data import default_convert
 from torchdata.nodes import BaseNode
 
 from torch_drt.loader._arguments import (
@@ -203,10 +204,11 @@ class StatefulDataLoader(SplitLoader):
         self.multiprocessing_context = start_method(multiprocessing_context)
         self.pin_memory_device, self.in_order, self.snapshot_every_n_steps = pin_memory_device, in_order, every
         self.transform = transform_hook(transform)
-        if batch_size is None:
-            self.collate_fn: Callable[[list[Any]], Any] = Unbatched(collate_fn)
+        if batch_size is None:  # torch's attribute: the function given, else default_convert
+            self.collate_fn: Callable[..., Any] = default_convert if collate_fn is None else collate_fn
+            self._collate: Callable[[list[Any]], Any] = Unbatched(collate_fn)  # what the workers call
         else:
-            self.collate_fn = default_collate if collate_fn is None else collate_fn
+            self.collate_fn = self._collate = default_collate if collate_fn is None else collate_fn
         self.pin_memory = resolve_pin_memory(pin_memory)
         self._device, self.device = resolve_device(device), device
         self._restart_workers = num_workers > 0 and not persistent_workers
@@ -282,7 +284,7 @@ class StatefulDataLoader(SplitLoader):
             "prefetch_factor": self.prefetch_factor,
             "in_order": None if self.in_order else False,
             "transform": self.transform,
-            "collate_fn": None if self.collate_fn is default_collate else self.collate_fn,
+            "collate_fn": None if self.collate_fn in (default_collate, default_convert) else self.collate_fn,
             "return_indices": self.return_indices or None,
             "device": self._device,
         }
