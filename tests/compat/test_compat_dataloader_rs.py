@@ -115,6 +115,18 @@ def test_without_collate_fn_batches_are_plain_lists_while_torch_drts_loader_coll
     assert isinstance(first, torch.Tensor) and first.tolist() == [[0, 1], [2, 3]]
 
 
+class TupleRows(Rows):
+    def __getitems__(self, indices):
+        return tuple(super().__getitems__(indices))
+
+
+def test_collate_fn_receives_a_list_whatever_getitems_returns():
+    """dataloader-rs's ``collate_fn`` takes ``list[sample]``: a ``__getitems__`` tuple still arrives as a list."""
+    kinds = list(PyDataloader(TupleRows(table(5)), batch_size=2, collate_fn=lambda b: (type(b), len(b))))
+    assert kinds == [(list, 2), (list, 2), (list, 1)]
+    assert [type(b) for b in PyDataloader(TupleRows(table(5)), batch_size=2)] == [list, list, list]
+
+
 def test_lengths_are_read_at_iter_and_len_not_at_construction():
     dataset = Rows(table(6))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import numpy as np
@@ -128,3 +129,36 @@ def test_window_batch_reads_as_the_list_of_its_items(tmp_path):
     for a, b in zip(ours, theirs, strict=True):
         assert [s.tokens.tolist() for s in a] == [s.tokens.tolist() for s in b]
         assert [s.segment_ids.tolist() for s in a] == [s.segment_ids.tolist() for s in b]
+
+
+def test_a_window_batch_keeps_its_own_indices_as_python_ints(tmp_path):
+    """The batch reads its windows after ``__getitems__`` returned: a caller reusing its index list must not change
+    it, and numpy int32 indices must not overflow ``i * L`` (streams past 2**31 tokens)."""
+    stream = write_stream(tmp_path, "s", np.arange(512, dtype=np.int32), shard_elements=100)
+    windows = PackedWindows(stream, 16)
+    indices = [30, 31]
+    batch = windows.__getitems__(indices)
+    indices[:] = [0, 1]  # a batch sampler refilling one buffer
+    assert collate_packed(batch)["tokens"][:, 0].tolist() == [480, 496]
+    batch = windows.__getitems__([np.int32(3), np.uint32(4)])
+    assert [type(i) for i in batch.indices] == [int, int] and [s.tokens[0] for s in batch] == [48, 64]
+
+
+def test_windows_past_two_to_the_31_tokens_are_read_where_they_are(tmp_path):
+    """Window ``2**22 + 3`` of 1,024 tokens starts past 2**32: an int32 index (a sampler's numpy array) must read it,
+    not a window that ``i * L`` in 32 bits wraps to. A sparse file: no data written but the marked window."""
+    root, length, index = tmp_path / "big", 1024, (1 << 22) + 3
+    root.mkdir()
+    total = (1 << 32) + (1 << 20)
+    with open(root / "000000.bin", "wb") as f:
+        f.truncate(total)
+        f.seek(index * length)
+        f.write(b"\x07" * length)
+    manifest = {"kind": "token_stream", "version": 1, "dtype": "|u1", "total_elements": total,
+                "shards": [{"name": "000000.bin", "elements": total, "sha256": "0" * 64}]}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    windows = PackedWindows(TokenStreamStorage(root), length)
+    for index_type in (np.int32, np.uint32, torch.tensor):
+        sampler = [index_type(index)] if index_type is not torch.tensor else torch.tensor([index], dtype=torch.int32)
+        loader = torch.utils.data.DataLoader(windows, batch_size=1, sampler=sampler, collate_fn=collate_packed)
+        assert next(iter(loader))["tokens"][0, :4].tolist() == [7, 7, 7, 7], index_type

@@ -65,6 +65,9 @@ def test_without_batching_the_collate_fn_attribute_is_torchs():
         assert type(mine) is type(its) and torch.equal(torch.as_tensor(mine), torch.as_tensor(its))
         assert len(mine) == 2  # the item converted, not its first element
     rebuilt = StatefulDataLoader(Tagged(), batch_size=None, collate_fn=ours.collate_fn)  # as Lightning re-creates
+    assert "collate_fn" not in repr(StatefulDataLoader(Tagged(), batch_size=None))  # the default is not shown
+    batched = StatefulDataLoader(Tagged(), batch_size=2, collate_fn=torch.utils.data.default_convert)
+    assert "collate_fn=default_convert" in repr(batched)  # not the default when batching
     assert batches(rebuilt) == batches(DataLoader(Tagged(), batch_size=None, collate_fn=torch.as_tensor))
 
 

@@ -41,8 +41,8 @@ class PackedWindows:
 
     def __getitems__(self, indices: list[int]) -> WindowBatch:
         count = self._len
-        if type(indices) is not list:  # (the loader's are)
-            indices = np.asarray(indices, dtype=np.int64).tolist()
+        indices = np.asarray(indices, dtype=np.int64).tolist()  # Python ints (int32 ones overflow i * L), and a
+        # list of its own (the caller may reuse its list; the batch reads the indices later)
         top = max(indices, default=0)
         if indices and (min(indices) < 0 or top >= count):
             bad = next(i for i in indices if not 0 <= i < count)

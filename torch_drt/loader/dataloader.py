@@ -236,13 +236,17 @@ class StatefulDataLoader(DrawnSeedLoader):
             "prefetch_factor": self.prefetch_factor,
             "in_order": None if self.in_order else False,
             "transform": self.transform,
-            "collate_fn": None if self.collate_fn in (default_collate, default_convert) else self.collate_fn,
+            "collate_fn": None if self.collate_fn is self._default_collate() else self.collate_fn,
             "return_indices": self.return_indices or None,
             "device": self._device,
         }
         if self.split_by_rank:
             fields |= {"rank": self.rank, "world_size": self.world_size}
         return fields
+
+    def _default_collate(self) -> Callable[..., Any]:
+        """torch's default ``collate_fn``: ``default_convert`` without batching, else ``default_collate``."""
+        return default_convert if isinstance(self._collate, Unbatched) else default_collate
 
     @property
     def in_flight(self) -> int:

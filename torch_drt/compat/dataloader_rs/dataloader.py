@@ -50,6 +50,20 @@ class _EpochIndices:
         return len(self.indices)
 
 
+class _ListCollate:
+    """dataloader-rs's ``collate_fn(list[sample])``: a batch's items as a list, whatever ``__getitems__`` returned
+    (torch_drt's loader hands a sequence on as it is, as torch's does)."""
+
+    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, items: Any) -> Any:
+        return self.fn(items if type(items) is list else list(items))
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
 class _Inner:
     """A ``torch_drt.StatefulDataLoader`` that runs this loader's epochs, one at a time."""
 
@@ -64,7 +78,7 @@ class _Inner:
             sampler=None if sequential else self.view,
             num_workers=owner.num_workers,  # dataloader-rs's workers: threads, made once and reused
             worker_method="thread", persistent_workers=owner.num_workers > 0,
-            collate_fn=owner.collate_fn if owner.collate_fn is not None else list,
+            collate_fn=list if owner.collate_fn is None else _ListCollate(owner.collate_fn),
             drop_last=owner.drop_last,
             item_concurrency=owner.item_concurrency,
             prefetch_depth=owner.prefetch_depth,
