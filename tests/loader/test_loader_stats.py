@@ -326,8 +326,10 @@ def test_an_untimed_inline_batch_calls_nothing_more_than_statistics_off(kwargs, 
     monkeypatch.setattr(StatsRecorder, "BUDGET_NS", 10**12)
     on, off = (StatefulDataLoader(Ints(4000), batch_size=4, collate_fn=list, stats=s, **kwargs) for s in (True, False))
     for loader in (on, off):
-        loader._mode.mapper._cost.below_s = 1.0  # threads: inline after their first batches, however slow profiled
         for _ in range(12):  # `every` grows to MAX_EVERY (it at most doubles at each timed batch)
+            # threads: inline after their first batches, however slow profiled or loaded (set again each epoch: the
+            # first iter() may make the pipeline again, for the seed it draws)
+            loader._mode.mapper._cost.below_s = 1.0
             drain(loader)
     assert on.stats().every >= 1000  # 1000 batches per epoch: at most one or two of them timed
     extra = calls_per_epoch(on) - calls_per_epoch(off)
