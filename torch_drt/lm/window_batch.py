@@ -20,7 +20,7 @@ class WindowBatch(Sequence[PackedSequence]):
 
     A read-only sequence (``len``, indexing, slicing, iteration, as a list of the items): the items are built the
     first time one is read. ``collate_packed`` reads none of them: it copies the tokens from the stream into the
-    batch at once (``gather_tokens``), so a batch of whole windows costs one copy per field. It pickles as the
+    batch at once (``packed_tokens``), so a batch of whole windows costs one copy per field. It pickles as the
     list of its items.
 
     Args:
