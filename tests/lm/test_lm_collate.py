@@ -14,7 +14,7 @@ from test_lm_packing import reference_sequence as reference_row  # one reference
 from torch_drt import StatefulDataLoader
 from torch_drt.lm import ArraySource, PackedSequence, PackedWindows, PackerNode, WindowBatch, collate_packed
 from torch_drt.lm.planner import SourcePlanner
-from torch_drt.storage.token_stream import TokenStreamStorage, TokenStreamWriter
+from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage, TokenStreamWriter
 
 
 def reference_batch(rows, length):
@@ -144,21 +144,42 @@ def test_a_window_batch_keeps_its_own_indices_as_python_ints(tmp_path):
     assert [type(i) for i in batch.indices] == [int, int] and [s.tokens[0] for s in batch] == [48, 64]
 
 
-def test_windows_past_two_to_the_31_tokens_are_read_where_they_are(tmp_path):
-    """Window ``2**22 + 3`` of 1,024 tokens starts past 2**32: an int32 index (a sampler's numpy array) must read it,
-    not a window that ``i * L`` in 32 bits wraps to. A sparse file: no data written but the marked window."""
-    root, length, index = tmp_path / "big", 1024, (1 << 22) + 3
+BIG_WINDOW, BIG_LENGTH = (1 << 22) + 3, 1024  # window 2**22 + 3 of 1,024 tokens starts past 2**32
+
+
+def sparse_stream(root):
+    """A uint8 stream of 2**32 + 2**20 tokens in a sparse file: zeros, but window ``BIG_WINDOW`` holds 7s."""
     root.mkdir()
     total = (1 << 32) + (1 << 20)
     with open(root / "000000.bin", "wb") as f:
         f.truncate(total)
-        f.seek(index * length)
-        f.write(b"\x07" * length)
+        f.seek(BIG_WINDOW * BIG_LENGTH)
+        f.write(b"\x07" * BIG_LENGTH)
     manifest = {"kind": "token_stream", "version": 1, "dtype": "|u1", "total_elements": total,
                 "shards": [{"name": "000000.bin", "elements": total, "sha256": "0" * 64}]}
     (root / "manifest.json").write_text(json.dumps(manifest))
-    windows = PackedWindows(TokenStreamStorage(root), length)
-    for index_type in (np.int32, np.uint32, torch.tensor):
-        sampler = [index_type(index)] if index_type is not torch.tensor else torch.tensor([index], dtype=torch.int32)
+    return TokenStreamStorage(root)
+
+
+def int32_samplers():
+    return {"np.int32": [np.int32(BIG_WINDOW)], "np.uint32": [np.uint32(BIG_WINDOW)],
+            "torch.int32": torch.tensor([BIG_WINDOW], dtype=torch.int32)}
+
+
+def test_windows_past_two_to_the_31_tokens_are_read_where_they_are(tmp_path):
+    """An int32 index (a sampler's numpy array) must read its window, not one that ``i * L`` in 32 bits wraps to."""
+    windows = PackedWindows(sparse_stream(tmp_path / "big"), BIG_LENGTH)
+    for name, sampler in int32_samplers().items():
         loader = torch.utils.data.DataLoader(windows, batch_size=1, sampler=sampler, collate_fn=collate_packed)
-        assert next(iter(loader))["tokens"][0, :4].tolist() == [7, 7, 7, 7], index_type
+        assert next(iter(loader))["tokens"][0, :4].tolist() == [7, 7, 7, 7], name
+    with pytest.raises(TypeError):  # a float is no index (it was truncated to one)
+        windows.__getitems__([2.7])
+
+
+def test_token_stream_windows_past_two_to_the_31_tokens_are_read_where_they_are(tmp_path):
+    dataset = TokenStreamDataset(sparse_stream(tmp_path / "big"), BIG_LENGTH)
+    for name, sampler in int32_samplers().items():
+        for batch_size in (None, 1):  # __getitem__ and __getitems__
+            loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=np.array)
+            first = next(iter(loader))
+            assert first.reshape(-1)[:4].tolist() == [7, 7, 7, 7], (name, batch_size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
+import operator
 
 from torch_drt.describe import described
 from torch_drt.lm.packed import PackedSequence
@@ -41,8 +41,8 @@ class PackedWindows:
 
     def __getitems__(self, indices: list[int]) -> WindowBatch:
         count = self._len
-        indices = np.asarray(indices, dtype=np.int64).tolist()  # Python ints (int32 ones overflow i * L), and a
-        # list of its own (the caller may reuse its list; the batch reads the indices later)
+        indices = list(map(operator.index, indices))  # Python ints (int32 ones overflow i * L; a float is no
+        # index), in a list of its own (the caller may reuse its list; the batch reads the indices later)
         top = max(indices, default=0)
         if indices and (min(indices) < 0 or top >= count):
             bad = next(i for i in indices if not 0 <= i < count)

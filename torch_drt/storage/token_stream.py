@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -283,12 +284,11 @@ class TokenStreamDataset:
         return self.storage.total_elements // self.sequence_length
 
     def __getitem__(self, index: int) -> np.ndarray:
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} is out of range for {len(self)} sequences")
-        return self.storage.window(index * self.sequence_length, self.sequence_length)
+        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
         n, length = len(self), self.sequence_length
+        indices = list(map(operator.index, indices))  # Python ints: a numpy int32's ``i * length`` wraps
         if indices and not (min(indices) >= 0 and max(indices) < n):
             bad = next(i for i in indices if not 0 <= i < n)
             raise IndexError(f"index {bad} is out of range for {n} sequences")
