@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import secrets
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from torch_drt._cpu_budget import WorkerCounts, resolve_worker_counts
 from torch_drt.loader.dataloader import check_workers
 from torch_drt.sampling.budget import MAX_SAMPLES
+from torch_drt.sampling.topology import rank_zeros
 
 MAX_SAMPLE_BUDGET = min(sys.maxsize, MAX_SAMPLES)
 Sampling = Literal["permutation", "weighted"]  # how a shuffled loader takes rows (``ReaderConfig.sampling``)
@@ -183,6 +185,23 @@ class LoaderOptions:
             raise ValueError("seed requires shuffle=True; use 'random' for sequential reading")
         if not 0 <= self.seed < 1 << 64:
             raise ValueError("seed must be 'random' or an unsigned 64-bit integer")
+
+    def resolved_seed(self, topology: tuple[int, int]) -> int:
+        """The seed: the one given, or for ``"random"`` one drawn that every rank agrees on (rank zero draws it
+        and broadcasts it: ``rank_zeros``).
+
+        Raises:
+            RuntimeError: ``"random"`` where the ranks cannot be asked (no process group, or another one than
+                ``topology``).
+        """
+        if not self.random_seed:
+            return int(self.seed)
+        seed = rank_zeros(secrets.randbits(63), topology)
+        if seed is None:
+            raise RuntimeError(f"seed='random' on rank {topology[0]} of {topology[1]} needs the ranks to agree on "
+                               "it: initialise the default process group of these ranks first, or give every rank "
+                               "seed=")
+        return seed
 
     @property
     def random_seed(self) -> bool:

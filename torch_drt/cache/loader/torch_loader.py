@@ -11,7 +11,6 @@ round-robin order (``StreamPlanner``), as dataset-rt does.
 from __future__ import annotations
 
 import functools
-import secrets
 import shutil
 import tempfile
 import warnings
@@ -40,7 +39,7 @@ from torch_drt.loader.base import PipelineLoader
 from torch_drt.loader.worker_info import WorkerStart, base_seed
 from torch_drt.sampling.budget import consumer_plans
 from torch_drt.sampling.shard_order import check_equal_weights
-from torch_drt.sampling.topology import rank_zeros, resolve_topology
+from torch_drt.sampling.topology import resolve_topology
 
 if TYPE_CHECKING:
     from torch_drt.cache.dataset import CachedDataset
@@ -110,19 +109,6 @@ class CacheDataLoader(WindowTuned, PipelineLoader):
 def _reader_threads(asked: int | Literal["auto"], world_size: int, processes: int) -> int:
     """``native_num_workers`` of a rank's ``processes`` loading processes: as ``asked``, or dataset-rt's budget."""
     return resolve_worker_counts(processes, asked, world_size).native_threads
-
-
-def _common_seed(topology: tuple[int, int]) -> int:
-    """A random seed every rank agrees on (rank zero draws it and broadcasts it: ``rank_zeros``).
-
-    Raises:
-        RuntimeError: when the ranks cannot be asked (no process group, or another one than ``topology``).
-    """
-    seed = rank_zeros(secrets.randbits(63), topology)
-    if seed is None:
-        raise RuntimeError(f"seed='random' on rank {topology[0]} of {topology[1]} needs the ranks to agree on it: "
-                           "initialise the default process group of these ranks first, or give every rank seed=")
-    return seed
 
 
 class _Default:
@@ -222,7 +208,7 @@ def to_torch_dataloader(
     samples = len(dataset) if samples_per_epoch is None else samples_per_epoch
     if not 1 <= samples <= MAX_SAMPLE_BUDGET:
         raise ValueError(f"inherited samples_per_epoch must be between 1 and {MAX_SAMPLE_BUDGET}")
-    seed = _common_seed((rank, world_size)) if seed == "random" else int(seed)
+    seed = options.resolved_seed((rank, world_size))
     config = dataset.reader_config
     sampling, window = options.order(config.sampling, config.shard_window, dataset.sampling_default)
     if window is not None:
