@@ -14,7 +14,8 @@ from test_lm_packing import reference_sequence as reference_row  # one reference
 from torch_drt import StatefulDataLoader
 from torch_drt.lm import ArraySource, PackedSequence, PackedWindows, PackerNode, WindowBatch, collate_packed
 from torch_drt.lm.planner import SourcePlanner
-from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage, TokenStreamWriter
+from torch_drt.storage import TokenStreamDataset
+from torch_drt.storage.token_stream import TokenStreamStorage, TokenStreamWriter
 
 
 def reference_batch(rows, length):

@@ -47,7 +47,7 @@ def test_a_batch_of_windows_is_each_window_inside_a_shard_across_shards_or_read_
 
 
 def test_a_stream_dataset_reads_windows_by_index_and_refuses_indices_outside(stream):
-    from torch_drt.storage.token_stream import TokenStreamDataset
+    from torch_drt.storage import TokenStreamDataset
 
     windows = TokenStreamDataset(stream, 5)
     assert [w.tolist() for w in windows.__getitems__([9, 0, 1])] == [list(range(45, 50)), list(range(5)),

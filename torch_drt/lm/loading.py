@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from torch_drt.storage.document import DocumentStorage
-from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage
+from torch_drt.storage.token_stream import TokenStreamStorage
+from torch_drt.storage.token_stream_dataset import TokenStreamDataset
 
 
 def loader_kwargs_from_storage(

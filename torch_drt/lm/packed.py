@@ -82,8 +82,12 @@ class PackedSequence(NamedTuple):
     @classmethod
     def whole(cls, piece: np.ndarray) -> PackedSequence:
         """One piece that fills the sequence (``L = len(piece)``), without a copy: a read-only view of it and the
-        shared constant fields (``collate_packed`` recognises them)."""
-        return cls.wholes([piece], len(piece))[0]
+        shared constant fields (``collate_packed`` recognises them). ``wholes([piece], len(piece))[0]``, with no
+        list (a packer makes every whole sequence here)."""
+        if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
+            piece = piece.view()
+            piece.flags.writeable = False
+        return _new(cls, (piece, *_constants(len(piece))))
 
     @classmethod
     def wholes(cls, pieces: Sequence[np.ndarray], length: int) -> list[PackedSequence]:

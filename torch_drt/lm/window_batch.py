@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from torch_drt.describe import described
-from torch_drt.lm.packed import PackedSequence
+from torch_drt.lm.packed import PackedSequence, _stack
 
 if TYPE_CHECKING:
     from torch_drt.lm.window_dataset import PackedWindows
@@ -93,10 +93,8 @@ class WindowBatch(Sequence[PackedSequence]):
             return None
         storage, length, indices = self.windows.source.storage, self.windows.sequence_length, self.indices
         first, n = indices[0], len(indices)
-        out = np.empty((n, length), dtype)
-        if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):
-            np.copyto(out.reshape(-1), storage.windows([first * length], n * length)[0], casting="unsafe")
+        if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):  # one stretch of the stream
+            pieces = storage.windows([first * length], n * length)
         else:
-            np.concatenate(storage.windows([i * length for i in indices], length), out=out.reshape(-1),
-                           casting="unsafe")
-        return out
+            pieces = storage.windows([i * length for i in indices], length)
+        return _stack(pieces, (n, length), dtype)

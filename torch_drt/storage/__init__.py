@@ -4,7 +4,8 @@ The keywords that turn a storage into a loader live above them, in ``torch_drt.l
 """
 
 from torch_drt.storage.document import DocumentDataset, DocumentStorage, DocumentStorageWriter
-from torch_drt.storage.token_stream import TokenStreamDataset, TokenStreamStorage, TokenStreamWriter
+from torch_drt.storage.token_stream import TokenStreamStorage, TokenStreamWriter
+from torch_drt.storage.token_stream_dataset import TokenStreamDataset
 
 __all__ = [
     "DocumentDataset",

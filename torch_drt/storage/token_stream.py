@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
-import operator
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -220,12 +219,19 @@ class TokenStreamStorage:
 
     def window(self, start: int, length: int) -> np.ndarray:
         """Elements [start, start+length): a view inside one mapped shard, a copy across shards (or when the shard
-        is read by ranges).
+        is read by ranges). ``windows([start], length)[0]``, with no list (a packer reads every piece here).
 
         Raises:
             IndexError: when the window is not inside the stream.
         """
-        return self.windows([start], length)[0]
+        if start < 0 or start + length > self.total_elements:
+            raise IndexError(f"window [{start}, {start + length}) is outside the stream of {self.total_elements}")
+        bounds = self._starts
+        shard = bisect.bisect_right(bounds, start) - 1
+        local, array = start - bounds[shard], self._arrays[shard]
+        if array is not None and local + length <= bounds[shard + 1] - bounds[shard]:  # one view of a map
+            return array[local : local + length]
+        return self._copied(shard, local, length)
 
     def windows(self, starts: Sequence[int], length: int) -> list[np.ndarray]:
         """``window(start, length)`` for each of ``starts`` (a batch's windows: a few operations each, no call,
@@ -264,35 +270,3 @@ class TokenStreamStorage:
 
 def _reopen(path: str, options: Mapping[str, Any] | None, config: RemoteConfig | None) -> TokenStreamStorage:
     return TokenStreamStorage(path, storage_options=options, remote_config=config)
-
-
-class TokenStreamDataset:
-    """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``.
-
-    Args:
-        storage: the stream.
-        sequence_length: elements per sample.
-    """
-
-    def __init__(self, storage: TokenStreamStorage, sequence_length: int) -> None:
-        if not isinstance(sequence_length, int) or sequence_length < 1:
-            raise ValueError(f"{sequence_length=} must be an int > 0")
-        self.storage = storage
-        self.sequence_length = sequence_length
-
-    def __len__(self) -> int:
-        return self.storage.total_elements // self.sequence_length
-
-    def __getitem__(self, index: int) -> np.ndarray:
-        return self.__getitems__([index])[0]
-
-    def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
-        n, length = len(self), self.sequence_length
-        indices = list(map(operator.index, indices))  # Python ints: a numpy int32's ``i * length`` wraps
-        if indices and not (min(indices) >= 0 and max(indices) < n):
-            bad = next(i for i in indices if not 0 <= i < n)
-            raise IndexError(f"index {bad} is out of range for {n} sequences")
-        return self.storage.windows([i * length for i in indices], length)
-
-    def __repr__(self) -> str:
-        return described(self, self.storage, sequence_length=self.sequence_length)
