@@ -22,6 +22,7 @@ from torch_drt.locations.remote_config import RemoteConfig
 from torch_drt.locations.remote_publish import publish_directory
 from torch_drt.locations.remote_store import RemoteStore
 from torch_drt.publish import StagingDir, publish_lock, write_json_atomic
+from torch_drt.storage.token_stream_dataset import TokenStreamDataset as TokenStreamDataset  # (its former home)
 
 KIND = "token_stream"
 MANIFEST = "manifest.json"
