@@ -54,9 +54,13 @@ def on_fast_path(it) -> bool:
     return frame is not None and frame.co_name == "inline_batches"
 
 
-def test_a_plain_loader_takes_the_fast_path_and_others_do_not():
+def test_a_loader_fetching_in_one_call_takes_the_fast_path_and_others_do_not():
     assert on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2)))
-    assert not on_fast_path(iter(StatefulDataLoader(Many(10), batch_size=2)))  # __getitems__: the general path
+    # __getitems__, a transform: the batch is still one call in the calling thread
+    assert on_fast_path(iter(StatefulDataLoader(Many(10), batch_size=2)))
+    assert on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, transform=lambda i, item: item)))
+    # items fetched item_concurrency at a time on item threads: the general path
+    assert not on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, item_concurrency=2)))
     threads = {"num_workers": 1, "worker_method": "thread"}
     assert on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, **threads)))  # adaptive: inline when cheap
     assert not on_fast_path(iter(StatefulDataLoader(Ints(10), batch_size=2, worker_init_fn=abs, **threads)))
@@ -99,11 +103,25 @@ def states_and_batches(loader) -> tuple[list, list]:
     return states, batches
 
 
+class Tuples(Ints):
+    """A ``__getitems__`` that returns a tuple (a sequence: collate_fn receives it as it is)."""
+
+    def __getitems__(self, indices: list[int]) -> tuple[int, ...]:
+        return tuple(self[i] for i in indices)
+
+
+def _tagged(index: int, item: int) -> tuple[int, int]:
+    return index, item
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"shuffle": True}, {"drop_last": True, "shuffle": True},
                                     {"world_size": 2, "rank": 1}])
-def test_states_and_resumes_match_the_general_path(kwargs, monkeypatch):
+@pytest.mark.parametrize("fetch", ["getitem", "getitems", "transform"])
+def test_states_and_resumes_match_the_general_path(kwargs, fetch, monkeypatch):
     def make():
-        return StatefulDataLoader(Ints(530), batch_size=7, collate_fn=list, seed=3, **kwargs)
+        dataset = Tuples(530) if fetch == "getitems" else Ints(530)
+        transform = _tagged if fetch == "transform" else None
+        return StatefulDataLoader(dataset, batch_size=7, collate_fn=list, seed=3, transform=transform, **kwargs)
 
     fast = states_and_batches(make())
     monkeypatch.setattr(map_mode, "runs_inline", lambda *args: False)
@@ -143,11 +161,12 @@ def test_item_generators_are_the_same_on_every_path(monkeypatch):
     assert draws(make()) == fast
 
 
+@pytest.mark.parametrize("dataset", [Ints, Tuples])
 @pytest.mark.parametrize("path", ["fast", "general"])
-def test_an_error_counts_its_batch_and_the_next_one_follows(path, request):
+def test_an_error_counts_its_batch_and_the_next_one_follows(path, dataset, request):
     if path == "general":
         request.getfixturevalue("general")
-    loader = StatefulDataLoader(Ints(20, fail={5: KeyError, 13: ValueError}), batch_size=2, collate_fn=list)
+    loader = StatefulDataLoader(dataset(20, fail={5: KeyError, 13: ValueError}), batch_size=2, collate_fn=list)
     it = iter(loader)
     assert next(it) == [0, 1] and next(it) == [2, 3]
     with pytest.raises(KeyError, match="bad item 5"):
@@ -161,11 +180,12 @@ def test_an_error_counts_its_batch_and_the_next_one_follows(path, request):
     assert loader.state_dict()["epoch"] == 1
 
 
+@pytest.mark.parametrize("dataset", [Ints, Tuples])
 @pytest.mark.parametrize("path", ["fast", "general"])
-def test_a_keyboard_interrupt_in_getitem_loses_nothing(path, request):
+def test_a_keyboard_interrupt_in_getitem_loses_nothing(path, dataset, request):
     if path == "general":
         request.getfixturevalue("general")
-    loader = StatefulDataLoader(Ints(12, fail={5: KeyboardInterrupt}), batch_size=2, collate_fn=list)
+    loader = StatefulDataLoader(dataset(12, fail={5: KeyboardInterrupt}), batch_size=2, collate_fn=list)
     it = iter(loader)
     assert next(it) == [0, 1] and next(it) == [2, 3]
     with pytest.raises(KeyboardInterrupt):

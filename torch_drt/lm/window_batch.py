@@ -89,12 +89,11 @@ class WindowBatch(Sequence[PackedSequence]):
 
         Consecutive windows are one stretch of the stream, copied at once; others one slice each.
         """
-        if not self.whole or not self.indices:
+        indices = self.indices
+        if not self.whole or not indices:
             return None
-        storage, length, indices = self.windows.source.storage, self.windows.sequence_length, self.indices
-        first, n = indices[0], len(indices)
+        windows = self.windows
+        storage, length, first, n = windows.source.storage, windows.sequence_length, indices[0], len(indices)
         if indices[-1] - first == n - 1 and indices == list(range(first, first + n)):  # one stretch of the stream
-            pieces = storage.windows([first * length], n * length)
-        else:
-            pieces = storage.windows([i * length for i in indices], length)
-        return _stack(pieces, (n, length), dtype)
+            return np.array(storage.window(first * length, n * length).reshape(n, length), dtype)
+        return _stack(storage.windows([i * length for i in indices], length), (n, length), dtype)

@@ -199,7 +199,7 @@ class LoaderAutotune:
 def apply_setting(loader: Any, setting: Setting) -> None:
     """Run ``loader`` with ``setting`` from now on: a running epoch goes on from its delivered position (the
     batches in flight are dropped and loaded again by the new workers)."""
-    from torch_drt.loader._fetch import item_threads
+    from torch_drt.loader._fetch_stage import item_threads
 
     loader.num_workers, loader.prefetch_depth = setting.workers, setting.depth
     mode, position = loader._mode, loader._position

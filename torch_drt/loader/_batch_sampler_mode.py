@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
-from torch_drt.loader._fetch import fetch_stage, map_fetcher
+from torch_drt.loader._fetch_stage import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.batch_sampler_planner import BatchSamplerPlanner

@@ -11,9 +11,8 @@ import os
 from collections.abc import Callable, Sequence
 from time import perf_counter_ns
 from types import FunctionType
-from typing import Any, Protocol, cast
+from typing import Any
 
-from torch_drt._processes.transport import SharedMemoryTransport
 from torch_drt._stage_clock import BatchTimes
 from torch_drt.describe import described
 from torch_drt.loader._arguments import Unbatched
@@ -24,58 +23,8 @@ from torch_drt.loader._loop_fetch import LoopFetch
 from torch_drt.loader.iterator import Fetched
 from torch_drt.loader.transform_rule import transform_hook
 from torch_drt.nodes.batch_plan import BatchPlan
-from torch_drt.nodes.ordered_map import OrderedMapper
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.random import BatchSlot, batch_slot, current_slot, enter_batch, exit_batch, map_items
-
-
-class _EarlyFetch(Protocol):
-    """A fetch whose ``starts_early`` is true: its items start as its batches are submitted (``BatchFetcher``)."""
-
-    def begin(self, plan: Any, /) -> None: ...
-
-    def dropped(self) -> None: ...
-
-
-def fetch_stage(loader: Any, source: Any, fetch: Callable[[Any], Any]) -> OrderedMapper:
-    """``fetch`` over ``source`` on a ``StatefulDataLoader``'s workers, with its prefetch, order and time-out.
-
-    Cheap batches run in the calling thread (``adaptive``) unless a ``worker_init_fn`` set the workers up.
-    """
-    early = getattr(fetch, "starts_early", False)  # its items start as its batches are submitted, not on the workers
-    return OrderedMapper(
-        source,
-        fetch,
-        num_workers=loader.num_workers,
-        in_flight=loader.in_flight,
-        method=loader.worker_method,
-        multiprocessing_context=loader.multiprocessing_context,
-        timeout=loader.timeout,
-        adaptive=loader.worker_init_fn is None and not early,
-        transport=SharedMemoryTransport(pin=loader.pin_memory),
-        in_order=loader.in_order,
-        on_submit=cast(_EarlyFetch, fetch).begin if early else None,
-        on_drop=cast(_EarlyFetch, fetch).dropped if early else None,
-    )
-
-
-def item_threads(loader: Any) -> int:
-    """Threads fetching items: ``num_workers x item_concurrency`` with thread workers, else ``item_concurrency``."""
-    return max(1, loader.num_workers if loader.worker_method == "thread" else 1) * loader.item_concurrency
-
-
-def map_fetcher(loader: Any) -> BatchFetcher:
-    """The ``BatchFetcher`` of a ``StatefulDataLoader`` over a map-style dataset."""
-    threads = loader.worker_method == "thread"
-    return BatchFetcher(
-        loader.dataset,
-        loader.transform,
-        loader._collate,
-        loader.item_concurrency,
-        pin=loader.pin_memory and threads,
-        seed=loader.seed,
-        item_threads=item_threads(loader),
-    )
 
 
 def _no_coroutines(dataset: Any, items: list[Any]) -> None:
@@ -138,6 +87,8 @@ class BatchFetcher:
         self._in_frame = isinstance(getattr(type(dataset), "__getitem__", None), FunctionType)
         self._plain = not self.is_async and self._getitems is None and item_concurrency == 1 and transform is None
         self._quick = False  # plain, unpinned, and its items seen not to be coroutines: __call__'s inline case
+        # __call__'s other inline case: a sync __getitems__ and nothing more (no transform or pinning)
+        self._batched = not self.is_async and self._getitems is not None and transform is None and not pin
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "item_pool": None, "_getitems": None, "_getitem": None, "_early": EarlyItems()}
@@ -159,6 +110,12 @@ class BatchFetcher:
         """Whether a batch is the collated items of one ``__getitem__`` each, nothing more (sync, one item at a time,
         no ``__getitems__``, transform or pinning)."""
         return self._plain and not self.pin
+
+    @property
+    def in_caller(self) -> bool:
+        """Whether a batch is the work of one call in the thread that asks for it (sync, one item at a time: nothing
+        started ahead on item threads or an event loop), which the inline loop may call in turn."""
+        return not self.is_async and self.item_concurrency == 1
 
     def __repr__(self) -> str:
         return described(self, self.dataset, transform=self.transform, collate_fn=self.collate_fn,
@@ -224,11 +181,7 @@ class BatchFetcher:
         """The plan's items, and whether they are transformed already (item threads transform each item)."""
         indices = plan.indices
         if self._getitems is not None:
-            items = self._getitems(indices)  # a sequence goes to collate_fn as it is (as in torch)
-            if not isinstance(items, Sequence):
-                items = list(items)
-            if len(items) != len(indices):
-                raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
+            items = self._batch_items(indices)
         elif self.item_concurrency > 1 and len(indices) > 1:
             return results(self._early.take(plan) or submit_items(self._pool(), plan)), True
         else:
@@ -239,6 +192,15 @@ class BatchFetcher:
                 self._checked = bool(items)
                 self._quick = self._checked and self.plain
         return items, False
+
+    def _batch_items(self, indices: list[int]) -> Sequence[Any]:
+        """``__getitems__(indices)``: a sequence goes to collate_fn as it is (as in torch)."""
+        items = self._getitems(indices)
+        if type(items) is not list and not isinstance(items, Sequence):
+            items = list(items)
+        if len(items) != len(indices):
+            raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
+        return items
 
     def _async_items(self, plan: BatchPlan) -> Sequence[Any]:
         return self._transformed(plan, self._loop_items(plan))
@@ -264,6 +226,8 @@ class BatchFetcher:
             if times is not None:
                 return self._timed_load(plan, times)
             if not self._quick:
+                if self._batched:
+                    return self.collate_fn(self._batch_items(indices)), indices, last
                 return self._load(plan)
             getitem = self._getitem  # the common case, inline: this costs a few attribute reads
             items = [getitem(i) for i in indices] if self._in_frame else list(map(getitem, indices))

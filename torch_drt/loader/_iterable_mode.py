@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from torch_drt._state_fields import StateFields
-from torch_drt.loader._fetch import fetch_stage
+from torch_drt.loader._fetch_stage import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.iterator import Fetched

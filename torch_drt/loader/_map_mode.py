@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from torch_drt._state_fields import MAX_COUNT, StateFields
-from torch_drt.loader._fetch import BatchFetcher, fetch_stage, map_fetcher
+from torch_drt.loader._fetch import BatchFetcher
+from torch_drt.loader._fetch_stage import fetch_stage, map_fetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
 from torch_drt.nodes.batch_plan import BatchPlanner
@@ -22,9 +23,9 @@ if TYPE_CHECKING:
 
 def runs_inline(mapper: OrderedMapper, planner: BatchPlanner, fetcher: BatchFetcher) -> bool:
     """Whether batches load through ``mapper.inline_batches()``: 0 workers or ``adaptive`` threads (the loop maps
-    cheap batches in the calling thread and takes the workers' through ``next()``), a plain dataset
-    (``fetcher.plain``), nothing told per batch (``plan_reads``)."""
-    return (mapper.num_workers == 0 or mapper.adaptive) and planner.plan_reads is None and fetcher.plain
+    cheap batches in the calling thread and takes the workers' through ``next()``), a batch fetched by one call
+    (``fetcher.in_caller``), nothing told per batch (``plan_reads``)."""
+    return (mapper.num_workers == 0 or mapper.adaptive) and planner.plan_reads is None and fetcher.in_caller
 
 
 class MapMode(LoaderMode):

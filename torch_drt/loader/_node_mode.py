@@ -8,7 +8,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import StateFields
-from torch_drt.loader._fetch import fetch_stage
+from torch_drt.loader._fetch_stage import fetch_stage
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
