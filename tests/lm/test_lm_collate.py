@@ -145,6 +145,26 @@ def test_a_window_batch_keeps_its_own_indices_as_python_ints(tmp_path):
     assert [type(i) for i in batch.indices] == [int, int] and [s.tokens[0] for s in batch] == [48, 64]
 
 
+@pytest.mark.parametrize("bad", [[3, 33], [-1, 2], [32]])
+def test_windows_outside_the_stream_are_refused_by_index(tmp_path, bad):
+    """32 windows of 16 (the last padded): an index outside ``[0, 32)`` is an IndexError naming it, for one item
+    and for a batch, as for the stream's plain dataset over the 31 whole windows."""
+    stream = write_stream(tmp_path, "s", np.arange(500, dtype=np.int32), shard_elements=100)
+    windows, plain = PackedWindows(stream, 16), TokenStreamDataset(stream, 16)
+    first_bad = next(i for i in bad if not 0 <= i < 32)
+    with pytest.raises(IndexError, match=f"^index {first_bad} is out of range for 32 windows$"):
+        windows.__getitems__(bad)
+    with pytest.raises(IndexError, match=f"^index {first_bad} is out of range for 32 windows$"):
+        windows[first_bad]
+    with pytest.raises(IndexError, match=f"^index {first_bad} is out of range for 31 sequences$"):
+        plain.__getitems__(bad)
+    with pytest.raises(IndexError, match=f"^index {first_bad} is out of range for 31 sequences$"):
+        plain[first_bad]
+    assert windows[31].num_tokens == 4 and plain[30].tolist() == list(range(480, 496))
+    with pytest.raises(IndexError, match="^index 31 is out of range for 31 sequences$"):
+        plain[31]
+
+
 BIG_WINDOW, BIG_LENGTH = (1 << 22) + 3, 1024  # window 2**22 + 3 of 1,024 tokens starts past 2**32
 
 

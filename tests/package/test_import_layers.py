@@ -18,7 +18,7 @@ ROOT = Path(torch_drt.__file__).parent
 
 # low to high; a module may import its own layer and lower ones
 LAYERS = [
-    {"_cpu_budget", "_distinct", "_inherited_clients", "_lazy", "_processes", "_protocol", "_scratch",
+    {"_cpu_budget", "_distinct", "_indices", "_inherited_clients", "_lazy", "_processes", "_protocol", "_scratch",
      "_stage_clock",
      "_state_fields", "_threads", "checksums", "describe", "nodecache", "publish", "random", "sampling"},
     {"sources", "transforms"},

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import operator
-
+from torch_drt._indices import check_indices
 from torch_drt.describe import described
 from torch_drt.lm.packed import PackedSequence
 from torch_drt.lm.token_stream_source import TokenStreamSource
@@ -40,14 +39,8 @@ class PackedWindows:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: list[int]) -> WindowBatch:
-        count = self._len
-        indices = list(map(operator.index, indices))  # Python ints (int32 ones overflow i * L; a float is no
-        # index), in a list of its own (the caller may reuse its list; the batch reads the indices later)
-        top = max(indices, default=0)
-        if indices and (min(indices) < 0 or top >= count):
-            bad = next(i for i in indices if not 0 <= i < count)
-            raise IndexError(f"window {bad} is out of range for {count} windows")
-        return WindowBatch(self, indices, top < self.full)
+        indices = check_indices(indices, self._len, "windows")  # (a list of its own: the batch reads it later)
+        return WindowBatch(self, indices, max(indices, default=0) < self.full)
 
     def __repr__(self) -> str:
         return described(self, self.source.storage, sequence_length=self.sequence_length, pad_id=self.pad_id)

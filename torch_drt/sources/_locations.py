@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from torch_drt.sources._index import check_index
+from torch_drt._indices import check_index
 from torch_drt.sources.template import Kind, Template
 
 

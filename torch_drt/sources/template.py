@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from torch_drt.sources._index import check_index
+from torch_drt._indices import check_index
 from torch_drt.sources._urls import check_http_url, redact
 
 Kind = Literal["url", "path", "key"]
