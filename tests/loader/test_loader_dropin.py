@@ -42,7 +42,24 @@ def test_prefetch_factor_is_batches_ahead_per_worker():
     loader = StatefulDataLoader(list(range(40)), batch_size=2, num_workers=3, prefetch_factor=4)
     assert loader._mode.mapper.in_flight == 12
     assert [x for b in loader for x in b.tolist()] == list(range(40))
-    assert StatefulDataLoader(list(range(4)), num_workers=3)._mode.mapper.in_flight == 5  # ours: workers + 2
+
+
+
+@pytest.mark.parametrize("workers", [0, 1, 3])
+def test_default_batches_ahead_are_torchs_with_process_workers(workers):
+    """torch's DataLoader: ``prefetch_factor`` None without workers, else 2 (2 batches ahead per worker)."""
+    theirs = DataLoader(list(range(4)), num_workers=workers)
+    ours = StatefulDataLoader(list(range(4)), num_workers=workers)
+    assert ours.prefetch_factor == theirs.prefetch_factor
+    if workers:
+        assert ours._mode.mapper.in_flight == workers * theirs.prefetch_factor
+        assert "prefetch_factor" not in repr(ours)  # the default
+    threads = StatefulDataLoader(list(range(4)), num_workers=max(workers, 1), worker_method="thread")
+    assert threads.prefetch_factor is None and threads._mode.mapper.in_flight == threads.num_workers + 2  # opt-in
+    depth = StatefulDataLoader(list(range(4)), num_workers=3, prefetch_depth=1)  # torch_drt's own setting
+    assert depth.prefetch_factor is None and depth._mode.mapper.in_flight == 4
+    tuned = StatefulDataLoader(list(range(4)), num_workers="auto", multiprocessing_context="fork")
+    assert tuned.prefetch_factor is None  # the search tunes batches ahead as prefetch_depth
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [

@@ -78,7 +78,8 @@ class StatefulDataLoader(DrawnSeedLoader):
             starts (each epoch unless ``persistent_workers``), after its ``WorkerInfo`` is set.
         multiprocessing_context: start method (or context) of process workers; giving it selects processes.
         generator: the torch ``Generator`` the loader's ``seed`` is drawn from when ``seed`` is None.
-        prefetch_factor: batches loaded ahead per worker (``num_workers * prefetch_factor`` in flight).
+        prefetch_factor: batches loaded ahead per worker (``num_workers * prefetch_factor`` in flight); torch's
+            default, 2, with process workers and no ``prefetch_depth``.
         persistent_workers: keep the workers across epochs; False (torch's default) starts them at each
             ``iter()`` and stops them at the end of the epoch.
         pin_memory_device: deprecated in torch (the current accelerator is used): ignored with a warning.
@@ -90,8 +91,8 @@ class StatefulDataLoader(DrawnSeedLoader):
         worker_method: ``"process"`` (default: torch's workers, each with its own copy of the dataset) or
             ``"thread"`` (opt-in speed-up: one dataset shared by worker threads; see docs/drop-in.md).
         item_concurrency: items of one batch fetched at once.
-        prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress (default 2; not with
-            ``prefetch_factor``); ``"auto"``: tuned as ``num_workers="auto"``.
+        prefetch_depth: batches loaded ahead beyond the ``num_workers`` in progress (thread workers' default 2;
+            not with ``prefetch_factor``); ``"auto"``: tuned as ``num_workers="auto"``.
         transform: applied to each item on the workers, before ``collate_fn``: ``transform(index, item)``, or
             ``transform(item)`` for a torchvision transform, an ``nn.Module``, a torch_drt transform or a
             one-argument callable (the rule: ``torch_drt.loader.transform_hook``).
@@ -164,6 +165,9 @@ class StatefulDataLoader(DrawnSeedLoader):
             persistent_workers,
         )
         check_pin_memory_device(pin_memory, pin_memory_device)
+        torchs = self.worker_method == "process" and not tune.tuning  # (threads and autotune: prefetch_depth)
+        if num_workers and torchs and prefetch_factor is prefetch_depth is None:
+            prefetch_factor = 2  # torch's default: 2 batches ahead per worker process
         every = 1 if snapshot_every_n_steps is None else snapshot_every_n_steps
         check_positive(item_concurrency=item_concurrency, snapshot_every_n_steps=every)
         if not isinstance(in_order, bool):
@@ -224,6 +228,7 @@ class StatefulDataLoader(DrawnSeedLoader):
 
     def _repr_fields(self) -> dict[str, Any]:
         workers = self.num_workers > 0
+        torchs_prefetch = self.prefetch_factor == 2 and self.worker_method == "process"  # (the default)
         fields = {
             "batch_size": self.batch_size,
             "shuffle": self.shuffle or None,
@@ -233,7 +238,7 @@ class StatefulDataLoader(DrawnSeedLoader):
             "num_workers": self.num_workers,
             "worker_method": self.worker_method if workers else None,
             "persistent_workers": self.persistent_workers or None,
-            "prefetch_factor": self.prefetch_factor,
+            "prefetch_factor": None if torchs_prefetch else self.prefetch_factor,
             "in_order": None if self.in_order else False,
             "transform": self.transform,
             "collate_fn": None if self.collate_fn is self._default_collate() else self.collate_fn,
