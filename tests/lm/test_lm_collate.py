@@ -161,7 +161,7 @@ def test_windows_outside_the_stream_are_refused_by_index(tmp_path, bad):
     with pytest.raises(IndexError, match=f"^index {first_bad} is out of range for 31 sequences$"):
         plain[first_bad]
     assert windows[31].num_tokens == 4 and plain[30].tolist() == list(range(480, 496))
-    with pytest.raises(IndexError, match="^index 31 is out of range for 31 sequences$"):
+    with pytest.raises(IndexError, match=r"^index 31 is out of range for 31 sequences$"):
         plain[31]
 
 

@@ -107,7 +107,7 @@ class Tuples(Ints):
     """A ``__getitems__`` that returns a tuple (a sequence: collate_fn receives it as it is)."""
 
     def __getitems__(self, indices: list[int]) -> tuple[int, ...]:
-        return tuple(self[i] for i in indices)
+        return tuple([self[i] for i in indices])
 
 
 def _tagged(index: int, item: int) -> tuple[int, int]:
@@ -178,6 +178,32 @@ def test_an_error_counts_its_batch_and_the_next_one_follows(path, dataset, reque
         next(it)
     assert list(it) == [[14, 15], [16, 17], [18, 19]]
     assert loader.state_dict()["epoch"] == 1
+
+
+@pytest.mark.parametrize("stats", [False, True])
+@pytest.mark.parametrize("fetch", ["getitem", "getitems", "transform"])
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_a_stop_iteration_from_the_dataset_ends_the_epoch_as_in_torch(path, fetch, stats, request, monkeypatch):
+    """torch's loader ends the epoch where ``__getitem__``/``__getitems__`` raises StopIteration; the inline loop is
+    a generator, where it would become a RuntimeError and the epoch go on. Statistics on, timed and untimed batches
+    alike (every failing position in turn)."""
+    if path == "general":
+        request.getfixturevalue("general")
+    monkeypatch.setattr(StatsRecorder, "EXACT_NS", 10**12)  # every batch "fast": one timed in `every`
+    monkeypatch.setattr(StatsRecorder, "MAX_EVERY", 4)
+    for stop in range(0, 40, 3):
+        def dataset(stop=stop):
+            return (Tuples if fetch == "getitems" else Ints)(40, fail={stop: StopIteration})
+
+        expected = list(DataLoader(dataset(), batch_size=2, collate_fn=list))
+        assert len(expected) == stop // 2
+        transform = _tagged if fetch == "transform" else None
+        loader = StatefulDataLoader(dataset(), batch_size=2, collate_fn=list, transform=transform, stats=stats)
+        if transform is not None:
+            expected = [[(i, i) for i in batch] for batch in expected]
+        assert list(loader) == expected, stop
+        firsts = range(0, 40, 2)  # the next epoch is whole (the failure happens once)
+        assert [b[0] for b in loader] == (list(firsts) if transform is None else [(i, i) for i in firsts])
 
 
 @pytest.mark.parametrize("dataset", [Ints, Tuples])

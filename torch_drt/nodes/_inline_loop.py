@@ -105,6 +105,9 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
                     t0 = perf_counter()
                     out = map_fn(item)
                     observe(perf_counter() - t0, True)
+                except StopIteration:  # ends the epoch, as next() lets it (and torch's loader); in a generator
+                    mapper._held = NOTHING  # it would become a RuntimeError
+                    return
                 except Exception:
                     mapper._held = NOTHING  # a failed item counts as delivered
                     raise
@@ -122,6 +125,9 @@ def inline_batches(mapper: OrderedMapper[Any, R], ticks: Countdown | None = None
                 break
             try:
                 out = map_fn(item)
+            except StopIteration:  # (as above)
+                mapper._held = NOTHING
+                return
             except Exception:
                 mapper._held = NOTHING  # a failed item counts as delivered
                 raise
