@@ -385,6 +385,31 @@ def test_pin_memory_on_cpu_is_a_documented_no_op():
     assert not loader.pin_memory
 
 
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+
+@pytest.mark.parametrize("dataset", ["map", "iterable"])
+def test_pinning_at_0_workers_happens_in_the_calling_thread_as_in_torch(dataset, monkeypatch):
+    """torch's loader pins at 0 workers too. No CUDA here: pinning is allowed by hand and its function replaced by a
+    marker (the transport pins process workers' batches; nothing pinned them at 0 workers)."""
+    import torch_drt.loader._fetch as fetch
+    import torch_drt.loader._item_fetch as item_fetch
+    import torch_drt.loader.dataloader as dataloader
+
+    def mark(batch):
+        return ("pinned", batch)
+
+    monkeypatch.setattr(dataloader, "resolve_pin_memory", lambda pin: pin)
+    monkeypatch.setattr(fetch, "pin_batch", mark)
+    monkeypatch.setattr(item_fetch, "pin_batch", mark)
+    data = R(4) if dataset == "map" else _Stream()
+    for kwargs in ({}, {"worker_method": "thread"}):
+        loader = StatefulDataLoader(data, batch_size=2, collate_fn=list, pin_memory=True, **kwargs)
+        assert list(loader) == [("pinned", [0, 1]), ("pinned", [2, 3])], kwargs
+
+
 def test_workers_persist_across_epochs():
     seen: list[list[threading.Thread]] = [[], []]
     epoch = [0]

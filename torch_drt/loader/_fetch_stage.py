@@ -45,15 +45,20 @@ def item_threads(loader: Any) -> int:
     return max(1, loader.num_workers if loader.worker_method == "thread" else 1) * loader.item_concurrency
 
 
+def pins_in_fetch(loader: Any) -> bool:
+    """Whether the fetch pins its batches (``pin_memory``): in the thread that loads them, thread workers or 0
+    workers (as torch's loader does); process workers' batches are pinned as the transport unpacks them."""
+    return loader.pin_memory and (loader.worker_method == "thread" or loader.num_workers == 0)
+
+
 def map_fetcher(loader: Any) -> BatchFetcher:
     """The ``BatchFetcher`` of a ``StatefulDataLoader`` over a map-style dataset."""
-    threads = loader.worker_method == "thread"
     return BatchFetcher(
         loader.dataset,
         loader.transform,
         loader._collate,
         loader.item_concurrency,
-        pin=loader.pin_memory and threads,
+        pin=pins_in_fetch(loader),
         seed=loader.seed,
         item_threads=item_threads(loader),
     )

@@ -8,7 +8,7 @@ from typing import Any
 from torchdata.nodes import BaseNode
 
 from torch_drt._state_fields import StateFields
-from torch_drt.loader._fetch_stage import fetch_stage
+from torch_drt.loader._fetch_stage import fetch_stage, pins_in_fetch
 from torch_drt.loader._item_fetch import ItemBatchFetcher
 from torch_drt.loader.base import LoaderMode
 from torch_drt.loader.position import Cursor
@@ -39,11 +39,10 @@ class NodeMode(LoaderMode):
     def __init__(self, loader: Any, node: BaseNode, stride: int = 1, offset: int = 0) -> None:
         self.node, self.batch_size, self.drop_last = node, loader.batch_size, loader.drop_last
         self.batcher = ItemBatcher(node, loader.batch_size, loader.drop_last)
-        threads = loader.worker_method == "thread"
         fetcher = ItemBatchFetcher(
             loader.transform,
             loader._collate,
-            pin=loader.pin_memory and threads,
+            pin=pins_in_fetch(loader),
             seed=loader.seed,
             stride=stride,
             offset=offset,
