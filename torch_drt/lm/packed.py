@@ -157,10 +157,11 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
 
 
 def _batch_dtype(dtype: np.dtype) -> np.dtype:
-    """The batch's token dtype: uint16 widens to int32 and uint32 to int64, others are kept."""
+    """The batch's token dtype: uint16 widens to int32 and uint32 to int64, others are kept, in the machine's byte
+    order (torch takes no other)."""
     if dtype.kind == "u" and dtype.itemsize > 1:
         return np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
-    return dtype
+    return dtype if dtype.isnative else dtype.newbyteorder("=")
 
 
 def _tensors(tokens: np.ndarray, fields: Sequence[np.ndarray]) -> dict[str, Any]:
