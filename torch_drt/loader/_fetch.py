@@ -26,6 +26,8 @@ from torch_drt.nodes.batch_plan import BatchPlan
 from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.random import BatchSlot, batch_slot, current_slot, enter_batch, exit_batch, map_items
 
+_SEQUENCES: set[type] = {list, tuple}  # types seen to be sequences (an ABC's isinstance is a Python-level call)
+
 
 def _no_coroutines(dataset: Any, items: list[Any]) -> None:
     if items and inspect.iscoroutine(items[0]):
@@ -196,8 +198,11 @@ class BatchFetcher:
     def _batch_items(self, indices: list[int]) -> Sequence[Any]:
         """``__getitems__(indices)``: a sequence goes to collate_fn as it is (as in torch)."""
         items = self._getitems(indices)
-        if type(items) is not list and not isinstance(items, Sequence):
-            items = list(items)
+        if type(items) not in _SEQUENCES:
+            if not isinstance(items, Sequence):
+                items = list(items)
+            else:
+                _SEQUENCES.add(type(items))
         if len(items) != len(indices):
             raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         return items
