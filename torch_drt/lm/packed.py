@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
 PAD_SEGMENT = 0
 """The segment id of padding; documents in a sequence are numbered 1, 2, 3, ..."""
@@ -114,14 +115,14 @@ def _stack(arrays: Sequence[np.ndarray], shape: tuple[int, int], dtype: Any) -> 
     return out
 
 
-def _whole_fields(shape: tuple[int, int]) -> list[np.ndarray]:
+def _whole_fields(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fresh ``shape`` segment ids, positions and loss mask of ``shape[0]`` whole sequences of ``shape[1]``."""
-    fields = []
-    for row in _constants(shape[1]):
-        out = np.empty(shape, dtype=row.dtype)
-        out[...] = row  # (no Python-level dispatch: ~15% faster than ``np.copyto``)
-        fields.append(out)
-    return fields
+    segment_ids, positions, loss_mask = _constants(shape[1])
+    out = np.empty(shape, np.int32), np.empty(shape, np.int32), np.empty(shape, np.bool_)
+    out[0][...] = segment_ids  # (assignment: no Python-level dispatch, ~15% faster than ``np.copyto``)
+    out[1][...] = positions
+    out[2][...] = loss_mask
+    return out
 
 
 def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
@@ -149,6 +150,7 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
         raise ValueError(f"cannot collate packed sequences of lengths {sorted(lengths)}")
     shape = (len(items), len(columns[0]))
     rows = _constants(shape[1])
+    fields: Sequence[np.ndarray]
     if all(s is rows[0] for s in segment_ids):  # whole sequences: the other fields are known
         fields = _whole_fields(shape)
     else:
@@ -166,11 +168,10 @@ def _batch_dtype(dtype: np.dtype) -> np.dtype:
 
 def _tensors(tokens: np.ndarray, fields: Sequence[np.ndarray]) -> dict[str, Any]:
     """The batch: ``tokens`` and the segment ids, positions and loss mask (``fields``) as tensors, no copy."""
-    import torch
-
+    from_numpy = torch.from_numpy
     return {
-        "tokens": torch.from_numpy(tokens),
-        "segment_ids": torch.from_numpy(fields[0]),
-        "positions": torch.from_numpy(fields[1]),
-        "loss_mask": torch.from_numpy(fields[2]),
+        "tokens": from_numpy(tokens),
+        "segment_ids": from_numpy(fields[0]),
+        "positions": from_numpy(fields[1]),
+        "loss_mask": from_numpy(fields[2]),
     }
