@@ -31,6 +31,19 @@ _SUFFIX = 8  # the random part of ``tempfile.mkdtemp``'s names
 _swept: set[tuple[str, str]] = set()  # (prefix, parent) listed by this process already: a shared /tmp can be long
 
 
+def lock_is_free(fd: int) -> bool | None:
+    """Whether the ``flock`` of the directory open at ``fd`` is free (no process holds it): True, False, or None
+    where the file system has no ``flock`` on it (NFS on a read-only descriptor). A free lock is taken: closing
+    ``fd`` drops it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return None
+    return True
+
+
 def _abandoned(path: Path) -> bool:
     """Whether ``path`` is one of this user's scratch directories whose owner is gone (its lock is free)."""
     try:
@@ -42,14 +55,12 @@ def _abandoned(path: Path) -> bool:
         return False
     try:
         marker = os.stat(MARKER, dir_fd=fd, follow_symlinks=False)
-        if not stat.S_ISREG(marker.st_mode):
-            return False
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the owner's lock is on the same directory
-    except OSError:  # no marker yet (being created), held (its owner lives), or no flock here
+        # the owner's lock is on the same directory: held (its owner lives) or no flock here, kept
+        return stat.S_ISREG(marker.st_mode) and lock_is_free(fd) is True
+    except OSError:  # no marker yet (being created)
         return False
     finally:
         os.close(fd)  # closing drops the probe's lock too
-    return True
 
 
 def remove_abandoned(prefix: str, parent: str | Path) -> list[Path]:

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from torch_drt._scratch import lock_is_free
 from torch_drt.describe import described
 
 __all__ = [
@@ -129,15 +130,13 @@ def _writer_gone(path: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    except OSError:  # e.g. NFS: no flock on a read-only descriptor; the name's pid decides
-        match = _STAGING.match(path.name)
-        return match is not None and not _pid_alive(int(match.group(1)))
+        free = lock_is_free(fd)
     finally:
         os.close(fd)  # closing drops the probe's lock too
-    return True
+    if free is None:  # e.g. NFS: no flock on a read-only descriptor; the name's pid decides
+        match = _STAGING.match(path.name)
+        return match is not None and not _pid_alive(int(match.group(1)))
+    return free
 
 
 def remove_stale_staging(root: Path, name: str) -> list[Path]:
