@@ -44,6 +44,43 @@ class TupleItems(Tagged):
         return tuple(indices)
 
 
+class _Proxy:
+    """A transparent proxy: ``isinstance`` sees the wrapped object's class (``__class__``), ``type()`` the proxy's."""
+
+    def __init__(self, obj):
+        object.__setattr__(self, "_obj", obj)
+
+    @property
+    def __class__(self):
+        return type(self._obj)
+
+    def __iter__(self):
+        return iter(self._obj)
+
+    def __len__(self):
+        return len(self._obj)
+
+    def __getitem__(self, i):
+        return self._obj[i]
+
+
+class ProxiedItems(Tagged):
+    """``__getitems__`` returns a proxy of a list for the first batch, then a proxy of a generator."""
+
+    calls = 0
+
+    def __getitems__(self, indices):
+        ProxiedItems.calls += 1
+        return _Proxy(list(indices) if ProxiedItems.calls == 1 else (i for i in indices))
+
+
+def test_each_getitems_result_is_checked_to_be_a_sequence_by_its_class():
+    """A proxy of a list is a sequence, a proxy of a generator is made a list: the check is per object, not cached
+    by ``type()`` (a proxy's type is the same for both)."""
+    loader = StatefulDataLoader(ProxiedItems(), batch_size=2, collate_fn=list)
+    assert [list(b) for b in loader][:2] == [[0, 1], [2, 3]]
+
+
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_getitems_result_reaches_collate_as_it_is_as_in_torch(num_workers):
     """torch hands ``__getitems__``'s sequence to ``collate_fn`` without making a list of it."""

@@ -27,6 +27,7 @@ from torch_drt.nodes.thread_pool import ThreadPool
 from torch_drt.random import BatchSlot, batch_slot, current_slot, enter_batch, exit_batch, map_items
 
 _SEQUENCES: set[type] = {list, tuple}  # types seen to be sequences (an ABC's isinstance is a Python-level call)
+_MAX_SEQUENCES = 64  # (types made per call are not all kept)
 
 
 def _no_coroutines(dataset: Any, items: list[Any]) -> None:
@@ -198,11 +199,12 @@ class BatchFetcher:
     def _batch_items(self, indices: list[int]) -> Sequence[Any]:
         """``__getitems__(indices)``: a sequence goes to collate_fn as it is (as in torch)."""
         items = self._getitems(indices)
-        if type(items) not in _SEQUENCES:
+        kind = type(items)
+        if kind not in _SEQUENCES:
             if not isinstance(items, Sequence):
                 items = list(items)
-            else:
-                _SEQUENCES.add(type(items))
+            elif items.__class__ is kind and len(_SEQUENCES) < _MAX_SEQUENCES:  # (a proxy's class is per object)
+                _SEQUENCES.add(kind)
         if len(items) != len(indices):
             raise ValueError(f"__getitems__ returned {len(items)} items for {len(indices)} indices")
         return items
