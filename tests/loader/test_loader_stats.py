@@ -6,6 +6,7 @@ dominates and on counts, never on absolute times.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -68,7 +69,7 @@ def test_a_slow_getitem_is_named_by_the_verdict(kwargs):
     if not kwargs:
         assert "set num_workers > 0" in verdict
     else:  # busy workers or too few batches in flight (how busy depends on the machine's load)
-        assert "raise num_workers" in verdict or "raise prefetch_depth" in verdict
+        assert "raise num_workers" in verdict or "raise prefetch_" in verdict
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"num_workers": 2, **PROCESS}], ids=["inline", "processes"])
@@ -217,7 +218,7 @@ def synthetic(num_workers: int, wait_s: float, busy_s: float, stages: dict[str, 
         (2, 6.0, 19.6, {"dataset": 14.0, "collate": 6.0}, "dataset 70% of loading time; 2 workers busy 98%: raise "
                                                           "num_workers"),
         (4, 6.0, 8.0, {"dataset": 2.0, "collate": 6.0}, "collate 75% of loading time; 4 workers busy 20%: raise "
-                                                        "prefetch_depth"),
+                                                        "prefetch_factor"),
         (0, 6.0, 6.0, {"transform": 5.0, "collate": 1.0}, "transform 83% of loading time, loaded in the calling "
                                                           "thread: set num_workers > 0"),
         (2, 6.0, 2.0, {"transport": 5.0, "collate": 1.0}, "transport 83% of loading time: unpacking"),
@@ -225,6 +226,15 @@ def synthetic(num_workers: int, wait_s: float, busy_s: float, stages: dict[str, 
 )
 def test_the_verdict_follows_the_numbers(num_workers, wait_s, busy_s, stages, expected):
     assert expected in synthetic(num_workers, wait_s, busy_s, stages).verdict()
+
+
+def test_idle_workers_are_told_the_setting_that_holds_their_batches_in_flight():
+    """Process workers keep ``num_workers * prefetch_factor`` (torch's default 2) in flight: ``prefetch_depth``
+    would replace it with ``num_workers + depth``, fewer; thread workers keep ``num_workers + prefetch_depth``."""
+    stats = synthetic(4, 6.0, 8.0, {"dataset": 2.0, "collate": 6.0})
+    assert stats.verdict().endswith("raise prefetch_factor (more batches in flight)")
+    threads = dataclasses.replace(stats, worker_method="thread")
+    assert threads.verdict().endswith("raise prefetch_depth (more batches in flight)")
 
 
 def slow_sample_id(sample):

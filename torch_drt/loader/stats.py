@@ -174,7 +174,8 @@ class LoaderStats:
         workers = f"{self.num_workers} worker{'s' if self.num_workers > 1 else ''} busy {busy:.0%}"
         if busy >= BUSY_WORKERS:
             return f"{head}; {workers}: raise num_workers"
-        return f"{head}; {workers}: raise prefetch_depth (more batches in flight)"
+        knob = "prefetch_depth" if self.worker_method == "thread" else "prefetch_factor"  # (each's default)
+        return f"{head}; {workers}: raise {knob} (more batches in flight)"
 
     def to_dict(self) -> dict[str, float]:
         """Flat numbers with ``/``-separated keys (``"stage/dataset/busy_s"``), for TensorBoard and loggers."""
