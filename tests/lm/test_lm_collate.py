@@ -166,6 +166,29 @@ def test_windows_outside_the_stream_are_refused_by_index(tmp_path, bad):
         plain[31]
 
 
+@pytest.mark.parametrize("dtype", [">i4", ">u8", "<u8"])
+def test_a_stream_of_another_byte_order_or_uint64_gives_torchs_tensors(tmp_path, dtype):
+    """Big-endian streams read through torch's default collate as through collate_packed (torch takes only the
+    machine's byte order); uint64 tokens become int64, and one of 2**63 or more is an error, not a wrapped id."""
+    tokens = np.arange(100, dtype=dtype)
+    with TokenStreamWriter(tmp_path, "s", dtype, shard_elements=30) as writer:
+        writer.write(tokens)
+    storage = TokenStreamStorage(tmp_path / "s")
+    plain = torch.utils.data.DataLoader(TokenStreamDataset(storage, 10), batch_size=3)
+    assert next(iter(plain)).reshape(-1).tolist() == list(range(30))
+    packed = collate_packed(PackedWindows(storage, 10).__getitems__([2, 3]))
+    assert packed["tokens"].reshape(-1).tolist() == list(range(20, 40))
+    assert packed["tokens"].dtype == (torch.int64 if dtype[1:] == "u8" else torch.int32)
+    if dtype[1:] == "u8":
+        (tmp_path / "big").mkdir()
+        with TokenStreamWriter(tmp_path / "big", "s", dtype, shard_elements=30) as writer:
+            writer.write(np.array([1 << 63] + [0] * 19, dtype=dtype))
+        windows = PackedWindows(TokenStreamStorage(tmp_path / "big" / "s"), 10)
+        for batch in (windows.__getitems__([0, 1]), list(windows.__getitems__([0, 1]))):  # whole windows, items
+            with pytest.raises(ValueError, match="2\\*\\*63"):
+                collate_packed(batch)
+
+
 BIG_WINDOW, BIG_LENGTH = (1 << 22) + 3, 1024  # window 2**22 + 3 of 1,024 tokens starts past 2**32
 
 

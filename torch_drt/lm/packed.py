@@ -128,8 +128,9 @@ def _whole_fields(shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.nd
 def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
     """Stack packed sequences into ``(B, L)`` torch tensors keyed by field name.
 
-    Tokens keep their dtype, except that uint16 widens to int32 and uint32 to int64 (torch's support for those
-    is limited); segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an
+    Tokens keep their dtype, except that uint16 widens to int32 and uint32 and uint64 become int64 (torch's
+    support for those is limited; a uint64 token of 2**63 or more is a ValueError), in the machine's byte order;
+    segment ids and positions are int32, the loss mask bool. An empty list (a padded rank) gives an
     empty dict. Each field is one copy into a fresh buffer, nothing per token or per row in Python; whole
     sequences' segment ids, positions and mask are filled from one row. A ``WindowBatch`` of whole windows
     (``PackedWindows``) has its tokens copied from the stream into the batch without building its items.
@@ -139,9 +140,10 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
     """
     gather = getattr(items, "packed_tokens", None)  # a WindowBatch
     if gather is not None:
-        tokens = gather(_batch_dtype(items.dtype))  # type: ignore[attr-defined]
+        dtype = items.dtype  # type: ignore[attr-defined]
+        tokens = gather(_batch_dtype(dtype))
         if tokens is not None:  # whole windows
-            return _tensors(tokens, _whole_fields(tokens.shape))
+            return _tensors(_in_range(tokens, dtype), _whole_fields(tokens.shape))
     if not items:
         return {}
     columns, segment_ids, positions, loss_mask = zip(*items)
@@ -155,15 +157,27 @@ def collate_packed(items: Sequence[PackedSequence]) -> dict[str, Any]:
         fields = _whole_fields(shape)
     else:
         fields = [_stack(arrays, shape, arrays[0].dtype) for arrays in (segment_ids, positions, loss_mask)]
-    return _tensors(_stack(columns, shape, _batch_dtype(columns[0].dtype)), fields)
+    dtype = columns[0].dtype
+    return _tensors(_in_range(_stack(columns, shape, _batch_dtype(dtype)), dtype), fields)
 
 
 def _batch_dtype(dtype: np.dtype) -> np.dtype:
-    """The batch's token dtype: uint16 widens to int32 and uint32 to int64, others are kept, in the machine's byte
-    order (torch takes no other)."""
+    """The batch's token dtype: uint16 widens to int32, uint32 and uint64 become int64 (what embeddings take),
+    others are kept; in the machine's byte order (torch takes no other)."""
     if dtype.kind == "u" and dtype.itemsize > 1:
         return np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
     return dtype if dtype.isnative else dtype.newbyteorder("=")
+
+
+def _in_range(tokens: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``tokens`` cast from a ``dtype`` stream, checked where the cast can wrap (uint64 to int64).
+
+    Raises:
+        ValueError: a uint64 token of 2**63 or more.
+    """
+    if dtype.kind == "u" and dtype.itemsize == 8 and tokens.size and tokens.min() < 0:
+        raise ValueError("a uint64 token of 2**63 or more does not fit the batch's int64 tokens")
+    return tokens
 
 
 def _tensors(tokens: np.ndarray, fields: Sequence[np.ndarray]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 
 class TokenStreamDataset:
-    """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``.
+    """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``: a read-only view of the
+    stream, or a copy in the machine's byte order for a stream of another (torch takes no other).
 
     Args:
         storage: the stream.
@@ -26,17 +27,20 @@ class TokenStreamDataset:
             raise ValueError(f"{sequence_length=} must be an int > 0")
         self.storage = storage
         self.sequence_length = sequence_length
+        self._native = None if storage.dtype.isnative else storage.dtype.newbyteorder("=")  # (torch takes no other)
 
     def __len__(self) -> int:
         return self.storage.total_elements // self.sequence_length
 
     def __getitem__(self, index: int) -> np.ndarray:
         (index,) = check_indices((index,), len(self), "sequences")
-        return self.storage.window(index * self.sequence_length, self.sequence_length)
+        window = self.storage.window(index * self.sequence_length, self.sequence_length)
+        return window if self._native is None else window.astype(self._native)
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
         length = self.sequence_length
-        return self.storage.windows([i * length for i in check_indices(indices, len(self), "sequences")], length)
+        windows = self.storage.windows([i * length for i in check_indices(indices, len(self), "sequences")], length)
+        return windows if self._native is None else [w.astype(self._native) for w in windows]
 
     def __repr__(self) -> str:
         return described(self, self.storage, sequence_length=self.sequence_length)
