@@ -1,4 +1,9 @@
-"""Item indices checked once: an int in ``[0, length)``, or a batch of them as Python ints."""
+"""Item indices checked once: an int in ``[0, length)``, or a batch of them as Python ints.
+
+Two rules, on purpose: ``check_index`` (a source's item, an index a user types) takes only an int or a numpy
+integer, so a bool, a float or a tensor is refused; ``check_indices`` (a map-style dataset's batch from a sampler)
+takes what Python's own sequences take (``operator.index``: a bool, a numpy or a one-element torch integer too).
+"""
 
 from __future__ import annotations
 
