@@ -58,6 +58,32 @@ def test_a_stream_dataset_reads_windows_by_index_and_refuses_indices_outside(str
             windows.__getitems__(bad)
 
 
+def test_a_sample_written_through_torch_does_not_crash_or_reach_the_stream(stream):
+    """torch's loader without batching hands ``__getitem__``'s array to ``torch.as_tensor``, which ignores numpy's
+    read-only flag: a view of the read-only map crashed the interpreter (SIGSEGV) on an in-place write. A fresh
+    interpreter, so that a crash fails this test and not pytest."""
+    from script_runner import run_script
+
+    done = run_script(f"""
+        import torch
+        from torch_drt.storage import TokenStreamDataset, TokenStreamStorage
+        dataset = TokenStreamDataset(TokenStreamStorage({str(stream.path)!r}), 5)
+        for loader in (torch.utils.data.DataLoader, __import__("torch_drt").StatefulDataLoader):
+            sample = next(iter(loader(dataset, batch_size=None)))
+            sample += 100
+            assert sample.tolist() == [100, 101, 102, 103, 104], sample
+        assert dataset[0].tolist() == [0, 1, 2, 3, 4]  # the stream is untouched
+        from torch_drt.lm import PackedWindows
+        windows = PackedWindows(dataset.storage, 5)
+        item = next(iter(torch.utils.data.DataLoader(windows, batch_size=None)))
+        for field in item:  # the tokens, and the fields every whole window shares
+            field.zero_()
+        assert windows[0].tokens.tolist() == [0, 1, 2, 3, 4] and windows[1].segment_ids.tolist() == [1] * 5
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_stream_shuffled_ranks_cover_every_window_once(stream):
     seen = []
     for rank in range(2):

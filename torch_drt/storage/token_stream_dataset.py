@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 
 
 class TokenStreamDataset:
-    """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``: a read-only view of the
-    stream, or a copy in the machine's byte order for a stream of another (torch takes no other).
+    """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``.
+
+    ``dataset[i]`` is a fresh array (torch's loader without batching hands it to ``torch.as_tensor``, which ignores
+    numpy's read-only flag: a write to a view of the read-only map would crash the interpreter).
+    ``__getitems__`` (a batch, which ``collate_fn`` copies into one array) gives read-only views of the stream;
+    both are in the machine's byte order (a stream of the other is copied: torch takes no other).
 
     Args:
         storage: the stream.
@@ -35,7 +39,7 @@ class TokenStreamDataset:
     def __getitem__(self, index: int) -> np.ndarray:
         (index,) = check_indices((index,), len(self), "sequences")
         window = self.storage.window(index * self.sequence_length, self.sequence_length)
-        return window if self._native is None else window.astype(self._native)
+        return np.array(window, dtype=self._native)  # (a copy; None keeps the dtype)
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
         length = self.sequence_length
