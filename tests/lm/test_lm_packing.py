@@ -147,15 +147,48 @@ def test_sequences_hold_every_token_once_with_segments_and_positions(method, ove
         assert delivered == expected  # concatenation keeps the document order
 
 
-def test_a_whole_sequence_is_a_view_and_padding_is_explicit():
+def test_a_whole_sequence_is_its_own_copy_and_padding_is_explicit():
     source = ArraySource.from_documents([np.arange(8), np.arange(3)], dtype=np.int64)
     node = PackerNode(source, 8, method="concat", pad_id=99)
     node.reset()
     full, short = list(node)
-    assert np.shares_memory(full.tokens, source.tokens) and not full.tokens.flags.writeable
+    assert full.tokens.tolist() == list(range(8)) and full.segment_ids.tolist() == [1] * 8
+    for array in full:  # a write (torch.as_tensor ignores the flag) changes neither the source nor later items
+        assert array.flags.writeable and not np.shares_memory(array, source.tokens)
+    full.segment_ids[:] = 0
+    node.reset()
+    assert next(iter(node)).segment_ids.tolist() == [1] * 8
     assert short.tokens.tolist() == [0, 1, 2] + [99] * 5 and short.num_tokens == 3
     assert short.segment_ids.tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
     pad = PackedSequence.padding(4, 5, np.int32)
     assert pad.tokens.tolist() == [5] * 4 and not pad.loss_mask.any() and pad.num_tokens == 0
     with pytest.raises(ValueError, match="do not fit"):
         PackedSequence.from_pieces([np.arange(5)], 4, 0, np.int32)
+
+
+def test_writing_a_packed_stream_window_through_torch_does_not_crash():
+    """A whole window of a stream was a view of the read-only map: ``torch.as_tensor`` (a loader without batching)
+    ignores numpy's flag, and an in-place write was a SIGSEGV. A fresh interpreter, so a crash fails this test."""
+    from script_runner import run_script
+
+    done = run_script("""
+        import tempfile
+        from pathlib import Path
+        import numpy as np
+        import torch
+        import torch_drt
+        from torch_drt.lm import PackerNode
+        from torch_drt.storage import TokenStreamStorage, TokenStreamWriter
+        root = Path(tempfile.mkdtemp())
+        with TokenStreamWriter(root, "s", "int32", shard_elements=1000) as writer:
+            writer.write(np.arange(64, dtype=np.int32))
+        loader = torch_drt.StatefulDataLoader(PackerNode(TokenStreamStorage(root / "s"), 8, method="concat"),
+                                              batch_size=None)
+        item = next(iter(loader))
+        for field in item:
+            field.zero_()
+        again = next(iter(loader))
+        assert again.tokens.tolist() == list(range(8)) and again.segment_ids.tolist() == [1] * 8, again
+        print("ok")
+    """)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

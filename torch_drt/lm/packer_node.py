@@ -43,6 +43,10 @@ class PackerNode(PackedShareNode):
     position, the planner's cursor and the packer's open bins (at most ``buffer_size``), and is the same on every
     rank; it resumes under any world size, batch size and worker setting with the identical global stream.
 
+    Each item's arrays are its own, writable: a sequence of one whole piece is copied out of the source (a view of
+    a read-only map that ``torch.as_tensor`` wraps, as torch's loader does without batching, crashes the
+    interpreter on a write; the fields whole pieces share would change for every later sequence).
+
     Args:
         source: a ``TokenSource``, a ``DocumentStorage`` of token arrays, or a ``TokenStreamStorage`` (read as
             windows of ``sequence_length``, each one sequence: concatenate-and-chunk, the last window padded).
@@ -133,6 +137,8 @@ class PackerNode(PackedShareNode):
         plan = self.planner.next_plan()
         pieces = [self.source.read(*plan)] if len(plan) == 3 else self.source.read_plan(plan)
         sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype)
+        if not sequence.loss_mask.flags.writeable:  # one whole piece: views of the source and of the shared fields
+            sequence = PackedSequence._make(map(np.array, sequence))
         self._count(plan)
         return sequence
 

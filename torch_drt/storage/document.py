@@ -174,7 +174,7 @@ class DocumentStorage:
         if any(self._dtypes[c] is None for c in np.unique(pos).tolist()):
             raise TypeError("arrays() needs array documents (written with DocumentStorageWriter(dtype=...))")
         payloads = self.reader.read_many(pos.astype(np.int32), ids - self._starts[pos])
-        return [np.frombuffer(p, dtype=self._dtypes[c]) for p, c in zip(payloads, pos.tolist())]
+        return [_array(p, self._dtypes[c]) for p, c in zip(payloads, pos.tolist())]
 
     def _locate(self, index: int) -> tuple[int, int]:
         if not 0 <= index < len(self):
@@ -186,7 +186,7 @@ class DocumentStorage:
         pos, local = self._locate(index)
         data = self.reader.read(pos, local)
         dtype = self._dtypes[pos]
-        return data if dtype is None else np.frombuffer(data, dtype=dtype)
+        return data if dtype is None else _array(data, dtype)
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
         """Read documents in one gather per cache."""
@@ -196,10 +196,17 @@ class DocumentStorage:
         pos = np.searchsorted(self._starts, ids, side="right") - 1
         data = self.reader.read_many(pos, ids - self._starts[pos])
         dtypes = self._dtypes
-        return [d if dtypes[p] is None else np.frombuffer(d, dtype=dtypes[p]) for d, p in zip(data, pos.tolist())]
+        return [d if dtypes[p] is None else _array(d, dtypes[p]) for d, p in zip(data, pos.tolist())]
 
     def __repr__(self) -> str:
         return described(self, caches=len(self.reader.layouts), documents=int(self._counts.sum()))
 
 
 DocumentDataset = DocumentStorage
+
+
+def _array(payload: bytes, dtype: np.dtype) -> np.ndarray:
+    """A document's tokens over its payload (its own copy of the record). A payload of one byte is CPython's one
+    shared ``bytes`` object of that value: copied, so that a write through ``torch.as_tensor`` (which ignores the
+    read-only flag) cannot change ``b"\\x07"`` for the whole interpreter."""
+    return np.frombuffer(payload if len(payload) != 1 else bytearray(payload), dtype=dtype)
