@@ -37,7 +37,9 @@ class PackedSequence(NamedTuple):
             0 on padding.
         loss_mask: ``(L,)`` bool: True on tokens, False on padding.
 
-    The arrays may be read-only views (of a memory-mapped stream, or shared constants): copy before writing.
+    ``PackerNode``'s items and ``PackedWindows[i]`` own their arrays. ``whole()``/``wholes()`` and the items of a
+    ``WindowBatch`` are read-only views (of a memory-mapped stream, or shared constants): copy them before writing,
+    and before ``torch.from_numpy``/``torch.as_tensor``, which ignore the read-only flag (``collate_packed`` copies).
     """
 
     tokens: np.ndarray
