@@ -124,6 +124,13 @@ def test_window_batch_reads_as_the_list_of_its_items(tmp_path):
     assert [s.tokens.tolist() for s in batch] == [list(range(i * 16, i * 16 + 16)) for i in (5, 1)] + [
         list(range(288, 300)) + [0] * 4]
     assert batch[-1].num_tokens == 12 and [s.num_tokens for s in batch[:2]] == [16, 16]
+    for item in batch:  # arrays of their own: a user's collate may hand them to torch.from_numpy and write
+        assert all(array.flags.writeable for array in item)
+        for array in item:
+            array[...] = 0
+    assert windows.__getitems__([5])[0].tokens[:2].tolist() == [80, 81]
+    assert windows.__getitems__([1])[0].segment_ids.tolist() == [1] * 16
+    batch = windows.__getitems__([5, 1, 18])
     restored = pickle.loads(pickle.dumps(batch))
     assert type(restored) is list and [s.tokens.tolist() for s in restored] == [s.tokens.tolist() for s in batch]
     ours = StatefulDataLoader(windows, batch_size=4, shuffle=True, seed=3, collate_fn=list)

@@ -59,15 +59,24 @@ def test_a_stream_dataset_reads_windows_by_index_and_refuses_indices_outside(str
 
 
 def test_a_sample_written_through_torch_does_not_crash_or_reach_the_stream(stream):
-    """torch's loader without batching hands ``__getitem__``'s array to ``torch.as_tensor``, which ignores numpy's
-    read-only flag: a view of the read-only map crashed the interpreter (SIGSEGV) on an in-place write. A fresh
-    interpreter, so that a crash fails this test and not pytest."""
+    """torch's loader hands samples to ``torch.as_tensor`` (without batching, and in ``default_collate``) and a
+    user's collate may use ``torch.from_numpy``: both ignore numpy's read-only flag, so a view of the read-only map
+    crashed the interpreter (SIGSEGV) on an in-place write, and torch warned on each. A fresh interpreter, so that a
+    crash fails this test and not pytest."""
     from script_runner import run_script
 
     done = run_script(f"""
+        import warnings
+        warnings.simplefilter("error")  # torch's "not writable" warning on a view of the map included
         import torch
         from torch_drt.storage import TokenStreamDataset, TokenStreamStorage
         dataset = TokenStreamDataset(TokenStreamStorage({str(stream.path)!r}), 5)
+        for batch in torch.utils.data.DataLoader(dataset, batch_size=3,
+                                                 collate_fn=lambda b: [torch.from_numpy(x) for x in b]):
+            for sample in batch:  # a batch's samples, wrapped without a copy by a user's collate
+                sample.zero_()
+        assert next(iter(torch.utils.data.DataLoader(dataset, batch_size=2))).tolist() == [[0, 1, 2, 3, 4],
+                                                                                         [5, 6, 7, 8, 9]]
         for loader in (torch.utils.data.DataLoader, __import__("torch_drt").StatefulDataLoader):
             sample = next(iter(loader(dataset, batch_size=None)))
             sample += 100

@@ -37,9 +37,9 @@ class PackedSequence(NamedTuple):
             0 on padding.
         loss_mask: ``(L,)`` bool: True on tokens, False on padding.
 
-    ``PackerNode``'s items and ``PackedWindows[i]`` own their arrays. ``whole()``/``wholes()`` and the items of a
-    ``WindowBatch`` are read-only views (of a memory-mapped stream, or shared constants): copy them before writing,
-    and before ``torch.from_numpy``/``torch.as_tensor``, which ignore the read-only flag (``collate_packed`` copies).
+    ``PackerNode``'s and ``PackedWindows``' items own their arrays. ``whole()`` gives read-only views (of a
+    memory-mapped stream, or shared constants): copy them before writing, and before ``torch.from_numpy`` or
+    ``torch.as_tensor``, which ignore the read-only flag (``collate_packed`` copies).
     """
 
     tokens: np.ndarray
@@ -85,24 +85,11 @@ class PackedSequence(NamedTuple):
     @classmethod
     def whole(cls, piece: np.ndarray) -> PackedSequence:
         """One piece that fills the sequence (``L = len(piece)``), without a copy: a read-only view of it and the
-        shared constant fields (``collate_packed`` recognises them). ``wholes([piece], len(piece))[0]``, with no
-        list (a packer makes every whole sequence here)."""
+        shared constant fields (``collate_packed`` recognises them)."""
         if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
             piece = piece.view()
             piece.flags.writeable = False
         return _new(cls, (piece, *_constants(len(piece))))
-
-    @classmethod
-    def wholes(cls, pieces: Sequence[np.ndarray], length: int) -> list[PackedSequence]:
-        """``whole(piece)`` of each of ``pieces``, all ``length`` long (a batch's windows: no call per piece)."""
-        fields = _constants(length)
-        out = []
-        for piece in pieces:
-            if piece.flags.writeable:  # a view of the source: writing to it must not reach the source
-                piece = piece.view()
-                piece.flags.writeable = False
-            out.append(_new(cls, (piece, *fields)))
-        return out
 
     @classmethod
     def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:

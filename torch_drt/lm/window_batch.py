@@ -18,10 +18,10 @@ class WindowBatch(Sequence[PackedSequence]):
     """The ``PackedSequence`` items of windows ``indices`` of ``windows``, in order: what
     ``PackedWindows.__getitems__`` returns.
 
-    A read-only sequence (``len``, indexing, slicing, iteration, as a list of the items): the items are built the
-    first time one is read. ``collate_packed`` reads none of them: it copies the tokens from the stream into the
-    batch at once (``packed_tokens``), so a batch of whole windows costs one copy per field. It pickles as the
-    list of its items.
+    A read-only sequence (``len``, indexing, slicing, iteration, as a list of the items): the items, each with
+    arrays of its own, are built the first time one is read. ``collate_packed`` reads none of them: it copies the
+    tokens from the stream into the batch at once (``packed_tokens``), so a batch of whole windows costs one copy
+    per field. It pickles as the list of its items.
 
     Args:
         windows: the dataset.
@@ -67,20 +67,17 @@ class WindowBatch(Sequence[PackedSequence]):
         return self.windows.source.dtype
 
     def items(self) -> list[PackedSequence]:
-        """The items, built on the first call: read-only views of the stream where a window lies inside one
-        mapped shard, and the shared constant fields (``PackedSequence.wholes``); the last window padded."""
+        """The items, built on the first call, each with arrays of its own (a user's collate may hand them to
+        ``torch.from_numpy``, which ignores numpy's read-only flag: a view of the stream's map, or of the fields
+        whole windows share, would crash on a write or change every window); the last window padded."""
         if self._items is None:
             w, length = self.windows, self.sequence_length
-            starts = [i * length for i in self.indices]
-            if self.whole:  # the batch's windows at once: one slice each, nothing per token
-                self._items = PackedSequence.wholes(w.source.storage.windows(starts, length), length)
-            else:
-                read, total, dtype = w.source.storage.window, w.source.storage.total_elements, self.dtype
-                self._items = [
-                    PackedSequence.whole(read(s, length)) if s + length <= total
-                    else PackedSequence.from_pieces([read(s, total - s)], length, w.pad_id, dtype)
-                    for s in starts
-                ]
+            read, total, dtype = w.source.storage.window, w.source.storage.total_elements, self.dtype
+            self._items = [
+                PackedSequence._make(map(np.array, PackedSequence.whole(read(s, length)))) if s + length <= total
+                else PackedSequence.from_pieces([read(s, total - s)], length, w.pad_id, dtype)
+                for s in (i * length for i in self.indices)
+            ]
         return self._items
 
     def packed_tokens(self, dtype: np.dtype) -> np.ndarray | None:

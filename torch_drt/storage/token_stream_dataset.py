@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 class TokenStreamDataset:
     """Sample i of a stream is the window [i*L, (i+1)*L) with L = ``sequence_length``.
 
-    ``dataset[i]`` is a fresh array (torch's loader without batching hands it to ``torch.as_tensor``, which ignores
-    numpy's read-only flag: a write to a view of the read-only map would crash the interpreter).
-    ``__getitems__`` (a batch, which ``collate_fn`` copies into one array) gives read-only views of the stream;
-    both are in the machine's byte order (a stream of the other is copied: torch takes no other).
+    Samples are fresh, writable arrays in the machine's byte order (torch takes no other): ``dataset[i]`` a copy of
+    its window, ``__getitems__`` the rows of one array the batch's windows are copied into. Views of the stream's
+    read-only map would reach ``torch.as_tensor`` or ``torch.from_numpy`` (torch's loader without batching, its
+    ``default_collate``, a user's collate), which ignore numpy's read-only flag: torch warned on each, and a
+    write crashed the interpreter.
 
     Args:
         storage: the stream.
@@ -42,9 +43,11 @@ class TokenStreamDataset:
         return np.array(window, dtype=self._native)  # (a copy; None keeps the dtype)
 
     def __getitems__(self, indices: list[int]) -> list[np.ndarray]:
-        length = self.sequence_length
-        windows = self.storage.windows([i * length for i in check_indices(indices, len(self), "sequences")], length)
-        return windows if self._native is None else [w.astype(self._native) for w in windows]
+        length, starts = self.sequence_length, check_indices(indices, len(self), "sequences")
+        out = np.empty((len(starts), length), dtype=self.storage.dtype if self._native is None else self._native)
+        if starts:
+            np.concatenate(self.storage.windows([i * length for i in starts], length), out=out.reshape(-1))
+        return list(out)
 
     def __repr__(self) -> str:
         return described(self, self.storage, sequence_length=self.sequence_length)
