@@ -91,6 +91,11 @@ class PackedSequence(NamedTuple):
             piece.flags.writeable = False
         return _new(cls, (piece, *_constants(len(piece))))
 
+    def owned(self) -> PackedSequence:
+        """This sequence with arrays of its own: read-only views (``whole()``'s, of a source and of the shared
+        fields) copied, the others kept."""
+        return self if self.loss_mask.flags.writeable else _new(type(self), tuple(map(np.array, self)))
+
     @classmethod
     def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:
         """A sequence of padding only (what a rank receives past the end of a stream)."""

@@ -84,7 +84,7 @@ class PackerNode(PackedShareNode):
         super().__init__(rank, world_size)
         self.sequence_length, self.pad_id = sequence_length, pad_id
         self.source = as_token_source(source, sequence_length)
-        self.dtype = np.dtype(self.source.dtype)
+        self.dtype = np.dtype(self.source.dtype).newbyteorder("=")  # (torch takes no other byte order)
         whole = self.source.whole_documents
         self.planner = SourcePlanner(
             self.source.lengths(), sequence_length, method, buffer_size, overlong, shuffle, seed, whole
@@ -136,9 +136,8 @@ class PackerNode(PackedShareNode):
     def _take(self) -> PackedSequence:
         plan = self.planner.next_plan()
         pieces = [self.source.read(*plan)] if len(plan) == 3 else self.source.read_plan(plan)
-        sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype)
-        if not sequence.loss_mask.flags.writeable:  # one whole piece: views of the source and of the shared fields
-            sequence = PackedSequence._make(map(np.array, sequence))
+        # one whole piece gives views of the source and of the shared fields: copied
+        sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype).owned()
         self._count(plan)
         return sequence
 

@@ -72,10 +72,10 @@ class WindowBatch(Sequence[PackedSequence]):
         whole windows share, would crash on a write or change every window); the last window padded."""
         if self._items is None:
             w, length = self.windows, self.sequence_length
-            read, total, dtype = w.source.storage.window, w.source.storage.total_elements, self.dtype
+            read, total = w.source.storage.window, w.source.storage.total_elements
+            native = self.dtype.newbyteorder("=")  # (torch takes no other byte order)
             self._items = [
-                PackedSequence._make(map(np.array, PackedSequence.whole(read(s, length)))) if s + length <= total
-                else PackedSequence.from_pieces([read(s, total - s)], length, w.pad_id, dtype)
+                PackedSequence.from_pieces([read(s, min(length, total - s))], length, w.pad_id, native).owned()
                 for s in (i * length for i in self.indices)
             ]
         return self._items

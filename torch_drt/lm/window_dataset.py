@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from torch_drt._indices import check_indices
 from torch_drt.describe import described
 from torch_drt.lm.packed import PackedSequence
@@ -38,10 +36,9 @@ class PackedWindows:
         return self._len
 
     def __getitem__(self, index: int) -> PackedSequence:
-        """Window ``index`` in fresh arrays (torch's loader without batching hands them to ``torch.as_tensor``,
-        which ignores numpy's read-only flag: a write to a view of the map, or of the fields whole windows share,
-        would crash the interpreter or change every window). ``__getitems__``'s items are read-only views."""
-        return PackedSequence._make(map(np.array, self.__getitems__([index])[0]))
+        """Window ``index`` in arrays of its own (``WindowBatch.items``): torch's loader without batching hands
+        them to ``torch.as_tensor``, which ignores numpy's read-only flag."""
+        return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: list[int]) -> WindowBatch:
         indices = check_indices(indices, self._len, "windows")  # (a list of its own: the batch reads it later)
