@@ -63,8 +63,26 @@ def _slow_writer(tmp_path: Path, name: str, method: str = "write_cache") -> tupl
     return proc, ready, go
 
 
-def test_a_writer_never_removes_the_live_staging_of_a_name_that_extends_its_own(runtime, tmp_path):
-    proc, _, go = _slow_writer(tmp_path, "ds-999999")  # its staging name ends in what looks like a dead pid
+@pytest.fixture
+def slow_writer(tmp_path):
+    """``_slow_writer`` in ``tmp_path``; a writer still waiting for its go file when the test ends (it failed) is
+    killed, not left polling."""
+    procs: list[subprocess.Popen] = []
+
+    def start(name: str, method: str = "write_cache") -> tuple[subprocess.Popen, Path, Path]:
+        started = _slow_writer(tmp_path, name, method)
+        procs.append(started[0])
+        return started
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_a_writer_never_removes_the_live_staging_of_a_name_that_extends_its_own(runtime, tmp_path, slow_writer):
+    proc, _, go = slow_writer("ds-999999")  # its staging name ends in what looks like a dead pid
     (res,) = runtime.write_cache([ListSource("ds", 5)], tmp_path / "root", writer_config=QUIET)
     assert isinstance(res, drt.CacheWriteSuccess)
     go.touch()
@@ -74,9 +92,9 @@ def test_a_writer_never_removes_the_live_staging_of_a_name_that_extends_its_own(
     assert [s.data for s in ds] == [payload(i) for i in range(40)]
 
 
-def test_a_dead_writers_staging_beside_a_complete_cache_is_cleaned(runtime, tmp_path):
+def test_a_dead_writers_staging_beside_a_complete_cache_is_cleaned(runtime, tmp_path, slow_writer):
     root = tmp_path / "root"
-    proc, _, _ = _slow_writer(tmp_path, "k", method="from_cache_sources")
+    proc, _, _ = slow_writer("k", method="from_cache_sources")
     first = runtime.from_cache_sources([ListSource("k", 40)], root, reader_config=SEQ, writer_config=QUIET)
     assert len(first) == 40
     os.kill(proc.pid, signal.SIGKILL)

@@ -188,7 +188,7 @@ def test_a_stream_of_another_byte_order_or_uint64_gives_torchs_tensors(tmp_path,
     node = PackerNode(storage, 10, method="concat")
     node.reset()
     items = {"window": PackedWindows(storage, 10)[2], "padded window": PackedWindows(storage, 10)[9],
-             "window batch item": list(PackedWindows(storage, 10).__getitems__([2]))[0], "packer item": next(node)}
+             "window batch item": PackedWindows(storage, 10).__getitems__([2])[0], "packer item": next(node)}
     for name, item in items.items():  # what torch.as_tensor receives without batching
         assert torch.as_tensor(item.tokens)[:2].tolist() in ([20, 21], [90, 91], [0, 1]), name
     assert packed["tokens"].dtype == (torch.int64 if dtype[1:] == "u8" else torch.int32)
