@@ -5,6 +5,7 @@ per batch, forced by switching the loop off) is the oracle for the states; the s
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 
@@ -92,3 +93,20 @@ def test_threads_mapping_inline_map_the_planned_chunks_in_the_loop_not_through_n
     assert loader._mode.mapper._inline
     calls = calls_per_epoch(loader)
     assert calls["OrderedMapper.next"] <= 286 // 64 + 3, calls["OrderedMapper.next"]
+
+
+def test_an_epoch_mapped_inline_starts_no_worker_thread():
+    """Non-persistent thread workers are made anew at each ``iter()``; an adaptive mapper that maps inline from the
+    epoch's start needs none, and starting two threads costs milliseconds per epoch: they start at the first item
+    sent to them. The first epoch measures its first items on the workers (they start); the next maps inline."""
+    loader = StatefulDataLoader(Phases(300), batch_size=7, collate_fn=list, num_workers=2, worker_method="thread")
+    loader._mode.mapper._cost.below_s = math.inf  # (cheap whatever the machine's load)
+    started = []
+    for _ in range(2):
+        it = iter(loader)
+        batches = [next(it) for _ in range(20)]  # past the first epoch's measured items
+        started.append(loader._mode.mapper._pool._threads)
+        assert batches + list(it) == [list(range(i, min(i + 7, 300))) for i in range(0, 300, 7)]
+    assert started == [2, 0]
+    me = threading.current_thread().name
+    assert set(loader.dataset.where.values()) == {me}  # the second epoch's items (it overwrote the first's)

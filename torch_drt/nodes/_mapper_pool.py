@@ -39,7 +39,7 @@ def make_pool(
         fn, init = Recorded(fn), WorkerIndex(init)
     if method == "thread":
         timed = Timed(fn) if adaptive else None
-        return ThreadPool(timed or fn, num_workers, initializer=init), timed
+        return ThreadPool(timed or fn, num_workers, initializer=init, lazy=adaptive), timed
     return ProcessPool(fn, num_workers, multiprocessing_context, transport, init), None
 
 

@@ -113,6 +113,8 @@ class ThreadPool:
         name: thread name prefix.
         initializer: called as ``initializer(worker_index)`` in each thread when it starts (a replacement of a
             stuck thread gets its index); if it raises, every task of that thread raises its error.
+        lazy: start the threads at the first ``submit()`` instead (an adaptive mapper that maps its items inline
+            may need none in an epoch: starting two threads costs milliseconds).
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class ThreadPool:
         num_workers: int,
         name: str = "torch_drt-worker",
         initializer: Callable[[int], None] | None = None,
+        lazy: bool = False,
     ) -> None:
         self.pid = os.getpid()
         self.fn = fn
@@ -131,10 +134,15 @@ class ThreadPool:
         self._thread_list: list[threading.Thread] = []
         _register_exit_hook()
         _open_pools.add(self)
+        self._unstarted = num_workers if lazy else 0
+        if not lazy:
+            self._start_all(num_workers)
+
+    def _start_all(self, num_workers: int) -> None:
         for index in range(num_workers):
             self._start(index)
         if num_workers:
-            logger.debug("started %d %s threads", num_workers, name)
+            logger.debug("started %d %s threads", num_workers, self.name)
 
     def _start(self, index: int) -> None:
         self._threads += 1
@@ -149,6 +157,9 @@ class ThreadPool:
 
     def submit(self, item: Any, affinity: int | None = None) -> Future:
         """Queue ``fn(item)``; ``affinity`` is ignored (threads share memory)."""
+        if self._unstarted:  # (lazy: the first task starts the threads)
+            count, self._unstarted = self._unstarted, 0
+            self._start_all(count)
         future: Future = Future()
         self._shared.tasks.put((future, self.fn, item))
         return future
