@@ -56,14 +56,14 @@ class PackedSequence(NamedTuple):
     def from_pieces(cls, pieces: Sequence[np.ndarray], length: int, pad_id: int, dtype: Any) -> PackedSequence:
         """Concatenate ``pieces`` (1-D token arrays, ``sum(len) <= length``) and pad to ``length``.
 
-        A few slice copies per piece, no per-token Python work. A single piece of exactly ``length`` is returned
-        without a copy.
+        A few slice copies per piece, no per-token Python work. The arrays are the sequence's own, a single piece
+        of exactly ``length`` included (``whole()`` is the view of one).
 
         Raises:
             ValueError: when the pieces hold more than ``length`` tokens.
         """
-        if len(pieces) == 1 and len(pieces[0]) == length:
-            return cls.whole(pieces[0] if pieces[0].dtype == dtype else pieces[0].astype(dtype))
+        if len(pieces) == 1 and len(pieces[0]) == length:  # copies of the piece and of the shared fields
+            return _new(cls, (np.array(pieces[0], dtype=dtype), *map(np.array, _constants(length))))
         arange = _constants(length)[1]
         tokens = np.empty(length, dtype=dtype)
         segment_ids = np.zeros(length, dtype=np.int32)
@@ -90,11 +90,6 @@ class PackedSequence(NamedTuple):
             piece = piece.view()
             piece.flags.writeable = False
         return _new(cls, (piece, *_constants(len(piece))))
-
-    def owned(self) -> PackedSequence:
-        """This sequence with arrays of its own: read-only views (``whole()``'s, of a source and of the shared
-        fields) copied, the others kept."""
-        return self if self.loss_mask.flags.writeable else _new(type(self), tuple(map(np.array, self)))
 
     @classmethod
     def padding(cls, length: int, pad_id: int, dtype: Any) -> PackedSequence:

@@ -136,8 +136,7 @@ class PackerNode(PackedShareNode):
     def _take(self) -> PackedSequence:
         plan = self.planner.next_plan()
         pieces = [self.source.read(*plan)] if len(plan) == 3 else self.source.read_plan(plan)
-        # one whole piece gives views of the source and of the shared fields: copied
-        sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype).owned()
+        sequence = PackedSequence.from_pieces(pieces, self.sequence_length, self.pad_id, self.dtype)
         self._count(plan)
         return sequence
 

@@ -75,7 +75,7 @@ class WindowBatch(Sequence[PackedSequence]):
             read, total = w.source.storage.window, w.source.storage.total_elements
             native = self.dtype.newbyteorder("=")  # (torch takes no other byte order)
             self._items = [
-                PackedSequence.from_pieces([read(s, min(length, total - s))], length, w.pad_id, native).owned()
+                PackedSequence.from_pieces([read(s, min(length, total - s))], length, w.pad_id, native)
                 for s in (i * length for i in self.indices)
             ]
         return self._items
