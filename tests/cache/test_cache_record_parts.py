@@ -1,4 +1,4 @@
-"""``record_checks="every_read"`` copies and hashes a gather a part at a time (about 128 KiB, while each part is in the
+"""``record_checks="every_read"`` copies and hashes a gather a part at a time (about 1 MiB, while each part is in the
 CPU's cache: issue 26). Every part is checked: a flipped byte in any part of a gather is a ``CacheCorruptError``
 naming the shard and the sample, from one shard or many, in order or shuffled, and intact records come back whole
 and in order.
@@ -16,8 +16,8 @@ from record_flips import flip_record_bit
 import torch_drt as drt
 from torch_drt.checksums import copied_checksums, record_checksums
 
-WIDTH = 8192
-COUNT = 96  # 768 KiB: a gather of all of them is 6 parts
+WIDTH = 32768
+COUNT = 96  # 3 MiB: a gather of all of them is 3 parts
 
 
 class Records:
@@ -72,7 +72,7 @@ def test_a_flipped_byte_in_any_part_is_an_error_naming_shard_and_sample(written,
 
 
 def test_copied_checksums_hashes_every_part():
-    records = [bytes([i]) * (3000 + i) for i in range(200)]  # about 600 KiB: 5 parts
+    records = [bytes([i]) * (24000 + i) for i in range(200)]  # about 4.6 MiB: 5 parts
     sums = record_checksums(records, len(records))
     asked: list[tuple[int, int]] = []
 

@@ -6,7 +6,7 @@ through ``CacheReader``; where the bytes come from is the cache's backend (``tor
 For each gather, per cache: the rows' index entries are looked up; every file read from is checked for its
 size (a truncated shard is an error, not a SIGBUS); the records are copied out; in format 2 each record's
 XXH3-64 is compared with its index entry before anything else looks at it (a gather is copied and hashed about
-128 KiB at a time, each part while it is in the CPU's cache; with ``record_checks="first_read"``, only on a
+1 MiB at a time, each part while it is in the CPU's cache; with ``record_checks="first_read"``, only on a
 record's first read in the process: see ``CacheReader``); then records are decompressed
 within the cache's ``max_record_bytes``. Any failure is a ``CacheCorruptError`` naming the shard and sample.
 """
