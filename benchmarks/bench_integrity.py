@@ -16,6 +16,9 @@ package's C routine, one call per record, a batch of records already in the CPU'
 checked read's time.
 The record cost cannot go below it without a cheaper hash or fewer checked bytes.
 
+Then the hash's speed against a copy, and the checked gather alone (``checksums.copied_checksums`` over a mapped
+file, 1,024 records a gather) with parts of 128 KiB and of the shipped size, against the copy alone.
+
     python benchmarks/bench_integrity.py [--samples 20000] [--repeats 7] [--cpu]
 
 ``--cpu`` times with ``time.process_time`` (the CPU this process spends, its threads included) instead of the wall
@@ -212,6 +215,63 @@ def print_hash_speed(rows: list[tuple[str, float, float]]) -> None:
         print(f"{label:<56} xxh3 {xxh3:6.1f}  copy {copy:6.1f}  hash/copy {copy / xxh3:5.2f}")
 
 
+def part_sizes(payloads: list[bytes], repeats: int, clock=time.perf_counter) -> dict[str, float]:
+    """The checked gather alone (``checksums.copied_checksums`` over one mapped file of ``payloads``, 1,024 records a
+    gather, sequential) with parts of 128 KiB and of the shipped size, and the copy alone: ns per record, the three
+    interleaved, medians of ``repeats`` rounds after a warm-up round that is dropped."""
+    import mmap
+
+    from torch_drt import checksums
+
+    shipped = checksums._HOT_BYTES
+    with tempfile.TemporaryFile() as f:
+        f.write(b"".join(payloads))
+        f.flush()
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        ends = np.cumsum([len(p) for p in payloads]).tolist()
+        starts = [0, *ends[:-1]]
+        sums = checksums.record_checksums(payloads, len(payloads))
+        gathers = [(k, min(k + 1024, len(payloads))) for k in range(0, len(payloads), 1024)]
+
+        def checked(part_bytes: int):
+            def run() -> None:
+                checksums._HOT_BYTES = part_bytes
+                for k, e in gathers:
+                    s, t = starts[k:e], ends[k:e]
+                    part = lambda i, j, s=s, t=t: [mm[a:b] for a, b in zip(s[i:j], t[i:j])]  # noqa: E731
+                    assert checksums.copied_checksums(part, e - k, t[-1] - s[0], sums[k:e])[1] == -1
+            return run
+
+        def copy() -> None:
+            for k, e in gathers:
+                [mm[a:b] for a, b in zip(starts[k:e], ends[k:e])]
+
+        runs = {
+            "copy alone": copy,
+            "parts of 128 KiB": checked(128 << 10),
+            f"parts of {shipped >> 10} KiB": checked(shipped),
+        }
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        try:
+            for _ in range(max(5, repeats) + 1):
+                for name, run in runs.items():
+                    t0 = clock()
+                    run()
+                    times[name].append(clock() - t0)
+        finally:
+            checksums._HOT_BYTES = shipped
+            mm.close()
+    return {name: statistics.median(t[1:]) / len(payloads) * 1e9 for name, t in times.items()}
+
+
+def print_part_sizes(rows: dict[str, float]) -> None:
+    """The checked gather's part size: ns per record, and above the copy."""
+    print("# every_read's parts (a gather copied and hashed a part at a time): ns per record, gathers of 1,024")
+    copy = rows["copy alone"]
+    for name, ns in rows.items():
+        print(f"{name:<56} {ns:8.0f} ns" + ("" if name == "copy alone" else f"  above the copy {ns - copy:6.0f} ns"))
+
+
 def main() -> None:
     parser = workload_parser(__doc__, "--repeats", 7)
     parser.add_argument("--cpu", action="store_true", help="time with process_time (CPU), not the wall clock")
@@ -222,6 +282,7 @@ def main() -> None:
     try:
         print_integrity(bench_integrity(work, records, args.repeats, clock), args.repeats)
         print_hash_speed(hash_speed())
+        print_part_sizes(part_sizes(records, args.repeats, clock))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
